@@ -1,0 +1,86 @@
+"""Measurements on a trained model that need no corpus: the in-context copying figure.
+
+In-context copying (what induction heads do): feed a sequence of random tokens twice in a row.
+The first time through, the next token is unguessable, so the loss sits near log(vocab). The
+second time, a model that can look back and copy predicts each token from its earlier
+occurrence, and the loss drops. We report
+
+    ratio = mean loss on copy two / mean loss on copy one
+
+over the same positions of each copy: the targets at positions 1..seq_len-1 *within* copy one
+(sequence positions 1..seq_len-1) against the targets at positions 1..seq_len-1 within copy two
+(sequence positions seq_len+1..2*seq_len-1). Position 0 of each copy is left out of both: nothing
+before it predicts it (for copy two, its predecessor is the last token of copy one, which appears
+nowhere else). A ratio near 1.0 means no copying; a model with induction heads goes far below 0.5.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+EOT_ID = 0  # <|endoftext|> is never drawn
+
+
+class CopyingLoss(NamedTuple):
+    first: float  # mean loss (nats/token) on targets 1..seq_len-1 of copy one
+    second: float  # mean loss (nats/token) on targets 1..seq_len-1 of copy two
+    ratio: float  # second / first
+
+
+def repeated_tokens_batch(vocab_size: int, seq_len: int = 64, batch: int = 32, seed: int = 0) -> Tensor:
+    """(batch, 2*seq_len) LongTensor: random tokens from ids 1..vocab_size-1, each row repeated twice.
+
+    Uses its own ``torch.Generator``, so the same arguments give the same batch on every machine
+    and never disturb the global random state.
+    """
+    if vocab_size < 2:
+        raise ValueError(f"vocab_size must be at least 2 (id 0 is never drawn), got {vocab_size}")
+    if seq_len < 2:
+        raise ValueError(f"seq_len must be at least 2, got {seq_len}")
+    g = torch.Generator().manual_seed(seed)
+    half = torch.randint(1, vocab_size, (batch, seq_len), generator=g)
+    return torch.cat([half, half], dim=1)
+
+
+@torch.no_grad()
+def repeated_tokens_loss_ratio(
+    model: nn.Module, seq_len: int = 64, batch: int = 32, seed: int = 0, vocab_size: int | None = None
+) -> CopyingLoss:
+    """(first, second, ratio) for ``model`` on :func:`repeated_tokens_batch` (see the module docstring).
+
+    ``model(idx)`` must return ``(logits, _)`` like ``GPT.forward``; ``vocab_size`` defaults to
+    ``model.cfg.vocab_size``. The model is run in eval mode and its mode is restored afterwards.
+    """
+    cfg = getattr(model, "cfg", None)
+    if vocab_size is None:
+        if cfg is None:
+            raise ValueError("pass vocab_size: the model has no .cfg to read it from")
+        vocab_size = cfg.vocab_size
+    context = getattr(cfg, "context", None)
+    if context is not None and 2 * seq_len > context:
+        raise ValueError(f"2 * seq_len = {2 * seq_len} tokens do not fit the model's context of {context}")
+    tokens = repeated_tokens_batch(vocab_size, seq_len, batch, seed)
+    try:
+        device = next(model.parameters()).device
+    except (AttributeError, StopIteration):
+        device = torch.device("cpu")
+    was_training = getattr(model, "training", False)
+    if isinstance(model, nn.Module):
+        model.eval()
+    try:
+        logits, _ = model(tokens.to(device))
+    finally:
+        if isinstance(model, nn.Module):
+            model.train(was_training)
+    # logits[:, t] predicts tokens[:, t + 1]
+    loss = F.cross_entropy(
+        logits[:, :-1].float().reshape(-1, logits.size(-1)), tokens[:, 1:].to(device).reshape(-1), reduction="none"
+    ).view(batch, 2 * seq_len - 1)
+    # target position p sits at loss column p - 1
+    first = loss[:, 0 : seq_len - 1].mean().item()  # targets 1 .. seq_len-1
+    second = loss[:, seq_len : 2 * seq_len - 1].mean().item()  # targets seq_len+1 .. 2*seq_len-1
+    return CopyingLoss(first, second, second / first if first > 0 else float("nan"))

@@ -1,0 +1,63 @@
+"""Build the corpus, split it by document, train the tokenizer and write token files.
+
+    python -m sprout_model.prepare [--corpus default|fiction|FOLDER] [--out data/default]
+
+Writes ``tokenizer.json``, ``train.bin`` and ``val.bin`` (uint16 token ids, documents joined by
+``<|endoftext|>``) and ``meta.json`` (sizes and the corpus hash) into the output folder.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .corpus import corpus_hash, describe, load_documents, split_documents
+from .tokenizer import EOT, encode, train_tokenizer
+
+DATA_ROOT = Path("data")
+
+
+def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction: float = 0.05, seed: int = 0) -> dict:
+    """Run the whole pipeline; returns the metadata it also writes to ``meta.json``."""
+    out = Path(out) if out else DATA_ROOT / (corpus if not Path(corpus).is_dir() else Path(corpus).name)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    docs = load_documents(corpus)
+    train, val = split_documents(docs, val_fraction, seed)
+    print(describe(train, val), end="")
+    tok = train_tokenizer(d.text for d in train)
+    tok.save(str(out / "tokenizer.json"))
+    eot = tok.token_to_id(EOT)
+    meta = {"corpus": corpus, "corpus_sha256": corpus_hash(train + val), "vocab_size": tok.get_vocab_size(),
+            "val_documents": sorted(d.name for d in val)}
+    for name, part in (("train", train), ("val", val)):
+        ids: list[int] = []
+        for d in part:
+            ids.extend(encode(tok, d.text))
+            ids.append(eot)
+        np.asarray(ids, dtype=np.uint16).tofile(out / f"{name}.bin")
+        meta[f"{name}_tokens"] = len(ids)
+        meta[f"{name}_documents"] = len(part)
+        meta[f"{name}_chars"] = sum(len(d.text) for d in part)
+    meta["chars_per_token"] = round(meta["train_chars"] / meta["train_tokens"], 3)
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    print(f"tokens: train {meta['train_tokens']:,}, validation {meta['val_tokens']:,}; "
+          f"{meta['chars_per_token']} characters/token; {time.time() - t0:.0f}s -> {out}")
+    return meta
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", default="default", help="default, fiction, or a folder of .txt files")
+    p.add_argument("--out", default=None, help="output folder (default data/<corpus>)")
+    p.add_argument("--val-fraction", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    prepare(a.corpus, a.out, a.val_fraction, a.seed)
+
+
+if __name__ == "__main__":
+    main()

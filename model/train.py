@@ -1,0 +1,256 @@
+"""Train a preset on a prepared corpus, resumably.
+
+    python -m sprout_model.prepare                      # once: corpus, tokenizer, token files
+    python -m sprout_model.train --preset gpt-4 --tokens 8e6
+
+The run folder (default ``runs/<preset>``) holds ``state.pt`` (model, optimizer, step, data position,
+RNG states; written atomically every ``--save-every`` steps and on Ctrl-C) and ``checkpoint/``, the
+checkpoint folder of the best validation loss so far. Running the same command again resumes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import signal
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from .checkpoint import save_checkpoint
+from .model import GPT
+from .presets import PRESETS, preset
+
+
+@dataclass
+class TrainArgs:
+    preset: str = "gpt-4"
+    data: str = "data/default"
+    out: str | None = None
+    tokens: float = 8e6  # total training tokens; sets the number of steps and the schedule's length
+    batch_size: int = 16
+    seq_len: int = 256
+    lr: float = 2e-3
+    min_lr_frac: float = 0.1  # cosine decays to this fraction of lr
+    warmup: int = 200
+    weight_decay: float = 0.1
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    eval_every: int = 250
+    eval_batches: int = 20
+    save_every: int = 100
+    seed: int = 1337
+    compile: bool = False
+    threads: int | None = None
+    max_minutes: float | None = None  # stop (resumably) after this much wall time in this process
+    max_steps: int | None = None  # stop (resumably) at this step; the schedule still uses --tokens
+
+    @property
+    def total_steps(self) -> int:
+        return max(1, int(self.tokens // (self.batch_size * self.seq_len)))
+
+
+def lr_at(step: int, a: TrainArgs) -> float:
+    """Linear warm-up, then cosine decay to min_lr_frac·lr at the last step."""
+    if step < a.warmup:
+        return a.lr * (step + 1) / a.warmup
+    progress = min(1.0, (step - a.warmup) / max(1, a.total_steps - a.warmup))
+    return a.lr * (a.min_lr_frac + (1 - a.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+class Batches:
+    """Non-overlapping windows of seq_len+1 tokens, in a fresh seeded order every epoch.
+
+    The position (epoch, cursor) is all the state there is, so a resumed run sees exactly the
+    batches an uninterrupted one would.
+    """
+
+    def __init__(self, tokens: np.ndarray, seq_len: int, batch_size: int, seed: int):
+        self.tokens, self.T, self.B, self.seed = tokens, seq_len, batch_size, seed
+        self.n = (len(tokens) - 1) // seq_len
+        if self.n < batch_size:
+            raise ValueError(f"only {self.n} windows of {seq_len} tokens; need at least batch_size={batch_size}")
+        self.epoch, self.cursor = 0, 0
+        self._order = self._perm()
+
+    def _perm(self) -> np.ndarray:
+        return np.random.default_rng(self.seed + self.epoch).permutation(self.n)
+
+    def state(self) -> dict:
+        return {"epoch": self.epoch, "cursor": self.cursor}
+
+    def load_state(self, s: dict) -> None:
+        self.epoch, self.cursor = s["epoch"], s["cursor"]
+        self._order = self._perm()
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.cursor + self.B > self.n:
+            self.epoch, self.cursor = self.epoch + 1, 0
+            self._order = self._perm()
+        starts = self._order[self.cursor: self.cursor + self.B] * self.T
+        self.cursor += self.B
+        rows = np.stack([self.tokens[s: s + self.T + 1] for s in starts]).astype(np.int64)
+        x = torch.from_numpy(rows)
+        return x[:, :-1], x[:, 1:]
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, val: np.ndarray, seq_len: int, n_batches: int, batch_size: int) -> float:
+    """Mean cross-entropy in nats/token on fixed, evenly spaced validation windows."""
+    model.eval()
+    n = (len(val) - 1) // seq_len
+    idx = np.linspace(0, n - 1, num=min(n, n_batches * batch_size)).astype(int)
+    losses = []
+    for i in range(0, len(idx), batch_size):
+        rows = np.stack([val[s * seq_len: s * seq_len + seq_len + 1] for s in idx[i: i + batch_size]]).astype(np.int64)
+        x = torch.from_numpy(rows)
+        _, loss = model(x[:, :-1], x[:, 1:])
+        losses.append(loss.item() * len(rows))
+    model.train()
+    return sum(losses) / len(idx)
+
+
+def _rng_state() -> dict:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def _set_rng_state(s: dict) -> None:
+    torch.set_rng_state(s["torch"])
+    np.random.set_state(s["numpy"])
+    random.setstate(s["python"])
+
+
+def _atomic_torch_save(obj: dict, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)  # a kill leaves either the old file or the new one, never half of one
+
+
+def train(a: TrainArgs, progress: bool = True) -> dict:
+    """Train (or resume) a run; returns its summary (also in ``<out>/checkpoint/train.json``)."""
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    out = Path(a.out or f"runs/{a.preset}")
+    out.mkdir(parents=True, exist_ok=True)
+    data = Path(a.data)
+    meta = json.loads((data / "meta.json").read_text())
+    train_tokens = np.memmap(data / "train.bin", dtype=np.uint16, mode="r")
+    val_tokens = np.memmap(data / "val.bin", dtype=np.uint16, mode="r")
+    if len(val_tokens) < a.seq_len + 1:  # evaluate() would divide by zero at the first validation
+        raise ValueError(
+            f"the validation split has {len(val_tokens)} tokens, fewer than seq_len+1 = {a.seq_len + 1}: "
+            "prepare with a larger --val-fraction or more text, or train with a smaller --seq-len"
+        )
+
+    cfg = preset(a.preset)
+    cfg.vocab_size = meta["vocab_size"]
+    torch.manual_seed(a.seed)
+    model = GPT(cfg)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]  # norm gains are not decayed
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": a.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=a.lr, betas=(0.9, a.beta2),
+    )
+    batches = Batches(train_tokens, a.seq_len, a.batch_size, a.seed)
+    step, tokens_seen, wall, best, history = 0, 0, 0.0, float("inf"), []
+
+    state_file = out / "state.pt"
+    if state_file.exists():
+        s = torch.load(state_file, weights_only=False)  # our own file, holding numpy RNG state
+        model.load_state_dict(s["model"])
+        opt.load_state_dict(s["optimizer"])
+        batches.load_state(s["data"])
+        _set_rng_state(s["rng"])
+        step, tokens_seen, wall, best, history = s["step"], s["tokens_seen"], s["wall"], s["best_val"], s["history"]
+        print(f"resumed {out} at step {step:,} ({tokens_seen:,} tokens)")
+
+    fwd = torch.compile(model) if a.compile else model
+
+    def save_state() -> None:
+        _atomic_torch_save({
+            "model": model.state_dict(), "optimizer": opt.state_dict(), "data": batches.state(), "rng": _rng_state(),
+            "step": step, "tokens_seen": tokens_seen, "wall": wall, "best_val": best, "history": history,
+            "args": asdict(a),
+        }, state_file)
+
+    def train_info(val_loss: float) -> dict:
+        return {
+            "preset": a.preset, "corpus": meta["corpus"], "corpus_sha256": meta["corpus_sha256"],
+            "tokens_seen": tokens_seen, "steps": step, "wall_time_s": round(wall, 1),
+            "val_loss": round(val_loss, 4), "val_loss_unit": "nats/token", "args": asdict(a),
+            "history": history,
+        }
+
+    stop = {"now": False}
+    old_handler = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    t_start = time.time()
+    bar = tqdm(total=a.total_steps, initial=step, disable=not progress, dynamic_ncols=True)
+    model.train()
+    try:
+        while step < a.total_steps and not stop["now"]:
+            if a.max_steps is not None and step >= a.max_steps:
+                break
+            if a.max_minutes is not None and time.time() - t_start > a.max_minutes * 60:
+                break
+            t0 = time.time()
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, a)
+            x, y = batches.next()
+            _, loss = fwd(x, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
+            opt.step()
+            step += 1
+            tokens_seen += x.numel()
+            dt = time.time() - t0
+            wall += dt
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{x.numel() / dt:,.0f}")
+            if step % a.eval_every == 0 or step == a.total_steps:
+                val = evaluate(model, val_tokens, a.seq_len, a.eval_batches, a.batch_size)
+                history.append({"step": step, "tokens": tokens_seen, "train_loss": round(loss.item(), 4),
+                                "val_loss": round(val, 4), "wall_s": round(wall, 1)})
+                bar.write(f"step {step:,}  tokens {tokens_seen:,}  train {loss.item():.3f}  val {val:.3f}")
+                if val < best:  # keep the best checkpoint by validation loss
+                    best = val
+                    save_checkpoint(model, out / "checkpoint", data / "tokenizer.json", train_info(val))
+            if step % a.save_every == 0:
+                save_state()
+    except KeyboardInterrupt:
+        bar.write("interrupted: saving state, run the same command to resume")
+    finally:
+        bar.close()
+        save_state()
+        signal.signal(signal.SIGTERM, old_handler)
+    return {"step": step, "tokens_seen": tokens_seen, "best_val": best, "done": step >= a.total_steps}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for f, default in asdict(TrainArgs()).items():
+        flag = "--" + f.replace("_", "-")
+        if f == "preset":
+            p.add_argument(flag, default=default, choices=sorted(PRESETS))
+        elif isinstance(default, bool):
+            p.add_argument(flag, action="store_true")
+        elif default is None:
+            p.add_argument(flag, type=float if f == "max_minutes" else (str if f == "out" else int), default=None)
+        else:
+            p.add_argument(flag, type=type(default), default=default)
+    a = TrainArgs(**vars(p.parse_args(argv)))
+    print(f"{a.preset}: {GPT(preset(a.preset)).num_params():,} parameters, {a.total_steps:,} steps of "
+          f"{a.batch_size}x{a.seq_len} tokens")
+    print(json.dumps(train(a)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Create (or reuse) .venv and install sprout-interp into it, with the corpus and test extras.
+# Safe to run again: it skips the install when nothing changed since the last one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
+  echo "sprout-interp needs Python >= 3.11 (found $("$PY" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2; exit 1; }
+
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+VPY=.venv/bin/python
+
+# torch first, pinned, and only when missing: on this machine kind `pip install torch==2.13.0` takes a
+# CPU build from local disk in seconds, while an unpinned torch (or one pulled in as a dependency)
+# downloads a multi-GB CUDA build. pyproject.toml keeps a range so users elsewhere choose their own.
+if ! "$VPY" -c 'import torch' 2>/dev/null; then
+  "$VPY" -m pip install -q --upgrade pip
+  "$VPY" -m pip install -q torch==2.13.0
+fi
+
+stamp=.venv/.sprout-installed
+want=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  "$VPY" -m pip install -q -e ".[train,test]"
+  echo "$want" > "$stamp"
+fi

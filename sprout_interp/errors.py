@@ -1,0 +1,45 @@
+"""Exceptions for mistakes a user can make. Each message says what is wrong and what to do.
+
+All derive from :class:`SproutError`, so a notebook or the dashboard can catch one class and
+show ``str(err)`` to a person.
+"""
+from __future__ import annotations
+
+
+class SproutError(Exception):
+    """Base class of every error sprout_interp raises on purpose."""
+
+
+class CheckpointNotFoundError(SproutError, FileNotFoundError):
+    """The name or path does not point to a shipped model, a folder or a file."""
+
+
+class NotACheckpointError(SproutError, ValueError):
+    """The file or folder exists but does not hold Sprout weights."""
+
+
+class UnsafeCheckpointError(SproutError, ValueError):
+    """A pickle that would run code when loaded; refused, never executed."""
+
+
+class StateDictMismatchError(SproutError, ValueError):
+    """Weights with missing or unexpected keys, or with the wrong shapes, for the model's Config."""
+
+
+class VocabularyMismatchError(SproutError, ValueError):
+    """The tokenizer's vocabulary size differs from the model's embedding."""
+
+
+class ContextLengthError(SproutError, ValueError):
+    """A text longer than the model's context window."""
+
+
+class HookNameError(SproutError, KeyError):
+    """An unknown hook point name."""
+
+    def __str__(self) -> str:  # KeyError would print the message inside quotes
+        return str(self.args[0]) if self.args else ""
+
+
+class TokenizationError(SproutError, ValueError):
+    """Text the tokenizer cannot encode (for example a lone surrogate)."""
