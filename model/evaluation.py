@@ -84,3 +84,61 @@ def repeated_tokens_loss_ratio(
     first = loss[:, 0 : seq_len - 1].mean().item()  # targets 1 .. seq_len-1
     second = loss[:, seq_len : 2 * seq_len - 1].mean().item()  # targets seq_len+1 .. 2*seq_len-1
     return CopyingLoss(first, second, second / first if first > 0 else float("nan"))
+
+
+# --- Invented-name copying --------------------------------------------------------------------------
+# Short texts written for this project, each with an invented two-word name that appears exactly twice,
+# both times after a space (so both occurrences tokenize the same). At the second occurrence the name's
+# first token is a surprise, but every later token can be copied from the first occurrence.
+NAME_TEXTS: list[tuple[str, str]] = [
+    ("Zorbin Plax", "When the boat came in, old Zorbin Plax was waiting on the pier with a lantern. The sailors "
+                    "tied the ropes and carried the boxes up the hill, and the last man off the boat shook hands "
+                    "with Zorbin Plax"),
+    ("Quillon Marsk", "The letter on the table was signed by Quillon Marsk, and nobody in the house knew the name. "
+                      "The maid said she had never seen the man. At supper the father read the letter aloud, "
+                      "and when he had finished he asked again who Quillon Marsk"),
+    ("Tessaly Vorn", "In the village everyone bought their honey from Tessaly Vorn, who kept forty hives behind "
+                     "the mill. One summer the bees left the hives and flew into the forest, and the children "
+                     "ran after them, shouting for Tessaly Vorn"),
+    ("Brannock Idris", "The doctor who came that night was a tall man called Brannock Idris. He sat by the bed "
+                       "until morning and did not speak. When the fever broke, the mother wept and thanked "
+                       "Brannock Idris"),
+    ("Velma Struan", "Her aunt, Velma Struan, lived alone in a grey house at the end of the road. Every winter "
+                     "the girl was sent there with a basket of apples, and every winter the door was opened "
+                     "by Velma Struan"),
+]
+
+
+class NameCopying(NamedTuple):
+    mean_prob: float  # mean over texts of the mean probability of the name's later tokens, 2nd occurrence
+    first_mean_prob: float  # the same tokens at the name's first occurrence (the baseline)
+    per_text: list[dict]  # name, its tokens, and per-token probabilities at both occurrences
+
+
+@torch.no_grad()
+def name_copying(model: nn.Module, tokenizer, texts: list[tuple[str, str]] | None = None) -> NameCopying:
+    """Probability the model gives each later token of an invented name (all but its first token) at the
+    name's first and second occurrence in each text. ``model(idx)`` returns ``(logits, _)``."""
+    results = []
+    for name, text in texts or NAME_TEXTS:
+        enc = tokenizer.encode(text, add_special_tokens=False)
+        ids = torch.tensor([enc.ids])
+        probs = torch.softmax(model(ids)[0][0].float(), -1)
+        starts = [i for i in range(len(text)) if text.startswith(" " + name, i)]
+        if len(starts) != 2:
+            raise ValueError(f"{name!r} must appear exactly twice after a space in its text")
+        spans = []
+        for s in starts:
+            lo, hi = s, s + len(name) + 1
+            spans.append([i for i, (a, b) in enumerate(enc.offsets) if a < hi and b > lo])
+        pieces = [enc.tokens[i] for i in spans[1]]
+        occ = []
+        for span in spans:
+            occ.append([probs[i - 1, enc.ids[i]].item() for i in span[1:]])  # logits at i-1 predict token i
+        results.append({"name": name, "tokens": pieces, "first": occ[0], "second": occ[1],
+                        "first_mean": sum(occ[0]) / len(occ[0]), "second_mean": sum(occ[1]) / len(occ[1])})
+    return NameCopying(
+        sum(r["second_mean"] for r in results) / len(results),
+        sum(r["first_mean"] for r in results) / len(results),
+        results,
+    )

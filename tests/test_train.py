@@ -1,0 +1,300 @@
+"""The training loop on a tiny preset and tiny data: exact resume, atomic state, learning, schedule, checkpoint folder."""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import sprout_model.prepare as prepare_mod
+from sprout_model import GPT, Config
+from sprout_model.checkpoint import load_folder
+from sprout_model.presets import PRESETS
+from sprout_model.tokenizer import EOT, load_tokenizer, train_tokenizer
+from sprout_model.train import Batches, TrainArgs, lr_at, train
+
+TINY = Config(vocab_size=8192, context=64, n_layer=2, n_head=2, d_model=32, d_ff=64)
+VOCAB = 300
+B, T = 4, 32  # batch size, sequence length: 128 tokens a step
+
+WORDS = ("the cat sat on mat and dog ran to a red ball while bird sang in tree "
+         "then all of them slept by fire until morning came").split()
+
+
+@pytest.fixture(autouse=True)
+def tiny_preset(monkeypatch):
+    monkeypatch.setitem(PRESETS, "tiny", TINY)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    """A prepared corpus built by prepare() from a folder of repetitive .txt files, with a 300-token BPE."""
+    rng = random.Random(0)
+    src = tmp_path_factory.mktemp("texts")
+    for i in range(20):
+        paras = []
+        for _ in range(6):
+            start = rng.randrange(len(WORDS) - 8)
+            sentence = " ".join(WORDS[start: start + rng.randint(4, 8)]).capitalize() + "."
+            paras.append(" ".join([sentence] * rng.randint(2, 4)))
+        (src / f"story{i:02d}.txt").write_text("\n\n".join(paras) + "\n")
+    out = tmp_path_factory.mktemp("data")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(prepare_mod, "train_tokenizer", functools.partial(train_tokenizer, vocab_size=VOCAB))
+        meta = prepare_mod.prepare(str(src), out, val_fraction=0.1, seed=0)
+    assert meta["vocab_size"] == VOCAB and meta["val_documents"] and meta["train_documents"] == 18
+    assert meta["train_tokens"] > 20 * (T + 1) and meta["val_tokens"] > 4 * (T + 1)
+    return out
+
+
+def args(data: Path, out: Path, **kw) -> TrainArgs:
+    base = dict(preset="tiny", data=str(data), out=str(out), tokens=8 * B * T, batch_size=B, seq_len=T,
+                lr=1e-2, warmup=2, eval_every=4, eval_batches=2, save_every=2, seed=0)
+    base.update(kw)
+    return TrainArgs(**base)
+
+
+def _state(out: Path) -> dict:
+    return torch.load(out / "state.pt", weights_only=False)
+
+
+def _assert_same(a, b, path="") -> None:
+    """Recursive exact equality for nested dicts/lists of tensors and numbers."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), path
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            _assert_same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _assert_same(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path
+
+
+def _without_wall(history: list[dict]) -> list[dict]:
+    return [{k: v for k, v in h.items() if k != "wall_s"} for h in history]
+
+
+# ---------------------------------------------------------------- the prepared data
+
+def test_prepared_data_layout(data):
+    meta = json.loads((data / "meta.json").read_text())
+    tok = load_tokenizer(data / "tokenizer.json")
+    assert tok.get_vocab_size() == VOCAB and tok.token_to_id(EOT) == 0
+    train_ids = np.fromfile(data / "train.bin", dtype=np.uint16)
+    val_ids = np.fromfile(data / "val.bin", dtype=np.uint16)
+    assert len(train_ids) == meta["train_tokens"] and len(val_ids) == meta["val_tokens"]
+    assert train_ids[-1] == 0 and val_ids[-1] == 0  # every document ends with EOT
+    assert (train_ids == 0).sum() == meta["train_documents"]
+    assert int(train_ids.max()) < VOCAB
+    assert len(meta["corpus_sha256"]) == 64
+
+
+# ---------------------------------------------------------------- (a) exact resume
+
+def test_resume_gives_identical_weights_and_optimizer(data, tmp_path):
+    straight = tmp_path / "straight"
+    r = train(args(data, straight), progress=False)
+    assert r["step"] == 8 and r["done"]
+
+    split = tmp_path / "split"
+    r1 = train(args(data, split, max_steps=4), progress=False)
+    assert r1["step"] == 4 and not r1["done"]
+    assert _state(split)["step"] == 4
+    r2 = train(args(data, split), progress=False)
+    assert r2["step"] == 8 and r2["done"] and r2["tokens_seen"] == 8 * B * T
+
+    a, b = _state(straight), _state(split)
+    _assert_same(a["model"], b["model"], "model")
+    _assert_same(a["optimizer"], b["optimizer"], "optimizer")
+    assert a["optimizer"]["state"], "the optimizer state should not be empty"
+    assert a["data"] == b["data"]
+    assert (a["step"], a["tokens_seen"], a["best_val"]) == (b["step"], b["tokens_seen"], b["best_val"])
+    assert _without_wall(a["history"]) == _without_wall(b["history"])
+    assert [h["step"] for h in a["history"]] == [4, 8]
+    # the best checkpoints agree too
+    sa = load_file(str(straight / "checkpoint" / "model.safetensors"))
+    sb = load_file(str(split / "checkpoint" / "model.safetensors"))
+    _assert_same(sa, sb, "checkpoint")
+    # and the weights really moved
+    torch.manual_seed(0)
+    init = GPT(replace(TINY, vocab_size=VOCAB)).state_dict()
+    assert not torch.equal(init["embed.weight"], a["model"]["embed.weight"])
+
+
+def test_finished_run_does_not_train_further(data, tmp_path):
+    out = tmp_path / "run"
+    train(args(data, out), progress=False)
+    before = _state(out)
+    r = train(args(data, out), progress=False)
+    assert r["step"] == 8 and r["done"]
+    _assert_same(before["model"], _state(out)["model"])
+
+
+def test_batches_resume_where_they_stopped():
+    tokens = np.arange(1000, dtype=np.uint16)
+    a = Batches(tokens, 10, 8, seed=5)
+    seq = [a.next()[0] for _ in range(30)]  # several epochs (99 windows / 8 per batch)
+    b = Batches(tokens, 10, 8, seed=5)
+    for _ in range(17):
+        b.next()
+    c = Batches(tokens, 10, 8, seed=5)
+    c.load_state(b.state())
+    for i in range(17, 30):
+        assert torch.equal(c.next()[0], seq[i])
+    x, y = Batches(tokens, 10, 8, seed=5).next()
+    assert x.shape == y.shape == (8, 10) and torch.equal(x[:, 1:], y[:, :-1])
+
+
+def test_too_little_validation_text_is_a_clear_error(data, tmp_path):
+    small = tmp_path / "small"
+    small.mkdir()
+    for f in ("meta.json", "tokenizer.json", "train.bin"):
+        (small / f).write_bytes((data / f).read_bytes())
+    np.arange(1, T, dtype=np.uint16).tofile(small / "val.bin")  # fewer than seq_len + 1 tokens
+    with pytest.raises(ValueError, match=r"validation split has 31 tokens, fewer than seq_len\+1 = 33"):
+        train(args(data=small, out=tmp_path / "run"), progress=False)
+    assert not (tmp_path / "run" / "state.pt").exists()
+
+
+# ---------------------------------------------------------------- (b) atomic state
+
+class Killed(BaseException):
+    """Stands in for kill -9 in the middle of writing a file."""
+
+
+def test_kill_while_saving_leaves_a_good_state(data, tmp_path, monkeypatch):
+    straight = tmp_path / "straight"
+    train(args(data, straight), progress=False)
+    assert not list(straight.rglob("*.tmp")), "a finished run leaves no temporary files"
+
+    out = tmp_path / "killed"
+    real_save = torch.save
+    calls = {"n": 0}
+
+    def dying_save(obj, f, *a, **kw):
+        calls["n"] += 1
+        if calls["n"] >= 2:  # the save at step 4 is cut off half-way, and so is every later attempt
+            Path(f).write_bytes(b"PK\x03\x04 half a zip file")
+            raise Killed
+        return real_save(obj, f, *a, **kw)
+
+    monkeypatch.setattr(torch, "save", dying_save)
+    with pytest.raises(Killed):
+        train(args(data, out), progress=False)
+    monkeypatch.setattr(torch, "save", real_save)
+
+    # state.pt is the complete one from step 2; the half-written file is only ever the .tmp
+    assert (out / "state.pt.tmp").exists()
+    with pytest.raises(Exception):
+        torch.load(out / "state.pt.tmp", weights_only=False)
+    assert _state(out)["step"] == 2
+
+    r = train(args(data, out), progress=False)  # resume, with the corrupt .tmp still lying there
+    assert r["step"] == 8
+    assert not list(out.rglob("*.tmp"))
+    _assert_same(_state(straight)["model"], _state(out)["model"], "model")
+    _assert_same(_state(straight)["optimizer"], _state(out)["optimizer"], "optimizer")
+
+
+def test_corrupt_leftover_tmp_does_not_break_resume(data, tmp_path):
+    out = tmp_path / "run"
+    train(args(data, out, max_steps=4), progress=False)
+    assert (out / "checkpoint" / "model.safetensors").exists()
+    (out / "state.pt.tmp").write_bytes(b"\x00garbage" * 100)
+    (out / "checkpoint" / "model.safetensors.tmp").write_bytes(b"garbage")
+    r = train(args(data, out), progress=False)
+    assert r["step"] == 8 and r["done"]
+    assert not (out / "state.pt.tmp").exists()
+    load_folder(out / "checkpoint")  # still a good checkpoint
+
+
+# ---------------------------------------------------------------- (c) learning
+
+def test_loss_decreases_on_repetitive_data(data, tmp_path):
+    out = tmp_path / "learn"
+    train(args(data, out, tokens=30 * B * T, warmup=3, eval_every=10, save_every=30), progress=False)
+    hist = _state(out)["history"]
+    assert [h["step"] for h in hist] == [10, 20, 30]
+    assert all(math.isfinite(h["val_loss"]) for h in hist)
+    model, info = load_folder(out / "checkpoint")
+    # a fresh model is near ln(300) = 5.7 nats; 30 steps on this repetitive text get far below
+    assert hist[0]["val_loss"] > hist[-1]["val_loss"]
+    assert hist[-1]["val_loss"] < math.log(VOCAB) - 2.0
+    assert hist[-1]["train_loss"] < math.log(VOCAB) - 2.0
+    assert info["val_loss"] == min(h["val_loss"] for h in hist)
+
+
+# ---------------------------------------------------------------- (d) learning-rate schedule
+
+def test_lr_schedule_warmup_peak_and_floor():
+    a = TrainArgs(lr=1e-3, warmup=10, min_lr_frac=0.1, tokens=100 * 4 * 8, batch_size=4, seq_len=8)
+    assert a.total_steps == 100
+    warm = [lr_at(s, a) for s in range(10)]
+    assert warm == pytest.approx([1e-3 * (s + 1) / 10 for s in range(10)])  # linear from lr/warmup to lr
+    assert lr_at(9, a) == pytest.approx(1e-3)
+    assert lr_at(10, a) == pytest.approx(1e-3)  # the peak
+    decay = [lr_at(s, a) for s in range(10, 101)]
+    assert all(x >= y for x, y in zip(decay, decay[1:]))  # never rises after the peak
+    assert lr_at(55, a) == pytest.approx(1e-3 * (0.1 + 0.9 * 0.5))  # half-way down the cosine
+    assert lr_at(100, a) == pytest.approx(1e-4)  # ends at min_lr_frac * lr
+    assert lr_at(99, a) == pytest.approx(1e-4, rel=0.01)
+    assert lr_at(500, a) == pytest.approx(1e-4)  # and stays there
+    assert min(lr_at(s, a) for s in range(200)) >= 1e-4 - 1e-12
+
+
+def test_optimizer_uses_the_schedule(data, tmp_path):
+    out = tmp_path / "run"
+    a = args(data, out, max_steps=5)
+    train(a, progress=False)
+    for group in _state(out)["optimizer"]["param_groups"]:
+        assert group["lr"] == pytest.approx(lr_at(4, a))  # the lr of the last step taken (step index 4)
+    groups = _state(out)["optimizer"]["param_groups"]
+    assert [g["weight_decay"] for g in groups] == [a.weight_decay, 0.0]  # norm gains are not decayed
+
+
+# ---------------------------------------------------------------- (e) the checkpoint folder
+
+def test_checkpoint_folder(data, tmp_path):
+    out = tmp_path / "run"
+    a = args(data, out, eval_every=8)  # one evaluation, at the end: the checkpoint is the final model
+    r = train(a, progress=False)
+    folder = out / "checkpoint"
+    assert {p.name for p in folder.iterdir()} == {"model.safetensors", "config.json", "tokenizer.json", "train.json"}
+
+    meta = json.loads((data / "meta.json").read_text())
+    info = json.loads((folder / "train.json").read_text())
+    assert info["steps"] == 8
+    assert info["tokens_seen"] == 8 * B * T
+    assert isinstance(info["wall_time_s"], (int, float)) and info["wall_time_s"] >= 0
+    assert info["val_loss"] == pytest.approx(r["best_val"], abs=1e-4)
+    assert info["val_loss_unit"] == "nats/token"
+    assert info["corpus_sha256"] == meta["corpus_sha256"]
+    assert info["corpus"] == meta["corpus"]
+    assert info["preset"] == "tiny"
+
+    cfg = json.loads((folder / "config.json").read_text())
+    assert cfg == {**TINY.to_dict(), "vocab_size": VOCAB}
+    assert (folder / "tokenizer.json").read_bytes() == (data / "tokenizer.json").read_bytes()
+    stored = load_file(str(folder / "model.safetensors"))
+    assert "head.weight" not in stored and "embed.weight" in stored  # the tied matrix is stored once
+
+    model, loaded_info = load_folder(folder)
+    assert loaded_info == info
+    assert model.head.weight is model.embed.weight
+    ref = GPT(Config.from_dict(cfg))
+    ref.load_state_dict(_state(out)["model"], strict=True)
+    ref.eval()
+    idx = torch.randint(0, VOCAB, (2, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(model(idx)[0], ref(idx)[0])
