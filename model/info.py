@@ -18,8 +18,9 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import SHIPPED, SHIPPED_DIR, load_folder
-from .evaluation import repeated_tokens_loss_ratio
+from .checkpoint import SHIPPED, SHIPPED_DIR, load_folder, tokenizer_path
+from .evaluation import name_copying, repeated_tokens_loss_ratio
+from .tokenizer import load_tokenizer
 
 SEQ_LEN, BATCH, SEED = 64, 32, 0
 COPYING_NOTE = (
@@ -27,6 +28,11 @@ COPYING_NOTE = (
     f"a row; mean loss on the targets at positions 1..{SEQ_LEN - 1} of the second copy divided by the mean loss on "
     f"positions 1..{SEQ_LEN - 1} of the first copy (the first token of each copy is left out: nothing predicts it). "
     "About 1.0 means no in-context copying; a model with induction heads goes far below 0.5."
+)
+NAME_NOTE = (
+    "Name copying: mean probability of an invented two-word name's later tokens (all but its first token) at "
+    "the name's second occurrence, over the five texts in sprout_model.evaluation.NAME_TEXTS; in brackets the "
+    "same tokens at the first occurrence, where nothing can be copied."
 )
 
 
@@ -50,6 +56,8 @@ def describe(name: str) -> dict:
         return {"name": name, "path": str(folder), "missing": True, "reason": f"cannot load {folder}: {type(e).__name__}: {e}"}
     first, second, ratio = repeated_tokens_loss_ratio(model, seq_len=SEQ_LEN, batch=BATCH, seed=SEED)
     val = info.get("val_loss")
+    tok = tokenizer_path(folder)
+    names = name_copying(model, load_tokenizer(tok)) if tok else None
     return {
         "name": name,
         "path": str(folder),
@@ -61,6 +69,8 @@ def describe(name: str) -> dict:
         "copy_loss_first": first,
         "copy_loss_second": second,
         "copying_ratio": ratio,
+        "name_copying": names.mean_prob if names else None,
+        "name_copying_first": names.first_mean_prob if names else None,
     }
 
 
@@ -70,8 +80,8 @@ def _fmt(v, spec: str) -> str:
 
 def markdown(rows: list[dict]) -> str:
     lines = [
-        "| checkpoint | parameters | tokens seen | steps | val loss (nats/token) | perplexity | copying ratio (2nd / 1st repeat) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| checkpoint | parameters | tokens seen | steps | val loss (nats/token) | perplexity | copying ratio (2nd / 1st repeat) | name copying (1st) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     notes = []
     for r in rows:
@@ -81,9 +91,10 @@ def markdown(rows: list[dict]) -> str:
         lines.append(
             f"| {r['name']} | {r['parameters']:,} | {_fmt(r['tokens_seen'], ',')} | {_fmt(r['steps'], ',')} | "
             f"{_fmt(r['val_loss'], '.3f')} | {_fmt(r['perplexity'], '.1f')} | "
-            f"{r['copying_ratio']:.3f} ({r['copy_loss_second']:.2f} / {r['copy_loss_first']:.2f}) |"
+            f"{r['copying_ratio']:.3f} ({r['copy_loss_second']:.2f} / {r['copy_loss_first']:.2f}) | "
+            f"{_fmt(r['name_copying'], '.1%')} ({_fmt(r['name_copying_first'], '.1%')}) |"
         )
-    out = "\n".join(lines) + "\n\n" + COPYING_NOTE
+    out = "\n".join(lines) + "\n\n" + COPYING_NOTE + "\n\n" + NAME_NOTE
     if notes:
         out += "\n\nNot shown:\n" + "\n".join(notes)
     return out
@@ -97,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     rows = [describe(n) for n in a.checkpoints]
     if a.json:
-        print(json.dumps({"rows": rows, "copying_measure": COPYING_NOTE}, indent=1))
+        print(json.dumps({"rows": rows, "copying_measure": COPYING_NOTE, "name_copying_measure": NAME_NOTE}, indent=1))
     else:
         print(markdown(rows))
     return 0

@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import time
 from pathlib import Path
 
 import numpy as np
 
+from .augment import find_names, randomise_names
 from .corpus import corpus_hash, describe, load_documents, split_documents
 from .tokenizer import EOT, encode, train_tokenizer
 
 DATA_ROOT = Path("data")
 
 
-def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction: float = 0.05, seed: int = 0) -> dict:
+def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction: float = 0.05, seed: int = 0,
+            name_views: int = 0) -> dict:
     """Run the whole pipeline; returns the metadata it also writes to ``meta.json``."""
     out = Path(out) if out else DATA_ROOT / (corpus if not Path(corpus).is_dir() else Path(corpus).name)
     out.mkdir(parents=True, exist_ok=True)
@@ -42,6 +45,19 @@ def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction
         meta[f"{name}_tokens"] = len(ids)
         meta[f"{name}_documents"] = len(part)
         meta[f"{name}_chars"] = sum(len(d.text) for d in part)
+    if name_views:
+        # versions of the training split with each document's recurring names replaced by invented
+        # ones, fresh in every version (validation stays real text)
+        names = find_names(d.text for d in train)
+        for k in range(name_views):
+            rng = random.Random(f"{seed}-{k}")
+            ids = []
+            for d in train:
+                ids.extend(encode(tok, randomise_names(d.text, names, rng)))
+                ids.append(eot)
+            np.asarray(ids, dtype=np.uint16).tofile(out / f"train_names{k}.bin")
+        meta["name_views"] = name_views
+        meta["names_found"] = len(names)
     meta["chars_per_token"] = round(meta["train_chars"] / meta["train_tokens"], 3)
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
     print(f"tokens: train {meta['train_tokens']:,}, validation {meta['val_tokens']:,}; "
@@ -55,8 +71,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default=None, help="output folder (default data/<corpus>)")
     p.add_argument("--val-fraction", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--name-views", type=int, default=0,
+                   help="also write K versions of the training split with recurring names randomised")
     a = p.parse_args(argv)
-    prepare(a.corpus, a.out, a.val_fraction, a.seed)
+    prepare(a.corpus, a.out, a.val_fraction, a.seed, a.name_views)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from .augment import repeated_random_row
 from .checkpoint import save_checkpoint
 from .model import GPT
 from .presets import PRESETS, preset
@@ -50,6 +51,8 @@ class TrainArgs:
     threads: int | None = None
     max_minutes: float | None = None  # stop (resumably) after this much wall time in this process
     max_steps: int | None = None  # stop (resumably) at this step; the schedule still uses --tokens
+    name_views: bool = False  # train on the name-randomised views written by `prepare --name-views K`
+    copy_rows: float = 0.0  # share of rows replaced by random tokens repeating with a random period
 
     @property
     def total_steps(self) -> int:
@@ -67,35 +70,48 @@ def lr_at(step: int, a: TrainArgs) -> float:
 class Batches:
     """Non-overlapping windows of seq_len+1 tokens, in a fresh seeded order every epoch.
 
+    ``views`` is one token array, or several versions of the training split (e.g. with names
+    randomised afresh, see ``sprout_model.augment``): epoch e reads view e mod len(views).
+    A ``copy_rows`` share of rows is replaced by random tokens repeating with a random period.
     The position (epoch, cursor) is all the state there is, so a resumed run sees exactly the
     batches an uninterrupted one would.
     """
 
-    def __init__(self, tokens: np.ndarray, seq_len: int, batch_size: int, seed: int):
-        self.tokens, self.T, self.B, self.seed = tokens, seq_len, batch_size, seed
-        self.n = (len(tokens) - 1) // seq_len
-        if self.n < batch_size:
-            raise ValueError(f"only {self.n} windows of {seq_len} tokens; need at least batch_size={batch_size}")
+    def __init__(self, views: np.ndarray | list[np.ndarray], seq_len: int, batch_size: int, seed: int,
+                 copy_rows: float = 0.0, vocab_size: int = 8192):
+        self.views = views if isinstance(views, list) else [views]
+        self.T, self.B, self.seed = seq_len, batch_size, seed
+        self.copy_rows, self.vocab_size = copy_rows, vocab_size
+        n = min((len(v) - 1) // seq_len for v in self.views)
+        if n < batch_size:
+            raise ValueError(f"only {n} windows of {seq_len} tokens; need at least batch_size={batch_size}")
         self.epoch, self.cursor = 0, 0
-        self._order = self._perm()
+        self._set_epoch(0)
 
-    def _perm(self) -> np.ndarray:
-        return np.random.default_rng(self.seed + self.epoch).permutation(self.n)
+    def _set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.tokens = self.views[epoch % len(self.views)]
+        self.n = (len(self.tokens) - 1) // self.T
+        self._order = np.random.default_rng(self.seed + epoch).permutation(self.n)
 
     def state(self) -> dict:
         return {"epoch": self.epoch, "cursor": self.cursor}
 
     def load_state(self, s: dict) -> None:
-        self.epoch, self.cursor = s["epoch"], s["cursor"]
-        self._order = self._perm()
+        self._set_epoch(s["epoch"])
+        self.cursor = s["cursor"]
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.cursor + self.B > self.n:
-            self.epoch, self.cursor = self.epoch + 1, 0
-            self._order = self._perm()
+            self._set_epoch(self.epoch + 1)
+            self.cursor = 0
+        rng = np.random.default_rng([self.seed, self.epoch, self.cursor])  # a function of the position alone
         starts = self._order[self.cursor: self.cursor + self.B] * self.T
         self.cursor += self.B
         rows = np.stack([self.tokens[s: s + self.T + 1] for s in starts]).astype(np.int64)
+        if self.copy_rows > 0:
+            for i in np.flatnonzero(rng.random(self.B) < self.copy_rows):
+                rows[i] = repeated_random_row(rng, self.T + 1, self.vocab_size)
         x = torch.from_numpy(rows)
         return x[:, :-1], x[:, 1:]
 
@@ -141,6 +157,11 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
     data = Path(a.data)
     meta = json.loads((data / "meta.json").read_text())
     train_tokens = np.memmap(data / "train.bin", dtype=np.uint16, mode="r")
+    if a.name_views:
+        files = sorted(data.glob("train_names*.bin"))
+        if not files:
+            raise FileNotFoundError(f"no train_names*.bin in {data}: run `python -m sprout_model.prepare --name-views 4` first")
+        train_tokens = [np.memmap(f, dtype=np.uint16, mode="r") for f in files]
     val_tokens = np.memmap(data / "val.bin", dtype=np.uint16, mode="r")
     if len(val_tokens) < a.seq_len + 1:  # evaluate() would divide by zero at the first validation
         raise ValueError(
@@ -158,7 +179,7 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
         [{"params": decay, "weight_decay": a.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=a.lr, betas=(0.9, a.beta2),
     )
-    batches = Batches(train_tokens, a.seq_len, a.batch_size, a.seed)
+    batches = Batches(train_tokens, a.seq_len, a.batch_size, a.seed, a.copy_rows, cfg.vocab_size)
     step, tokens_seen, wall, best, history = 0, 0, 0.0, float("inf"), []
 
     state_file = out / "state.pt"
