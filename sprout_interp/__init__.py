@@ -10,12 +10,13 @@ from .errors import (
     UnsafeCheckpointError,
     VocabularyMismatchError,
 )
+from .hooked import HookedSprout, SproutCache, load_hooked
 from .loading import LoadedCheckpoint, load_checkpoint
 
-load = load_checkpoint  # placeholder: becomes the loader that returns the hooked wrapper
+load = load_hooked  # si.load("gpt-4") -> HookedSprout
 
 __all__ = [
-    "load", "load_checkpoint", "LoadedCheckpoint",
+    "load", "load_hooked", "HookedSprout", "SproutCache", "load_checkpoint", "LoadedCheckpoint",
     "SproutError", "CheckpointNotFoundError", "NotACheckpointError", "UnsafeCheckpointError",
     "StateDictMismatchError", "VocabularyMismatchError", "ContextLengthError", "HookNameError", "TokenizationError",
 ]

@@ -342,3 +342,15 @@ def test_shipped_gpt4_exports(no_network):
     torch.testing.assert_close(logits, ours, atol=1e-4, rtol=0)
     for l, resid in enumerate(_resid_posts(model, idx)):
         torch.testing.assert_close(cache[f"blocks.{l}.hook_resid_post"], resid, atol=1e-4, rtol=0)
+
+
+def test_hooked_wrapper_exports_delegate(tiny_model):
+    """m.to_hf() on the hooked wrapper gives the same logits as the wrapper itself."""
+    from sprout_interp.hooked import HookedSprout
+
+    m = HookedSprout(tiny_model)
+    hf, tok = m.to_hf()
+    assert tok is None
+    idx = torch.randint(0, tiny_model.cfg.vocab_size, (2, 11), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(idx).logits, m(idx), atol=1e-5, rtol=0)

@@ -177,7 +177,7 @@ def test_strip_prefixes():
 
 
 def test_top_level_exports():
-    assert si.load is si.load_checkpoint
+    assert si.load is si.load_hooked  # the notebook entry point returns the hooked wrapper
     for cls in (si.CheckpointNotFoundError, si.NotACheckpointError, si.UnsafeCheckpointError,
                 si.StateDictMismatchError, si.VocabularyMismatchError, si.ContextLengthError,
                 si.HookNameError, si.TokenizationError):
@@ -458,7 +458,7 @@ def test_shipped_checkpoint_loads(name, monkeypatch):
     if not (REAL_SHIPPED_DIR / name).is_dir():
         pytest.skip(f"{REAL_SHIPPED_DIR / name} is not there yet")
     monkeypatch.setattr(loading, "SHIPPED_DIR", REAL_SHIPPED_DIR)
-    c = si.load(name.upper())
+    c = si.load_checkpoint(name.upper())
     assert c.name == name and c.source == str(REAL_SHIPPED_DIR / name)
     assert c.model.num_params() == SHIPPED_PARAMS[name]
     assert c.model.cfg.vocab_size == c.tokenizer.get_vocab_size() == 8192

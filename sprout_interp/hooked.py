@@ -1,0 +1,1012 @@
+"""HookedSprout: Sprout with TransformerLens hook points, running the checkpoint's own weights.
+
+``HookedSprout`` subclasses TransformerLens's :class:`~transformer_lens.HookedRootModule`. It does
+not copy or re-implement the model: it holds the :class:`sprout_model.GPT` as ``.model`` and calls
+that model's own ``Linear``/``RMSNorm``/``Embedding`` modules, ``Attention.heads`` and
+``apply_rope``. The forward pass is only split where a hook point has to sit, so with no hooks the
+logits are the GPT's, bit for bit on the same device (the tests check 1e-5).
+
+Hook points (layers are **0-indexed in code**: the chapter's "layer 2" is ``blocks.1``)::
+
+    hook_embed                              (batch, pos, d_model)  token embedding (Sprout has no position embedding)
+    blocks.{l}.hook_resid_pre               (batch, pos, d_model)  stream entering block l (= resid_post of block l-1, same tensor)
+    blocks.{l}.ln1.hook_normalized          (batch, pos, d_model)  norm1 output, gain applied: the attention's input
+    blocks.{l}.attn.hook_q / hook_k / hook_v (batch, pos, head, d_head)  raw projections, before QK-norm and RoPE
+    blocks.{l}.attn.q_norm.hook_normalized  (batch, pos, head, d_head)  q after per-head QK-norm (gain applied), before RoPE
+    blocks.{l}.attn.k_norm.hook_normalized  (batch, pos, head, d_head)  k likewise
+    blocks.{l}.attn.hook_rot_q / hook_rot_k (batch, pos, head, d_head)  after QK-norm and RoPE: what the dot products use
+    blocks.{l}.attn.hook_attn_scores        (batch, head, query, key)   q·k / sqrt(d_head), future keys set to -inf
+    blocks.{l}.attn.hook_pattern            (batch, head, query, key)   softmax of the scores; rows sum to 1
+    blocks.{l}.attn.hook_z                  (batch, pos, head, d_head)  pattern-weighted values, before W_O
+    blocks.{l}.hook_attn_out                (batch, pos, d_model)  attention output (= Σ_h z[h] @ W_O[l, h])
+    blocks.{l}.hook_resid_mid               (batch, pos, d_model)  resid_pre + attn_out
+    blocks.{l}.ln2.hook_normalized          (batch, pos, d_model)  norm2 output: the feed-forward's input
+    blocks.{l}.mlp.hook_pre                 (batch, pos, d_mlp)    x @ W_gate (Sprout's w1), the SiLU's input
+    blocks.{l}.mlp.hook_pre_linear          (batch, pos, d_mlp)    x @ W_in (Sprout's w3), the linear branch
+    blocks.{l}.mlp.hook_post                (batch, pos, d_mlp)    silu(pre) * pre_linear, the input of W_out (w2)
+    blocks.{l}.hook_mlp_out                 (batch, pos, d_model)  feed-forward output
+    blocks.{l}.hook_resid_post              (batch, pos, d_model)  resid_mid + mlp_out
+    ln_final.hook_normalized                (batch, pos, d_model)  final norm output; logits = this @ W_U
+
+``hook_normalized`` is the norm's *output* (after the learned gain), i.e. exactly what the next
+matrix reads. TransformerLens fires it before the gain, which coincides with ours only when the
+gain is folded into the next weights (``fold_ln``); Sprout's weights are never folded.
+
+Threads: PyTorch module hooks are global state on the model. Every forward, ``run_with_hooks``,
+``run_with_cache``, ``hooks()`` block and ``generate`` holds one re-entrant lock for its whole
+duration, so a ``HookedSprout`` shared between threads (Streamlit sessions) gives each caller
+exactly the result it would get alone. Nested use from one thread is fine. Hooks added with
+``add_hook``/``reset_hooks_end=False`` outlive the call on purpose and are then seen by everyone.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import threading
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
+from transformer_lens.hook_points import HookPoint
+from transformer_lens.utilities import Slice, get_act_name, lm_cross_entropy_loss
+from transformer_lens.utilities import remove_batch_dim as _drop_batch_dim
+
+from sprout_model.model import GPT, Attention, Block, Config, FeedForward, RMSNorm, apply_rope
+
+from . import tokens as _tok
+from .errors import (
+    ContextLengthError,
+    HookNameError,
+    SproutError,
+    VocabularyMismatchError,
+)
+
+__all__ = ["HookedSprout", "HookedSproutConfig", "SproutCache", "load_hooked"]
+
+HookFn = Callable[..., Any]
+HookList = Sequence[tuple[Union[str, Callable[[str], bool]], HookFn]]
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def _hook_point(pos_dim: int) -> HookPoint:
+    """A HookPoint that knows which axis of its activation is the (query) position."""
+    hp = HookPoint()
+    hp.pos_dim = pos_dim
+    return hp
+
+
+def _is_hooked(module: nn.Module) -> bool:
+    """Whether anything (TransformerLens or plain PyTorch) has registered a hook on ``module``."""
+    return bool(
+        module._forward_hooks
+        or module._forward_pre_hooks
+        or module._backward_hooks
+        or getattr(module, "_backward_pre_hooks", None)
+    )
+
+
+def _heads_hook(hp: HookPoint, x: Float[Tensor, "batch head pos d_head"]) -> Float[Tensor, "batch head pos d_head"]:
+    """Fire ``hp`` on a per-head activation kept as (batch, head, pos, d_head), showing it as (batch, pos, head, d_head).
+
+    The transposes are views, so with no hook this costs nothing, and an in-place edit of the view
+    the hook receives edits the activation.
+    """
+    return hp(x.transpose(1, 2)).transpose(1, 2)
+
+
+# --------------------------------------------------------------------------------------------
+# config
+
+
+@dataclass
+class HookedSproutConfig:
+    """TransformerLens-style names for a Sprout :class:`~sprout_model.Config` (kept as ``.sprout``)."""
+
+    n_layers: int
+    n_heads: int
+    d_model: int
+    d_head: int
+    d_mlp: int
+    d_vocab: int
+    n_ctx: int
+    rotary_base: float
+    rotary_dim: int
+    eps: float = 1e-6
+    act_fn: str = "silu"
+    normalization_type: str = "RMS"
+    positional_embedding_type: str = "rotary"
+    gated_mlp: bool = True
+    attn_only: bool = False
+    final_rms: bool = True
+    tie_word_embeddings: bool = True
+    default_prepend_bos: bool = False
+    original_architecture: str = "Sprout"
+    model_name: str = ""
+    device: Optional[torch.device] = None
+    dtype: torch.dtype = torch.float32
+    sprout: Optional[Config] = field(default=None, repr=False)
+
+    @property
+    def d_vocab_out(self) -> int:
+        return self.d_vocab
+
+    @property
+    def context(self) -> int:
+        """Sprout's name for ``n_ctx``."""
+        return self.n_ctx
+
+    @classmethod
+    def from_sprout(cls, cfg: Config, name: str = "") -> "HookedSproutConfig":
+        return cls(
+            n_layers=cfg.n_layer,
+            n_heads=cfg.n_head,
+            d_model=cfg.d_model,
+            d_head=cfg.head_dim,
+            d_mlp=cfg.d_ff,
+            d_vocab=cfg.vocab_size,
+            n_ctx=cfg.context,
+            rotary_base=cfg.rope_base,
+            rotary_dim=cfg.head_dim,
+            model_name=name,
+            sprout=cfg,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# components: thin wrappers that call the GPT's own modules and place the hook points.
+# The GPT's modules are held without registering them here, so they stay owned (and
+# state-dict-named) by HookedSprout.model; a wrapper only owns its HookPoints.
+
+
+class HookedRMSNorm(nn.Module):
+    """Calls a Sprout ``RMSNorm``; ``hook_normalized`` fires on its output (gain applied).
+
+    With ``heads_first`` (the per-head QK-norms) the input is (batch, head, pos, d_head) and the
+    hook sees (batch, pos, head, d_head), like every other per-head hook.
+    """
+
+    def __init__(self, norm: RMSNorm, heads_first: bool = False):
+        super().__init__()
+        object.__setattr__(self, "_norm", norm)
+        self.heads_first = heads_first
+        self.hook_normalized = _hook_point(1)
+
+    @property
+    def w(self) -> Float[Tensor, " d"]:
+        """The learned gain (TransformerLens's ``ln.w``)."""
+        return self._norm.weight
+
+    def forward(self, x: Float[Tensor, "... d"]) -> Float[Tensor, "... d"]:
+        y = self._norm(x)
+        return _heads_hook(self.hook_normalized, y) if self.heads_first else self.hook_normalized(y)
+
+
+class HookedAttention(nn.Module):
+    """Causal self-attention of one Sprout block, with TransformerLens's attention hook points.
+
+    Internally q, k, v stay in the GPT's (batch, head, pos, d_head) layout so that the unhooked
+    computation is the GPT's own; every per-head hook sees (batch, pos, head, d_head).
+    """
+
+    def __init__(self, attn: Attention):
+        super().__init__()
+        object.__setattr__(self, "_attn", attn)
+        self.n_heads = attn.n_head
+        self.d_head = attn.head_dim
+        self.hook_q = _hook_point(1)
+        self.hook_k = _hook_point(1)
+        self.hook_v = _hook_point(1)
+        self.q_norm = HookedRMSNorm(attn.q_norm, heads_first=True)
+        self.k_norm = HookedRMSNorm(attn.k_norm, heads_first=True)
+        self.hook_rot_q = _hook_point(1)
+        self.hook_rot_k = _hook_point(1)
+        self.hook_attn_scores = _hook_point(2)
+        self.hook_pattern = _hook_point(2)
+        self.hook_z = _hook_point(1)
+
+    # weights, TransformerLens layout (one layer)
+    @property
+    def W_Q(self) -> Float[Tensor, "head d_model d_head"]:
+        return self._qkv_part(0)
+
+    @property
+    def W_K(self) -> Float[Tensor, "head d_model d_head"]:
+        return self._qkv_part(1)
+
+    @property
+    def W_V(self) -> Float[Tensor, "head d_model d_head"]:
+        return self._qkv_part(2)
+
+    @property
+    def W_O(self) -> Float[Tensor, "head d_head d_model"]:
+        w = self._attn.proj.weight  # (d_model_out, head*d_head): out = z_flat @ w.T
+        return w.view(w.shape[0], self.n_heads, self.d_head).permute(1, 2, 0)
+
+    def _qkv_part(self, i: int) -> Float[Tensor, "head d_model d_head"]:
+        w = self._attn.qkv.weight  # (3*d_model, d_model): rows [i*C:(i+1)*C] make q, k or v
+        C = w.shape[1]
+        return w[i * C : (i + 1) * C].view(self.n_heads, self.d_head, C).transpose(1, 2)
+
+    def needs_pattern(self) -> bool:
+        """True when something hooks the scores or the pattern, so they must be materialised."""
+        return _is_hooked(self.hook_attn_scores) or _is_hooked(self.hook_pattern)
+
+    def forward(
+        self,
+        x: Float[Tensor, "batch pos d_model"],
+        cos: Float[Tensor, "pos half"],
+        sin: Float[Tensor, "pos half"],
+    ) -> Float[Tensor, "batch pos d_model"]:
+        B, T, C = x.shape
+        q, k, v = self._attn.heads(x)  # each (batch, head, pos, d_head), before QK-norm and RoPE
+        q = _heads_hook(self.hook_q, q)
+        k = _heads_hook(self.hook_k, k)
+        v = _heads_hook(self.hook_v, v)
+        q, k = self.q_norm(q), self.k_norm(k)
+        q = _heads_hook(self.hook_rot_q, apply_rope(q, cos, sin))
+        k = _heads_hook(self.hook_rot_k, apply_rope(k, cos, sin))
+        if self.needs_pattern():
+            scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.d_head)
+            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril_()
+            scores = self.hook_attn_scores(scores.masked_fill(~causal, float("-inf")))
+            pattern = F.softmax(scores.float(), dim=-1)
+            pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern).to(v.dtype)
+            pattern = self.hook_pattern(pattern)
+            y = torch.matmul(pattern, v)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        z = self.hook_z(y.transpose(1, 2))  # (batch, pos, head, d_head)
+        return self._attn.proj(z.contiguous().view(B, T, C))
+
+
+class HookedMLP(nn.Module):
+    """Sprout's SwiGLU feed-forward: ``w2(silu(w1 x) * w3 x)``, with TransformerLens's gated-MLP hooks."""
+
+    def __init__(self, ffn: FeedForward):
+        super().__init__()
+        object.__setattr__(self, "_ffn", ffn)
+        self.hook_pre = _hook_point(1)
+        self.hook_pre_linear = _hook_point(1)
+        self.hook_post = _hook_point(1)
+
+    @property
+    def W_gate(self) -> Float[Tensor, "d_model d_mlp"]:
+        return self._ffn.w1.weight.T
+
+    @property
+    def W_in(self) -> Float[Tensor, "d_model d_mlp"]:
+        return self._ffn.w3.weight.T
+
+    @property
+    def W_out(self) -> Float[Tensor, "d_mlp d_model"]:
+        return self._ffn.w2.weight.T
+
+    def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+        pre = self.hook_pre(self._ffn.w1(x))
+        pre_linear = self.hook_pre_linear(self._ffn.w3(x))
+        post = self.hook_post(F.silu(pre) * pre_linear)
+        return self._ffn.w2(post)
+
+
+class HookedBlock(nn.Module):
+    """One pre-norm Sprout block: ``x + attn(norm1 x)``, then ``+ ffn(norm2 x)``."""
+
+    def __init__(self, block: Block):
+        super().__init__()
+        # registration order = firing order, so hook_dict lists hooks in the order they run
+        self.hook_resid_pre = _hook_point(1)
+        self.ln1 = HookedRMSNorm(block.norm1)
+        self.attn = HookedAttention(block.attn)
+        self.hook_attn_out = _hook_point(1)
+        self.hook_resid_mid = _hook_point(1)
+        self.ln2 = HookedRMSNorm(block.norm2)
+        self.mlp = HookedMLP(block.ffn)
+        self.hook_mlp_out = _hook_point(1)
+        self.hook_resid_post = _hook_point(1)
+
+    def forward(
+        self, resid: Float[Tensor, "batch pos d_model"], cos: Tensor, sin: Tensor
+    ) -> Float[Tensor, "batch pos d_model"]:
+        resid = self.hook_resid_pre(resid)
+        attn_out = self.hook_attn_out(self.attn(self.ln1(resid), cos, sin))
+        resid = self.hook_resid_mid(resid + attn_out)
+        mlp_out = self.hook_mlp_out(self.mlp(self.ln2(resid)))
+        return self.hook_resid_post(resid + mlp_out)
+
+
+# --------------------------------------------------------------------------------------------
+# cache
+
+
+class SproutCache(ActivationCache):
+    """TransformerLens's ``ActivationCache`` whose failed lookups say what to type instead.
+
+    ``cache["blocks.3.hook_resid_post"]``, the shorthand ``cache["resid_post", 3]`` and
+    ``cache["pattern", 0]`` work as in TransformerLens. A name that is not a hook point raises
+    :class:`HookNameError` with the closest valid names; a valid name that this run did not cache
+    (excluded by ``names_filter``, or in a block that ``stop_at_layer``/``start_at_layer`` skipped)
+    says so.
+    """
+
+    def __getitem__(self, key) -> Tensor:
+        try:
+            return super().__getitem__(key)
+        except (KeyError, ValueError, IndexError, TypeError, AttributeError):
+            pass
+        try:
+            full = key if isinstance(key, str) else get_act_name(*key)
+        except Exception:
+            full = str(key)
+        model = self.model
+        if model is not None and hasattr(model, "hook_dict") and full in model.hook_dict:
+            raise HookNameError(
+                f"{full!r} is a valid hook point but this cache does not hold it: the run's names_filter "
+                f"excluded it, or its block did not run (stop_at_layer/start_at_layer). Cached: "
+                f"{len(self.cache_dict)} activations, e.g. {list(self.cache_dict)[:3]}"
+            )
+        valid = list(model.hook_dict) if model is not None and hasattr(model, "hook_dict") else list(self.cache_dict)
+        raise HookNameError(_unknown_name_message(full, valid, getattr(getattr(model, "cfg", None), "n_layers", None)))
+
+    def __contains__(self, key) -> bool:
+        return key in self.cache_dict
+
+    def get(self, key, default=None):
+        return self.cache_dict.get(key, default)
+
+
+def _unknown_name_message(name: str, valid: Sequence[str], n_layers: Optional[int]) -> str:
+    msg = f"unknown hook name {name!r}"
+    suggestions: list[str] = []
+    m = re.match(r"^blocks\.(-?\d+)\.(.+)$", name)
+    if m and n_layers is not None and not 0 <= int(m.group(1)) < n_layers:
+        msg += f"; this model has {n_layers} blocks, numbered 0 to {n_layers - 1} in code (the chapter counts from 1)"
+        cand = f"blocks.{n_layers - 1}.{m.group(2)}"
+        if cand in valid:
+            suggestions.append(cand)
+    for c in difflib.get_close_matches(name, list(valid), n=5, cutoff=0.6):
+        if c not in suggestions:
+            suggestions.append(c)
+    if suggestions:
+        msg += ". Closest valid names: " + ", ".join(suggestions[:5])
+    return msg + ". model.hook_dict.keys() lists every hook point."
+
+
+# --------------------------------------------------------------------------------------------
+# the model
+
+
+class HookedSprout(HookedRootModule):
+    """A Sprout GPT with TransformerLens hook points (see the module docstring for every name and shape).
+
+    Layers are 0-indexed in code (``blocks.0`` is the chapter's "layer 1")::
+
+        m = HookedSprout.from_loaded(load_checkpoint("gpt-4"))      # or sprout_interp.load("gpt-4")
+        toks = m.to_tokens("Zorbin Plax came home.")                 # (1, pos)
+        logits, cache = m.run_with_cache(toks, names_filter=lambda n: n.endswith("resid_post"))
+        cache["blocks.3.hook_resid_post"]                            # (1, pos, d_model)
+
+    Args:
+        model: the :class:`sprout_model.GPT` to run; it is wrapped, not copied (``.model``).
+        tokenizer: a ``tokenizers.Tokenizer`` (Sprout's byte-level BPE) or None for ids-only use.
+        info: the checkpoint's ``train.json`` contents, if any.
+        name: a label ("gpt-4", a path, ...).
+        source: where the weights came from, if known.
+
+    Attributes:
+        cfg: :class:`HookedSproutConfig` (``n_layers``, ``n_heads``, ``d_model``, ``d_head``,
+            ``d_mlp``, ``d_vocab``, ``n_ctx`` ...); ``cfg.sprout`` is the model's own Config.
+        blocks: per-block hook wrappers; ``blocks[l].attn.W_O`` etc. give one layer's weights.
+    """
+
+    def __init__(
+        self,
+        model: GPT,
+        tokenizer=None,
+        info: Optional[dict] = None,
+        name: str = "",
+        source: Optional[str] = None,
+    ):
+        super().__init__()
+        if not isinstance(model, GPT):
+            raise SproutError(f"HookedSprout wraps a sprout_model.GPT, got {type(model).__name__}")
+        if tokenizer is not None:
+            n = tokenizer.get_vocab_size()
+            if n != model.cfg.vocab_size:
+                raise VocabularyMismatchError(
+                    f"the tokenizer has {n} tokens but the model's embedding has {model.cfg.vocab_size} rows: "
+                    "use the tokenizer.json that was trained with this checkpoint"
+                )
+        self.model = model
+        self.hook_embed = _hook_point(1)
+        self.blocks = nn.ModuleList(HookedBlock(b) for b in model.blocks)
+        self.ln_final = HookedRMSNorm(model.norm)
+        self.tokenizer = tokenizer
+        self.info = dict(info or {})
+        self.name = name
+        self.source = source
+        p = next(model.parameters())
+        self.cfg = HookedSproutConfig.from_sprout(model.cfg, name)
+        self.cfg.device, self.cfg.dtype = p.device, p.dtype
+        self._lock = threading.RLock()
+        self.setup()
+        self.train(model.training)  # the wrapper follows the GPT's mode (loaded checkpoints are in eval mode)
+
+    # -- construction --------------------------------------------------------------------------
+
+    @classmethod
+    def from_loaded(cls, loaded) -> "HookedSprout":
+        """From a ``sprout_interp.loading.LoadedCheckpoint`` (``.model``, ``.tokenizer``, ``.info``, ``.name``, ``.source``)."""
+        source = getattr(loaded, "source", None)
+        return cls(
+            loaded.model,
+            tokenizer=getattr(loaded, "tokenizer", None),
+            info=getattr(loaded, "info", None),
+            name=getattr(loaded, "name", "") or "",
+            source=None if source is None else str(source),
+        )
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._lock = threading.RLock()
+
+    def _apply(self, fn, *args, **kwargs):
+        out = super()._apply(fn, *args, **kwargs)
+        p = next(self.model.parameters())
+        self.cfg.device, self.cfg.dtype = p.device, p.dtype
+        return out
+
+    def __repr__(self) -> str:
+        c = self.cfg
+        return (
+            f"HookedSprout({self.name or 'unnamed'!r}: {c.n_layers} blocks, {c.n_heads} heads, d_model {c.d_model}, "
+            f"d_mlp {c.d_mlp}, vocab {c.d_vocab}, context {c.n_ctx}, {len(self.hook_dict)} hook points)"
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.embed.weight.device
+
+    # -- weights (TransformerLens layout) ------------------------------------------------------
+
+    @property
+    def W_E(self) -> Float[Tensor, "d_vocab d_model"]:
+        """Token embedding (tied: the same matrix as ``W_U.T``)."""
+        return self.model.embed.weight
+
+    @property
+    def W_U(self) -> Float[Tensor, "d_model d_vocab"]:
+        """Unembedding; logits = ``ln_final.hook_normalized @ W_U`` (no bias)."""
+        return self.model.head.weight.T
+
+    @property
+    def W_Q(self) -> Float[Tensor, "n_layers n_heads d_model d_head"]:
+        """Query weights per layer and head: ``hook_q[..., h, :] = ln1.hook_normalized @ W_Q[l, h]``."""
+        return torch.stack([b.attn.W_Q for b in self.blocks])
+
+    @property
+    def W_K(self) -> Float[Tensor, "n_layers n_heads d_model d_head"]:
+        return torch.stack([b.attn.W_K for b in self.blocks])
+
+    @property
+    def W_V(self) -> Float[Tensor, "n_layers n_heads d_model d_head"]:
+        return torch.stack([b.attn.W_V for b in self.blocks])
+
+    @property
+    def W_O(self) -> Float[Tensor, "n_layers n_heads d_head d_model"]:
+        """Output weights: ``hook_attn_out = Σ_h hook_z[..., h, :] @ W_O[l, h]``."""
+        return torch.stack([b.attn.W_O for b in self.blocks])
+
+    @property
+    def W_gate(self) -> Float[Tensor, "n_layers d_model d_mlp"]:
+        """SwiGLU gate (Sprout's ``w1``): ``mlp.hook_pre = ln2.hook_normalized @ W_gate[l]``."""
+        return torch.stack([b.mlp.W_gate for b in self.blocks])
+
+    @property
+    def W_in(self) -> Float[Tensor, "n_layers d_model d_mlp"]:
+        """SwiGLU linear branch (Sprout's ``w3``): ``mlp.hook_pre_linear = ln2.hook_normalized @ W_in[l]``."""
+        return torch.stack([b.mlp.W_in for b in self.blocks])
+
+    @property
+    def W_out(self) -> Float[Tensor, "n_layers d_mlp d_model"]:
+        """Feed-forward output (Sprout's ``w2``): ``hook_mlp_out = mlp.hook_post @ W_out[l]``."""
+        return torch.stack([b.mlp.W_out for b in self.blocks])
+
+    @property
+    def OV(self) -> FactoredMatrix:
+        """``W_V @ W_O`` per layer and head, as a TransformerLens FactoredMatrix (n_layers, n_heads, d_model, d_model)."""
+        return FactoredMatrix(self.W_V, self.W_O)
+
+    # -- hook names ----------------------------------------------------------------------------
+
+    @property
+    def hook_names(self) -> list[str]:
+        """Every hook point name, in the order they fire."""
+        return list(self.hook_dict)
+
+    def get_hook_point(self, name: str) -> HookPoint:
+        """The HookPoint called ``name``; an unknown name raises HookNameError with the closest valid names."""
+        hp = self.hook_dict.get(name) if isinstance(name, str) else None
+        if hp is None:
+            raise HookNameError(_unknown_name_message(str(name), list(self.hook_dict), self.cfg.n_layers))
+        return hp
+
+    def _check_hook_list(self, hooks: HookList, what: str) -> None:
+        for item in hooks:
+            try:
+                name, fn = item
+            except (TypeError, ValueError):
+                raise SproutError(f"each of {what} must be a (name, hook_function) pair, got {item!r}") from None
+            if isinstance(name, str):
+                self.get_hook_point(name)
+            elif not callable(name):
+                raise SproutError(f"a hook's name must be a hook point name or a function of names, got {name!r}")
+            if not callable(fn):
+                raise SproutError(f"the hook for {name!r} is not callable: {fn!r}")
+
+    def _names_filter_fn(self, names_filter) -> Callable[[str], bool]:
+        if names_filter is None:
+            return lambda name: True
+        if isinstance(names_filter, str):
+            self.get_hook_point(names_filter)
+            return lambda name: name == names_filter
+        if isinstance(names_filter, (list, tuple, set, frozenset)):
+            for n in names_filter:
+                self.get_hook_point(n)
+            wanted = set(names_filter)
+            return lambda name: name in wanted
+        if callable(names_filter):
+            return names_filter
+        raise SproutError("names_filter must be None, a hook name, a list of hook names, or a function of a name")
+
+    # -- hooks: TransformerLens behaviour, plus name checks and the lock -----------------------
+
+    @contextmanager
+    def hooks(
+        self,
+        fwd_hooks: HookList = [],
+        bwd_hooks: HookList = [],
+        reset_hooks_end: bool = True,
+        clear_contexts: bool = False,
+    ):
+        """Context manager adding temporary hooks (TransformerLens semantics).
+
+        Each hook is ``fn(activation, hook=HookPoint)``; returning a tensor replaces the activation.
+        Names are checked first (:class:`HookNameError` for an unknown one). The hooks are removed
+        when the block ends, also when it raises, and the model's lock is held throughout, so
+        other threads neither see these hooks nor run between them.
+        """
+        self._check_hook_list(fwd_hooks, "fwd_hooks")
+        self._check_hook_list(bwd_hooks, "bwd_hooks")
+        with self._lock:
+            with super().hooks(fwd_hooks, bwd_hooks, reset_hooks_end, clear_contexts) as m:
+                yield m
+
+    def run_with_hooks(
+        self,
+        *model_args: Any,
+        fwd_hooks: HookList = [],
+        bwd_hooks: HookList = [],
+        reset_hooks_end: bool = True,
+        clear_contexts: bool = False,
+        **model_kwargs: Any,
+    ):
+        """``forward(*model_args, **model_kwargs)`` with temporary hooks (TransformerLens semantics).
+
+        Example, zero-ablate head 2 of block 1::
+
+            def zero_head(z, hook):            # z: (batch, pos, head, d_head)
+                z[:, :, 2] = 0.0
+                return z
+            logits = m.run_with_hooks(tokens, fwd_hooks=[("blocks.1.attn.hook_z", zero_head)])
+        """
+        with self._lock:
+            return super().run_with_hooks(
+                *model_args,
+                fwd_hooks=fwd_hooks,
+                bwd_hooks=bwd_hooks,
+                reset_hooks_end=reset_hooks_end,
+                clear_contexts=clear_contexts,
+                **model_kwargs,
+            )
+
+    def add_hook(self, name, hook, dir: Literal["fwd", "bwd"] = "fwd", is_permanent: bool = False, level=None, prepend=False):
+        """Add a hook that stays until ``reset_hooks`` (global state: prefer ``hooks()``/``run_with_hooks``)."""
+        if isinstance(name, str):
+            self.get_hook_point(name)
+        with self._lock:
+            return super().add_hook(name, hook, dir=dir, is_permanent=is_permanent, level=level, prepend=prepend)
+
+    def reset_hooks(self, clear_contexts: bool = True, direction="both", including_permanent: bool = False, level=None):
+        with self._lock:
+            return super().reset_hooks(clear_contexts, direction, including_permanent, level=level)
+
+    def get_caching_hooks(
+        self,
+        names_filter=None,
+        incl_bwd: bool = False,
+        device=None,
+        remove_batch_dim: bool = False,
+        cache: Optional[dict] = None,
+        pos_slice=None,
+    ) -> tuple[dict, list, list]:
+        """TransformerLens's caching hooks, slicing each activation on its real position axis.
+
+        ``pos_slice`` slices the position axis: dim 1 of every (batch, pos, ...) activation,
+        including the per-head (batch, pos, head, d_head) ones, and the *query* axis of
+        scores/patterns (batch, head, query, key), as TransformerLens 4's bridge does.
+        """
+        if cache is None:
+            cache = {}
+        keep = self._names_filter_fn(names_filter)
+        pos_slice = Slice.unwrap(pos_slice)
+        slicing = pos_slice.mode != "identity"
+        self.is_caching = True
+
+        def save_hook(tensor: Tensor, hook: HookPoint, is_backward: bool = False):
+            name = hook.name + "_grad" if is_backward else hook.name
+            t = tensor.detach().to(device)
+            if slicing:
+                dim = hook.pos_dim if hook.pos_dim is not None else 1
+                if t.dim() > dim:
+                    t = pos_slice.apply(t, dim=dim)
+            if remove_batch_dim:
+                t = _drop_batch_dim(t)
+            cache[name] = t
+
+        fwd, bwd = [], []
+        for name in self.hook_dict:
+            if keep(name):
+                fwd.append((name, partial(save_hook, is_backward=False)))
+                if incl_bwd:
+                    bwd.append((name, partial(save_hook, is_backward=True)))
+        return cache, fwd, bwd
+
+    def run_with_cache(
+        self,
+        *model_args: Any,
+        names_filter=None,
+        device=None,
+        remove_batch_dim: bool = False,
+        incl_bwd: bool = False,
+        reset_hooks_end: bool = True,
+        clear_contexts: bool = False,
+        pos_slice=None,
+        return_cache_object: bool = True,
+        **model_kwargs: Any,
+    ) -> tuple[Any, Union[SproutCache, dict[str, Tensor]]]:
+        """Run ``forward`` and return ``(output, cache)`` (TransformerLens semantics).
+
+        Only the hook points ``names_filter`` selects (a name, a list of names or a function of a
+        name; None = all) get a caching hook, so ``names_filter=lambda n: n.endswith("resid_post")``
+        costs almost nothing, and attention runs fused unless patterns/scores are selected.
+        ``pos_slice`` keeps only some positions (see ``get_caching_hooks``). ``incl_bwd`` calls
+        ``output.backward()`` (use ``return_type="loss"``) and also caches ``<name>_grad``.
+        The cache is a :class:`SproutCache` (``return_cache_object=False``: a plain dict).
+        """
+        with self._lock:
+            out, cache_dict = super().run_with_cache(
+                *model_args,
+                names_filter=names_filter,
+                device=device,
+                remove_batch_dim=remove_batch_dim,
+                incl_bwd=incl_bwd,
+                reset_hooks_end=reset_hooks_end,
+                clear_contexts=clear_contexts,
+                pos_slice=pos_slice,
+                **model_kwargs,
+            )
+        if not return_cache_object:
+            return out, cache_dict
+        return out, SproutCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
+
+    # -- forward -------------------------------------------------------------------------------
+
+    def _layer_index(self, i: Optional[int], what: str) -> Optional[int]:
+        if i is None:
+            return None
+        L = self.cfg.n_layers
+        j = i + L if i < 0 else i
+        if not 0 <= j <= L:
+            raise SproutError(f"{what}={i} is out of range for a model with {L} blocks (0..{L}, or negative from the end)")
+        return j
+
+    def _check_tokens(self, tokens) -> Int[Tensor, "batch pos"]:
+        if not isinstance(tokens, Tensor):
+            tokens = torch.as_tensor(tokens)
+        if tokens.dtype == torch.bool or tokens.dtype.is_floating_point or tokens.dtype.is_complex:
+            raise SproutError(f"token ids must be integers, got a {tokens.dtype} tensor")
+        if tokens.dim() == 1:
+            tokens = tokens.unsqueeze(0)
+        if tokens.dim() != 2:
+            raise SproutError(f"token ids must have shape (batch, pos) or (pos,), got {tuple(tokens.shape)}")
+        T = tokens.shape[1]
+        if T == 0 or tokens.shape[0] == 0:
+            raise ContextLengthError(f"no tokens to run (shape {tuple(tokens.shape)}): the model needs at least one")
+        if T > self.cfg.n_ctx:
+            raise ContextLengthError(
+                f"the input is {T} tokens long but the model's context is {self.cfg.n_ctx} tokens: "
+                f"pass fewer tokens (tokens[:, :{self.cfg.n_ctx}]) or to_tokens(..., truncate=True)"
+            )
+        tokens = tokens.to(self.device, torch.long)
+        lo, hi = torch.aminmax(tokens)
+        if int(lo) < 0 or int(hi) >= self.cfg.d_vocab:
+            bad = int(hi) if int(hi) >= self.cfg.d_vocab else int(lo)
+            raise VocabularyMismatchError(
+                f"token id {bad} is outside this model's vocabulary (0..{self.cfg.d_vocab - 1}): "
+                "the ids come from another tokenizer"
+            )
+        return tokens
+
+    def _check_mask(self, mask, tokens: Tensor) -> Bool[Tensor, "batch pos"]:
+        mask = torch.as_tensor(mask, device=tokens.device)
+        if mask.dim() == 1:
+            mask = mask.unsqueeze(0)
+        if mask.shape != tokens.shape:
+            raise SproutError(f"attention_mask has shape {tuple(mask.shape)} but the tokens have {tuple(tokens.shape)}")
+        mask = mask.bool()
+        if (mask[:, 1:] & ~mask[:, :-1]).any():
+            raise SproutError(
+                "attention_mask must mark right padding (real tokens first, then padding): "
+                "Sprout's causal attention would let real tokens see left padding; use to_tokens(list_of_texts)"
+            )
+        return mask
+
+    def forward(
+        self,
+        input: Union[str, Sequence[str], Int[Tensor, "batch pos"], Float[Tensor, "batch pos d_model"]],
+        return_type: Optional[Literal["logits", "loss", "both"]] = "logits",
+        loss_per_token: bool = False,
+        prepend_bos: bool = False,
+        start_at_layer: Optional[int] = None,
+        stop_at_layer: Optional[int] = None,
+        tokens: Optional[Int[Tensor, "batch pos"]] = None,
+        attention_mask: Optional[Bool[Tensor, "batch pos"]] = None,
+        truncate: bool = False,
+    ):
+        """Run Sprout, firing every hook point on the way.
+
+        Args:
+            input: a string, a list of strings (right-padded; the loss ignores the padding), token
+                ids ``(batch, pos)`` or ``(pos,)``, or, with ``start_at_layer``, the residual stream
+                ``(batch, pos, d_model)`` entering that block.
+            return_type: "logits" ``(batch, pos, d_vocab)``; "loss" (mean next-token cross-entropy in
+                nats, or ``(batch, pos-1)`` with ``loss_per_token``); "both" ``(logits, loss)``;
+                None (runs up to ``ln_final`` and returns None).
+            prepend_bos: put ``<|endoftext|>`` before text input (Sprout's document separator).
+            start_at_layer: skip the embedding and blocks before this one (0-indexed; negative counts
+                from the end); ``input`` is then the residual stream. Pass ``tokens`` for a loss.
+            stop_at_layer: stop before this block and return the residual stream
+                ``(batch, pos, d_model)`` entering it (``blocks.{stop}.hook_resid_pre``);
+                ``stop_at_layer=0`` returns the embedding; ``return_type`` is then ignored.
+            tokens: the token ids, for a loss when ``start_at_layer`` is set.
+            attention_mask: True at real tokens; only right padding is allowed (it only masks the loss).
+            truncate: for text input, keep the first ``n_ctx`` tokens instead of raising ContextLengthError.
+        """
+        start = self._layer_index(start_at_layer, "start_at_layer")
+        stop = self._layer_index(stop_at_layer, "stop_at_layer")
+        if return_type not in ("logits", "loss", "both", None):
+            raise SproutError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}")
+        if isinstance(input, (list, tuple)) and len(input) == 0:
+            raise SproutError("the input is an empty list: pass a string, a list of strings or token ids (batch, pos)")
+        with self._lock:
+            if start is None:
+                if isinstance(input, str) or (
+                    isinstance(input, (list, tuple)) and len(input) > 0 and all(isinstance(t, str) for t in input)
+                ):
+                    toks, mask = self.to_tokens(input, prepend_bos=prepend_bos, truncate=truncate, return_mask=True)
+                    if attention_mask is None and not bool(mask.all()):
+                        attention_mask = mask
+                else:
+                    toks = self._check_tokens(input)
+                tokens = toks
+                resid = self.hook_embed(self.model.embed(tokens))
+                start = 0
+            else:
+                resid = input
+                if not isinstance(resid, Tensor) or resid.dim() != 3 or resid.shape[-1] != self.cfg.d_model:
+                    shape = tuple(resid.shape) if isinstance(resid, Tensor) else type(resid).__name__
+                    raise SproutError(
+                        f"with start_at_layer the input is the residual stream (batch, pos, {self.cfg.d_model}), got {shape}"
+                    )
+                if resid.shape[1] > self.cfg.n_ctx:
+                    raise ContextLengthError(
+                        f"the residual stream has {resid.shape[1]} positions but the model's context is {self.cfg.n_ctx}"
+                    )
+                if tokens is not None:
+                    tokens = self._check_tokens(tokens)
+            if attention_mask is not None and tokens is not None:
+                attention_mask = self._check_mask(attention_mask, tokens)
+            T = resid.shape[1]
+            cos, sin = self.model.cos[:T], self.model.sin[:T]
+            end = self.cfg.n_layers if stop is None else stop
+            for block in self.blocks[start:end]:
+                resid = block(resid, cos, sin)
+            if stop is not None:
+                return resid
+            normed = self.ln_final(resid)
+            if return_type is None:
+                return None
+            logits = self.model.head(normed)
+            if return_type == "logits":
+                return logits
+            if tokens is None:
+                raise SproutError("a loss needs the token ids: pass tokens=... together with start_at_layer")
+            if tokens.shape[1] < 2:
+                raise ContextLengthError("a next-token loss needs at least 2 tokens")
+            loss = lm_cross_entropy_loss(logits.float(), tokens, attention_mask, per_token=loss_per_token)
+            return loss if return_type == "loss" else (logits, loss)
+
+    # -- tokens --------------------------------------------------------------------------------
+
+    def to_tokens(
+        self,
+        input: Union[str, Sequence[str]],
+        prepend_bos: bool = False,
+        truncate: bool = False,
+        return_mask: bool = False,
+        move_to_device: bool = True,
+    ) -> Union[Int[Tensor, "batch pos"], tuple[Int[Tensor, "batch pos"], Bool[Tensor, "batch pos"]]]:
+        """Token ids ``(batch, pos)`` of a text or a list of texts.
+
+        A list is right-padded with ``<|endoftext|>``; ``return_mask=True`` also returns the
+        ``(batch, pos)`` bool mask, True at real tokens, False at padding (or use
+        :meth:`to_tokens_with_mask`). ``prepend_bos`` puts ``<|endoftext|>`` first. A text longer
+        than ``cfg.n_ctx`` tokens raises ContextLengthError naming both numbers, unless
+        ``truncate=True`` (keeps the first ``n_ctx``); an empty text raises ContextLengthError;
+        a lone surrogate raises TokenizationError.
+        """
+        toks, mask = _tok.texts_to_tokens(
+            self.tokenizer, input, context=self.cfg.n_ctx, prepend_bos=prepend_bos, truncate=truncate
+        )
+        if move_to_device:
+            toks, mask = toks.to(self.device), mask.to(self.device)
+        return (toks, mask) if return_mask else toks
+
+    def to_tokens_with_mask(
+        self, input: Union[str, Sequence[str]], prepend_bos: bool = False, truncate: bool = False
+    ) -> tuple[Int[Tensor, "batch pos"], Bool[Tensor, "batch pos"]]:
+        """``(tokens, attention_mask)``: see :meth:`to_tokens`; the mask is False at padding."""
+        return self.to_tokens(input, prepend_bos=prepend_bos, truncate=truncate, return_mask=True)
+
+    def to_str_tokens(
+        self, input: Union[str, Sequence[str], Sequence[int], Tensor], prepend_bos: bool = False, truncate: bool = False
+    ) -> Union[list[str], list[list[str]]]:
+        """One string per token, for a text, a list of texts, a list of ids, or ids ``(pos,)``/``(batch, pos)``.
+
+        Returns a list of strings, or a list of lists for several texts / a batch of more than one.
+        """
+        if isinstance(input, str):
+            ids = _tok.encode_text(self.tokenizer, input, context=self.cfg.n_ctx, prepend_bos=prepend_bos, truncate=truncate)
+            return _tok.ids_to_str_tokens(self.tokenizer, ids)
+        if isinstance(input, (list, tuple)) and len(input) > 0 and all(isinstance(t, str) for t in input):
+            return [self.to_str_tokens(t, prepend_bos=prepend_bos, truncate=truncate) for t in input]
+        ids = input if isinstance(input, Tensor) else torch.as_tensor(list(input), dtype=torch.long)
+        if ids.dim() == 2:
+            if ids.shape[0] == 1:
+                return _tok.ids_to_str_tokens(self.tokenizer, ids[0])
+            return [_tok.ids_to_str_tokens(self.tokenizer, row) for row in ids]
+        if ids.dim() == 0:
+            ids = ids.unsqueeze(0)
+        if ids.dim() != 1:
+            raise SproutError(f"expected token ids of shape (pos,) or (batch, pos), got {tuple(ids.shape)}")
+        return _tok.ids_to_str_tokens(self.tokenizer, ids)
+
+    def to_string(self, tokens: Union[Sequence[int], Tensor]) -> Union[str, list[str]]:
+        """The text of token ids: a string for ``(pos,)``, a list of strings for ``(batch, pos)``."""
+        t = tokens if isinstance(tokens, Tensor) else torch.as_tensor(list(tokens), dtype=torch.long)
+        if t.dim() == 2:
+            return [_tok.ids_to_string(self.tokenizer, row) for row in t]
+        if t.dim() == 0:
+            t = t.unsqueeze(0)
+        return _tok.ids_to_string(self.tokenizer, t)
+
+    def to_single_token(self, string: str) -> int:
+        """The id of a string that is exactly one token (raises SproutError otherwise)."""
+        ids = _tok.encode_text(self.tokenizer, string, context=self.cfg.n_ctx)
+        if len(ids) != 1:
+            raise SproutError(f"{string!r} is {len(ids)} tokens, not one: {self.to_str_tokens(ids)}")
+        return ids[0]
+
+    def tokens_to_residual_directions(self, tokens: Union[str, int, Int[Tensor, "..."]]) -> Float[Tensor, "... d_model"]:
+        """The unembedding direction(s) ``W_U[:, token]`` of a token, as TransformerLens defines them."""
+        if isinstance(tokens, str):
+            tokens = self.to_single_token(tokens)
+        if isinstance(tokens, int):
+            return self.W_U[:, tokens]
+        return self.W_U[:, tokens.to(self.device)].movedim(0, -1)
+
+    # -- generation ----------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def generate(
+        self,
+        input: Union[str, Int[Tensor, "batch pos"]],
+        max_new_tokens: int = 32,
+        temperature: float = 0.8,
+        top_k: Optional[int] = None,
+        top_p: Optional[float] = 0.95,
+        seed: Optional[int] = None,
+        stop_at_eot: bool = True,
+        prepend_bos: bool = False,
+    ) -> Union[str, Int[Tensor, "batch pos_plus_new"]]:
+        """Sample a continuation with ``sprout_model.GPT.generate``'s sampler, through this model's forward.
+
+        Hooks that are active (for example inside ``with m.hooks(...)``) apply to every step, so a
+        head can be ablated during generation. Returns the prompt plus the new text for a string
+        input, or the prompt plus new ids ``(batch, pos + new)`` for ids. ``seed`` makes the sample
+        reproducible without touching the global random state; with ``stop_at_eot`` (batch 1 only)
+        sampling stops after ``<|endoftext|>``. Prompts longer than the context raise
+        ContextLengthError; the continuation itself may run past it (the window slides).
+        """
+        text_in = isinstance(input, str)
+        idx = self.to_tokens(input, prepend_bos=prepend_bos) if text_in else self._check_tokens(input)
+        stop = {_tok.eot_id(self.tokenizer)} if stop_at_eot and idx.shape[0] == 1 else None
+        runner = _Runner(self)
+        with self._lock:
+            if seed is None:
+                out = GPT.generate(runner, idx, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, stop=stop)
+            else:
+                devices = [self.device] if self.device.type == "cuda" else []
+                with torch.random.fork_rng(devices=devices):
+                    torch.manual_seed(seed)
+                    out = GPT.generate(runner, idx, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, stop=stop)
+        return self.to_string(out[0]) if text_in else out
+
+
+    # -- exports -------------------------------------------------------------------------------
+
+    def to_hf(self):
+        """(Qwen3ForCausalLM, PreTrainedTokenizerFast | None) with identical logits; see ``sprout_interp.export``."""
+        from .export import to_hf
+
+        return to_hf(self.model, self.tokenizer)
+
+    def to_transformer_lens(self):
+        """A TransformerLens 4.x ``TransformerBridge`` over the exported Qwen3 model, built offline."""
+        from .export import to_transformer_lens
+
+        return to_transformer_lens(self.model, self.tokenizer)
+
+class _Runner:
+    """Duck-types the bits of ``GPT`` that ``GPT.generate`` uses, running HookedSprout's forward."""
+
+    def __init__(self, hooked: HookedSprout):
+        self.hooked = hooked
+        self.cfg = hooked.model.cfg
+
+    def __call__(self, idx: Tensor) -> tuple[Tensor, None]:
+        return self.hooked(idx), None
+
+
+def load_hooked(name_or_path: Union[str, Path], tokenizer=None) -> HookedSprout:
+    """Load a checkpoint ("gpt-1", "gpt-4", "sprout", a folder or a course ``.pt``) as a HookedSprout.
+
+    ``tokenizer`` (a ``tokenizers.Tokenizer``, a ``tokenizer.json`` path or a folder holding one)
+    replaces the one found with the checkpoint; its size must match the model's vocabulary.
+    Errors are :class:`~sprout_interp.errors.SproutError` subclasses (see ``load_checkpoint``).
+    """
+    from .loading import load_checkpoint  # lazy: keeps this module importable on its own
+
+    if tokenizer is None:
+        loaded = load_checkpoint(name_or_path)
+    else:
+        loaded = load_checkpoint(name_or_path, tokenizer=tokenizer)
+    return HookedSprout.from_loaded(loaded)

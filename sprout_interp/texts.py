@@ -1,0 +1,70 @@
+"""Ready-made texts for the analyses and the dashboard, and a seeded sample of held-out text.
+
+The three short texts were written for this project (like the chapter's "three ready-made texts"):
+a story that repeats an invented name, a dialogue, and a descriptive passage. ``validation_sample``
+draws fixed windows from the corpus's validation documents (the same document split as
+``python -m sprout_model.prepare``: seed 0, 5% of documents), which no shipped model trained on.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+TEXTS: dict[str, str] = {
+    "story": (
+        "Zorbin Plax came home late from the harbour, his coat wet through and his boots full of sand. "
+        "His sister opened the door before he could knock. \"You are soaked,\" she said. \"Come in and sit "
+        "by the fire.\" Zorbin Plax took off his coat and sat down without a word. For a long time he only "
+        "watched the flames. At last he told her what he had seen on the water: a boat with no sails and no "
+        "oars, drifting in against the wind. When the fire had burned low, Zorbin Plax stood up and went "
+        "to the window to look at the sea once more."
+    ),
+    "dialogue": (
+        "\"Where have you been all morning?\" asked the captain.\n\n"
+        "\"At the market, sir,\" said the boy. \"You told me to buy bread and salt.\"\n\n"
+        "\"I told you to be back by nine. It is nearly noon.\"\n\n"
+        "\"The baker had no bread, sir, so I walked to the mill, and the miller's wife gave me a loaf "
+        "for nothing because her son is sick and she wanted me to carry a letter to the doctor.\"\n\n"
+        "The captain looked at him for a moment and then laughed. \"Well, and did you carry it?\"\n\n"
+        "\"Yes, sir. The doctor is coming this afternoon.\""
+    ),
+    "description": (
+        "The valley lay quiet under the first snow of the year. On the far side of the river the pine "
+        "woods rose in dark rows toward the ridge, and above them the sky was pale and still. Smoke went "
+        "straight up from the chimneys of the village, and the church bell, which had been cracked for "
+        "as long as anyone could remember, rang the hour with a dull and broken sound. In the fields the "
+        "old walls were white on top and black below, and a single crow walked slowly along one of them, "
+        "as if it had lost something and did not expect to find it again."
+    ),
+}
+
+VAL_FRACTION, SPLIT_SEED = 0.05, 0  # must match sprout_model.prepare's defaults
+
+
+@functools.lru_cache(maxsize=2)
+def validation_documents(corpus: str = "default") -> tuple[str, ...]:
+    """Texts of the corpus's held-out documents (needs the corpus packages: ``pip install -e '.[train]'``)."""
+    from sprout_model.corpus import load_documents, split_documents
+
+    _, val = split_documents(load_documents(corpus), VAL_FRACTION, SPLIT_SEED)
+    return tuple(d.text for d in val)
+
+
+def validation_sample(tokenizer, n: int = 16, length: int = 256, seed: int = 0, corpus: str = "default") -> np.ndarray:
+    """``n`` windows of ``length`` token ids from held-out documents, drawn with ``seed``: int64 (n, length)."""
+    from sprout_model.tokenizer import encode
+
+    docs = validation_documents(corpus)
+    rng = np.random.default_rng(seed)
+    rows = []
+    order = rng.permutation(len(docs))
+    i = 0
+    while len(rows) < n:
+        ids = encode(tokenizer, docs[order[i % len(docs)]])
+        i += 1
+        if len(ids) <= length:
+            continue
+        start = int(rng.integers(0, len(ids) - length))
+        rows.append(ids[start: start + length])
+    return np.asarray(rows, dtype=np.int64)
