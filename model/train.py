@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from .augment import repeated_random_row
 from .checkpoint import save_checkpoint
+from .evaluation import repeated_tokens_loss_ratio
 from .model import GPT
 from .presets import PRESETS, preset
 
@@ -238,9 +239,12 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
             bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{x.numel() / dt:,.0f}")
             if step % a.eval_every == 0 or step == a.total_steps:
                 val = evaluate(model, val_tokens, a.seq_len, a.eval_batches, a.batch_size)
+                copy = repeated_tokens_loss_ratio(model, seq_len=min(64, cfg.context // 2), batch=8, seed=0).ratio
+                model.train()
                 history.append({"step": step, "tokens": tokens_seen, "train_loss": round(loss.item(), 4),
-                                "val_loss": round(val, 4), "wall_s": round(wall, 1)})
-                bar.write(f"step {step:,}  tokens {tokens_seen:,}  train {loss.item():.3f}  val {val:.3f}")
+                                "val_loss": round(val, 4), "copy_ratio": round(copy, 3), "wall_s": round(wall, 1)})
+                bar.write(f"step {step:,}  tokens {tokens_seen:,}  train {loss.item():.3f}  val {val:.3f}  "
+                          f"copy ratio {copy:.3f}")
                 if val < best:  # keep the best checkpoint by validation loss
                     best = val
                     save_checkpoint(model, out / "checkpoint", data / "tokenizer.json", train_info(val))
