@@ -1,0 +1,21 @@
+"""Sprout, layer by layer: `streamlit run dashboards/app.py`."""
+from __future__ import annotations
+
+
+import streamlit as st
+
+import state
+
+st.set_page_config(page_title="Sprout, layer by layer", page_icon="🌱", layout="wide")
+state.sidebar()
+
+pages = [
+    st.Page("views/anatomy.py", title="Anatomy", default=True),
+    st.Page("views/logit_lens.py", title="Logit lens"),
+    st.Page("views/residual.py", title="Residual stream"),
+    st.Page("views/attention.py", title="Attention heads"),
+    st.Page("views/ablations.py", title="Ablations"),
+    st.Page("views/compare.py", title="Compare models"),
+    st.Page("views/positions.py", title="Positions (RoPE)"),
+]
+st.navigation(pages).run()

@@ -1,0 +1,5 @@
+"""ablations page: being built."""
+import streamlit as st
+
+st.header("ablations")
+st.info("This page is being built.")

@@ -1,0 +1,31 @@
+"""The README's notebook example runs as written on the shipped checkpoint."""
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def notebook_block() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Use in a notebook"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.mark.integration
+def test_readme_notebook_example_runs():
+    if not (ROOT / "model/checkpoints/gpt-4/model.safetensors").is_file():
+        pytest.skip("the shipped gpt-4 checkpoint is not there yet")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(notebook_block(), "README.md", "exec"), {})
+    printed = out.getvalue()
+    assert "'Z'" in printed or "Z" in printed.splitlines()[0]
+    assert printed.count("block ") == 4  # one RMS line per block of gpt-4
+    change = float(printed.strip().splitlines()[-1].split(":")[-1])
+    assert change > 0  # zeroing a head changes the logits
