@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import torch
 
 TEXTS: dict[str, str] = {
     "story": (
@@ -44,27 +45,46 @@ VAL_FRACTION, SPLIT_SEED = 0.05, 0  # must match sprout_model.prepare's defaults
 
 @functools.lru_cache(maxsize=2)
 def validation_documents(corpus: str = "default") -> tuple[str, ...]:
-    """Texts of the corpus's held-out documents (needs the corpus packages: ``pip install -e '.[train]'``)."""
+    """Texts of the corpus's held-out documents (needs the corpus packages: ``pip install -e '.[train]'``).
+
+    The same document split as ``python -m sprout_model.prepare`` (``split_documents`` with seed 0 and
+    5% of documents), so no model trained by this project saw them.
+    """
     from sprout_model.corpus import load_documents, split_documents
 
     _, val = split_documents(load_documents(corpus), VAL_FRACTION, SPLIT_SEED)
     return tuple(d.text for d in val)
 
 
-def validation_sample(tokenizer, n: int = 16, length: int = 256, seed: int = 0, corpus: str = "default") -> np.ndarray:
-    """``n`` windows of ``length`` token ids from held-out documents, drawn with ``seed``: int64 (n, length)."""
-    from sprout_model.tokenizer import encode
+@functools.lru_cache(maxsize=4)
+def _encoded(tokenizer_json: str, corpus: str) -> tuple[tuple[int, ...], ...]:
+    from tokenizers import Tokenizer
 
+    tok = Tokenizer.from_str(tokenizer_json)
     docs = validation_documents(corpus)
+    return tuple(tuple(e.ids) for e in tok.encode_batch(list(docs), add_special_tokens=False))
+
+
+def validation_sample(tokenizer, n: int = 16, length: int = 256, seed: int = 0, corpus: str = "default") -> torch.Tensor:
+    """``n`` windows of ``length`` token ids from held-out documents: a LongTensor ``(n, length)``.
+
+    A fixed, seeded sample: the documents are visited in an order drawn with ``seed`` and one window
+    starts at a seeded random offset in each (a document is visited again only when ``n`` exceeds the
+    number of documents long enough). Every window lies inside one document, so no ``<|endoftext|>``.
+    ``tokenizer`` is the model's ``tokenizers.Tokenizer`` (``model.tokenizer``); encodings are cached
+    per tokenizer, so several models sharing one tokenizer encode the documents once.
+    """
+    if n < 1 or length < 1:
+        raise ValueError(f"n and length must be positive, got n={n}, length={length}")
+    enc = _encoded(tokenizer.to_str(), corpus)
+    long_enough = [i for i, ids in enumerate(enc) if len(ids) > length]
+    if not long_enough:
+        raise ValueError(f"no held-out document of corpus {corpus!r} is longer than {length} tokens")
     rng = np.random.default_rng(seed)
+    order = [long_enough[i] for i in rng.permutation(len(long_enough))]
     rows = []
-    order = rng.permutation(len(docs))
-    i = 0
-    while len(rows) < n:
-        ids = encode(tokenizer, docs[order[i % len(docs)]])
-        i += 1
-        if len(ids) <= length:
-            continue
+    for j in range(n):
+        ids = enc[order[j % len(order)]]
         start = int(rng.integers(0, len(ids) - length))
         rows.append(ids[start: start + length])
-    return np.asarray(rows, dtype=np.int64)
+    return torch.tensor(rows, dtype=torch.long)

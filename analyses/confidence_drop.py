@@ -1,0 +1,186 @@
+"""Claim (chapter, "The logit lens: thoughts along the way"): read through the logit lens, confidence
+grows through the middle layers and the last block steps back -- "on the three ready-made texts, 77% on
+average after layer 7 and 59% after layer 8" (Sprout). Side claims: the embedding row nearly always
+repeats the input token (tied weights); the right answer often ripens before the last block.
+
+    python analyses/confidence_drop.py                      # gpt-1, gpt-4, sprout (shipped)
+    python analyses/confidence_drop.py --models runs/gpt-4/checkpoint --n 16 --length 256
+
+For every checkpoint: mean top-1 probability ("confidence"), top-1 accuracy, cross-entropy and
+KL(final ‖ row) per row of the stream, on the three ready-made texts (sprout_interp.texts.TEXTS) and on
+a seeded sample of held-out text (--n windows of --length tokens from the validation documents).
+Rows: after the embedding (block 0), then after block 1 … (blocks counted from 1, as the chapter).
+Writes by_layer.csv, claims.csv, first_correct.csv, by_layer.html and lens_grid_<model>.html
+(PNG too where static export works) into out/confidence_drop/.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import pandas as pd
+import torch
+
+from sprout_interp.cli import SHIPPED, held_out, load_models, out_dir, pct, print_table
+from sprout_interp.logit_lens import CHAPTER_SPROUT_CONFIDENCE, embedding_echo_rate, logit_lens, penultimate_vs_final
+from sprout_interp.plots import layer_metrics_chart, logit_lens_grid, save_figure
+from sprout_interp.texts import TEXTS
+
+CH_PEN, CH_FIN = CHAPTER_SPROUT_CONFIDENCE[7], CHAPTER_SPROUT_CONFIDENCE[8]
+ECHO_NEARLY_ALWAYS = 0.9  # what we take "nearly always" to mean
+FLAT = 0.01  # a change of confidence under 1 point is "no clear change"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="+", default=list(SHIPPED), help="shipped names or checkpoint paths")
+    p.add_argument("--n", type=int, default=16, help="held-out windows (0: skip the held-out sample)")
+    p.add_argument("--length", type=int, default=256, help="tokens per held-out window")
+    p.add_argument("--seed", type=int, default=0, help="seed of the held-out sample")
+    p.add_argument("--out", default=None, help="output folder (default out/confidence_drop)")
+    p.add_argument("--no-png", action="store_true", help="do not try the PNG export")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
+    a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    t0 = time.time()
+    models = load_models(a.models)
+    if not models:
+        print("no checkpoint could be loaded; train one (python -m sprout_model.train --preset NAME) and pass "
+              "--models runs/NAME/checkpoint", file=sys.stderr)
+        return 2
+    out = out_dir("confidence_drop", a.out)
+    print("models:")
+    for nm in models:
+        print(f"  {nm.describe()}")
+
+    layers, claims, firsts = [], [], []
+    for nm in models:
+        t = time.time()
+        m = nm.model
+        sets = [("texts", *m.to_tokens_with_mask(list(TEXTS.values())))]
+        if a.n > 0:
+            sample = held_out(m, a)
+            if sample is not None:
+                sets.append(("held-out", sample, None))
+        for set_name, toks, mask in sets:
+            lens = logit_lens(m, toks, attention_mask=mask)
+            s = lens.summary()
+            s.insert(0, "text_set", set_name)
+            s.insert(0, "model", nm.label)
+            layers.append(s)
+            pf = penultimate_vs_final(s)
+            fc = lens.first_correct_counts()
+            fc.insert(0, "text_set", set_name)
+            fc.insert(0, "model", nm.label)
+            firsts.append(fc)
+            last = fc.iloc[-1]
+            blocks = s[s["block"] >= 1]
+            peak = blocks.loc[blocks["confidence"].idxmax()]
+            claims.append({
+                "model": nm.label, "preset": nm.preset, "text_set": set_name, "n_tokens": int(s["n_tokens"].iloc[0]),
+                "penultimate_row": s["row"].iloc[-2], "penultimate": pf["penultimate"],
+                "final_row": s["row"].iloc[-1], "final": pf["final"], "drop": pf["drop"], "ratio": pf["ratio"],
+                "chapter_penultimate": CH_PEN if nm.preset == "sprout" else float("nan"),
+                "chapter_final": CH_FIN if nm.preset == "sprout" else float("nan"),
+                "n_blocks": int(s["block"].iloc[-1]), "peak_row": peak["row"], "peak_confidence": float(peak["confidence"]),
+                "final_accuracy": float(s["accuracy"].iloc[-1]), "final_cross_entropy": float(s["cross_entropy"].iloc[-1]),
+                "echo_rate": embedding_echo_rate(lens), "mean_first_correct_block": lens.mean_first_correct(),
+                "share_ripe_before_last": 1.0 - float(last["share"]) if fc["count"].sum() else float("nan"),
+            })
+            if set_name == "texts":
+                fig = logit_lens_grid(lens, m.to_str_tokens, batch=0, positions=range(min(40, int(mask[0].sum()))),
+                                      title=f"Logit lens, {nm.label}: the story text, first 40 tokens "
+                                            "(rows after block n, counted from 1; frame = actual next token)")
+                _save(fig, out / f"lens_grid_{_slug(nm.label)}", a)
+        print(f"[{nm.label}: {time.time() - t:.1f}s]", file=sys.stderr)
+
+    by_layer = pd.concat(layers, ignore_index=True)
+    claims_df = pd.DataFrame(claims)
+    by_layer.to_csv(out / "by_layer.csv", index=False)
+    claims_df.to_csv(out / "claims.csv", index=False)
+    pd.concat(firsts, ignore_index=True).to_csv(out / "first_correct.csv", index=False)
+
+    # -- tables ---------------------------------------------------------------------------------
+    wide = by_layer.pivot_table(index=["block", "row"], columns=["model", "text_set"], values="confidence", sort=False)
+    wide = wide.reset_index().sort_values("block")
+    table = pd.DataFrame({"row (blocks from 1)": wide["row"]})
+    for col in wide.columns[2:]:
+        table[f"{col[0]} {col[1]}"] = [pct(v) for v in wide[col]]
+    table["chapter (sprout, texts)"] = [pct(CHAPTER_SPROUT_CONFIDENCE[b]) if b in CHAPTER_SPROUT_CONFIDENCE else ""
+                                        for b in wide["block"]]
+    print_table(table, "confidence by row: mean top-1 probability through the logit lens "
+                       f"(texts = the three ready-made texts; held-out = {a.n} windows x {a.length} tokens, seed {a.seed})")
+
+    side = pd.DataFrame({
+        "model": claims_df["model"], "text set": claims_df["text_set"],
+        "penultimate": [f"{r}: {pct(v)}" for r, v in zip(claims_df["penultimate_row"], claims_df["penultimate"])],
+        "final": [f"{r}: {pct(v)}" for r, v in zip(claims_df["final_row"], claims_df["final"])],
+        "change (points)": [f"{100 * d:+.1f}" for d in -claims_df["drop"]],
+        "chapter (sprout, texts)": [f"block 7: {pct(CH_PEN)} -> block 8: {pct(CH_FIN)} ({100 * (CH_FIN - CH_PEN):+.0f})"
+                                    if pre == "sprout" else "" for pre in claims_df["preset"]],
+    })
+    print_table(side, "penultimate vs final row (the chapter: 77% after layer 7, 59% after layer 8, Sprout)")
+
+    extra = pd.DataFrame({
+        "model": claims_df["model"], "text set": claims_df["text_set"],
+        "embedding echo": [pct(v, 1) for v in claims_df["echo_rate"]],
+        "mean first-correct block": [f"{v:.2f}" for v in claims_df["mean_first_correct_block"]],
+        "ripe before last block": [pct(v) for v in claims_df["share_ripe_before_last"]],
+        "peak (blocks)": [f"{r}: {pct(v)}" for r, v in zip(claims_df["peak_row"], claims_df["peak_confidence"])],
+        "final accuracy": [pct(v, 1) for v in claims_df["final_accuracy"]],
+        "final CE (nats/token)": [f"{v:.3f}" for v in claims_df["final_cross_entropy"]],
+    })
+    print_table(extra, "side claims (first-correct: block where the actual next token first becomes top-1, "
+                       "over positions the model gets right; 0 = embedding)")
+
+    # -- verdicts -------------------------------------------------------------------------------
+    print(f"\n== verdicts == (a confidence change under {100 * FLAT:g} percentage point counts as no clear change)")
+    for c in claims:
+        who = f"{c['model']}, {c['text_set']}"
+        one = c["n_blocks"] < 2
+        note = " (one block: the row before it is the embedding)" if one else ""
+        direction = ("not applicable" if one else "REPRODUCED in direction" if c["drop"] >= FLAT
+                     else "NO CLEAR CHANGE" if c["drop"] > -FLAT
+                     else "NOT reproduced (the final row is more confident)")
+        ch = (f"; chapter {pct(CH_PEN)} -> {pct(CH_FIN)} ({100 * (CH_FIN - CH_PEN):+.0f} points, ratio {CH_FIN / CH_PEN:.2f})"
+              if c["preset"] == "sprout" and c["text_set"] == "texts" else "")
+        print(f"- {who}: last block steps back: {direction}{note}: {c['penultimate_row']} {pct(c['penultimate'], 1)} -> "
+              f"{c['final_row']} {pct(c['final'], 1)} ({-100 * c['drop']:+.1f} points, ratio {c['ratio']:.2f}){ch}")
+        echo = ("REPRODUCED" if c["echo_rate"] >= ECHO_NEARLY_ALWAYS else "PARTLY" if c["echo_rate"] >= 0.5
+                else "NOT reproduced")
+        print(f"- {who}: embedding row repeats the input token (\"nearly always\", taken as >= {pct(ECHO_NEARLY_ALWAYS)}): "
+              f"{echo}: {pct(c['echo_rate'], 1)}")
+        ripe = c["share_ripe_before_last"]
+        verdict = ("not applicable (one block)" if one else "REPRODUCED" if ripe >= 0.5 else "PARTLY" if ripe > 0
+                   else "NOT reproduced")
+        print(f"- {who}: right answer often appears before the last block: {verdict}: "
+              f"{pct(ripe)} of correct predictions were top-1 before the last block "
+              f"(mean first-correct block {c['mean_first_correct_block']:.2f}, final block {c['n_blocks']})")
+
+    fig = layer_metrics_chart(by_layer, chapter=CHAPTER_SPROUT_CONFIDENCE,
+                              title="Logit lens by layer: confidence, accuracy, KL to the final row")
+    _save(fig, out / "by_layer", a)
+    print(f"\nwrote {out}/by_layer.csv, claims.csv, first_correct.csv, by_layer.html, lens_grid_*.html "
+          f"in {time.time() - t0:.1f}s")
+    return 0
+
+
+_png_note_shown = False
+
+
+def _save(fig, path, a) -> None:
+    global _png_note_shown
+    _, note = save_figure(fig, path, png=not a.no_png)
+    if note and not _png_note_shown:
+        print(note, file=sys.stderr)
+        _png_note_shown = True
+
+
+def _slug(s: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in s).strip("_")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

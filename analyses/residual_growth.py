@@ -1,0 +1,143 @@
+"""Claim (chapter, "RMSNorm: keeping the numbers in check"): the residual stream keeps growing. In the
+chapter's gpt-4 the root mean square of the stream, averaged over held-out text, is about 0.18 right
+after the embedding, around 10 after the first block and around 35 after the fourth, "some two hundred
+times bigger".
+
+    python analyses/residual_growth.py                      # gpt-1, gpt-4, sprout (shipped)
+    python analyses/residual_growth.py --models runs/gpt-4/checkpoint --n 16 --length 256
+
+For every checkpoint: the RMS over d_model of the stream after the embedding (block 0) and after each
+block (counted from 1, as the chapter; ``blocks.{n-1}.hook_resid_post`` in code), averaged over all
+positions, on a seeded sample of held-out text (--n windows of --length tokens from the validation
+documents) and on the three ready-made texts. Writes rms.csv, claims.csv and rms_growth.html (log
+scale; PNG too where static export works) into out/residual_growth/.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import pandas as pd
+import torch
+
+from sprout_interp.cli import SHIPPED, held_out, load_models, out_dir, print_table
+from sprout_interp.plots import rms_growth_chart, save_figure
+from sprout_interp.residual import CHAPTER_GPT4_GROWTH, CHAPTER_GPT4_RMS, growth_claims, residual_rms
+from sprout_interp.texts import TEXTS
+
+CLOSE, SAME_ORDER = 1.5, 3.0  # ratio bands for the verdicts: within ×1.5 "matches", within ×3 "same order"
+
+
+def _band(ratio: float) -> str:
+    r = max(ratio, 1 / ratio) if ratio > 0 else float("inf")
+    return "matches" if r <= CLOSE else "same order of magnitude" if r <= SAME_ORDER else "differs"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="+", default=list(SHIPPED), help="shipped names or checkpoint paths")
+    p.add_argument("--n", type=int, default=16, help="held-out windows (0: only the three texts)")
+    p.add_argument("--length", type=int, default=256, help="tokens per held-out window")
+    p.add_argument("--seed", type=int, default=0, help="seed of the held-out sample")
+    p.add_argument("--out", default=None, help="output folder (default out/residual_growth)")
+    p.add_argument("--no-png", action="store_true", help="do not try the PNG export")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
+    a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    t0 = time.time()
+    models = load_models(a.models)
+    if not models:
+        print("no checkpoint could be loaded; train one (python -m sprout_model.train --preset NAME) and pass "
+              "--models runs/NAME/checkpoint", file=sys.stderr)
+        return 2
+    out = out_dir("residual_growth", a.out)
+    print("models:")
+    for nm in models:
+        print(f"  {nm.describe()}")
+
+    tables, claims = [], []
+    for nm in models:
+        m = nm.model
+        sets = []
+        if a.n > 0:
+            sample = held_out(m, a)
+            if sample is not None:
+                sets.append(("held-out", sample, None))
+        sets.append(("texts", *m.to_tokens_with_mask(list(TEXTS.values()))))
+        for set_name, toks, mask in sets:
+            r = residual_rms(m, toks, attention_mask=mask)
+            r.insert(0, "text_set", set_name)
+            r.insert(0, "model", nm.label)
+            tables.append(r)
+            c = growth_claims(r)
+            c.insert(0, "text_set", set_name)
+            c.insert(0, "model", nm.label)
+            c.insert(2, "preset", nm.preset)
+            claims.append(c)
+
+    rms = pd.concat(tables, ignore_index=True)
+    main_set = "held-out" if (rms["text_set"] == "held-out").any() else "texts"
+    claims_df = pd.concat(claims, ignore_index=True)
+    rms.to_csv(out / "rms.csv", index=False)
+    claims_df.to_csv(out / "claims.csv", index=False)
+
+    wide = rms.pivot_table(index=["block", "row"], columns=["model", "text_set"], values="rms", sort=False)
+    wide = wide.reset_index().sort_values("block")
+    table = pd.DataFrame({"row (blocks from 1)": wide["row"]})
+    for col in wide.columns[2:]:
+        table[f"{col[0]} {col[1]}"] = [f"{v:.3g}" if v == v else "-" for v in wide[col]]
+    table["chapter gpt-4"] = [f"~{CHAPTER_GPT4_RMS[b]:g}" if b in CHAPTER_GPT4_RMS else "" for b in wide["block"]]
+    print_table(table, "RMS of the residual stream after the embedding and after each block "
+                       f"(mean over positions; held-out = {a.n} windows x {a.length} tokens, seed {a.seed}; "
+                       "texts = the three ready-made texts)")
+
+    growth = rms.pivot_table(index=["block", "row"], columns=["model", "text_set"], values="growth", sort=False)
+    growth = growth.reset_index().sort_values("block")
+    gtable = pd.DataFrame({"row (blocks from 1)": growth["row"]})
+    for col in growth.columns[2:]:
+        gtable[f"{col[0]} {col[1]}"] = [f"x{v:.1f}" if v == v else "-" for v in growth[col]]
+    chapter_growth = {b: v / CHAPTER_GPT4_RMS[0] for b, v in CHAPTER_GPT4_RMS.items()}
+    gtable["chapter gpt-4"] = [f"x{chapter_growth[b]:.0f}" if b in chapter_growth else "" for b in growth["block"]]
+    print_table(gtable, "growth relative to the embedding row")
+
+    side = claims_df[claims_df["text_set"] == main_set].copy()
+    side_print = pd.DataFrame({
+        "model": side["model"], "claim (chapter: gpt-4, held-out text)": side["claim"],
+        "chapter": [f"~{v:g}" for v in side["chapter"]], "ours": [f"{v:.3g}" for v in side["ours"]],
+        "ours / chapter": [f"{v:.2f}" for v in side["ratio"]],
+    })
+    print_table(side_print, f"the chapter's figures beside ours ({main_set})")
+
+    print("\n== verdicts ==")
+    for nm in models:
+        r = rms[(rms["model"] == nm.label) & (rms["text_set"] == main_set)].sort_values("block")
+        vals = r["rms"].tolist()
+        grows = all(b > a_ for a_, b in zip(vals, vals[1:]))
+        print(f"- {nm.label}: the stream keeps growing block after block: "
+              f"{'REPRODUCED' if grows else 'PARTLY (not monotonic)' if vals[-1] > vals[0] else 'NOT reproduced'}: "
+              + " -> ".join(f"{v:.3g}" for v in vals) + f" (x{r['growth'].iloc[-1]:.1f} overall)")
+        c = claims_df[(claims_df["model"] == nm.label) & (claims_df["text_set"] == main_set)]
+        if nm.preset != "gpt-4":
+            print(f"  ({nm.label} is not the chapter's gpt-4: its figures are shown for comparison only)")
+        for _, row in c.iterrows():
+            if nm.preset == "gpt-4":
+                print(f"- {nm.label}: {row['claim']}: chapter ~{row['chapter']:g}, ours {row['ours']:.3g} "
+                      f"(x{row['ratio']:.2f} the chapter's): {_band(row['ratio'])}")
+    if not any(nm.preset == "gpt-4" for nm in models):
+        print("- no gpt-4 checkpoint among the models: the chapter's figures (0.18, 10, 35, x200) are for gpt-4")
+    print(f"  (bands: 'matches' within x{CLOSE}, 'same order of magnitude' within x{SAME_ORDER} of the chapter's figure)")
+
+    fig = rms_growth_chart(rms, chapter=CHAPTER_GPT4_RMS, chapter_label="chapter (gpt-4, held-out text)",
+                           title=f"Residual stream RMS after each block (log scale); chapter's gpt-4: "
+                                 f"0.18 -> 10 -> 35, ~x{CHAPTER_GPT4_GROWTH:.0f}")
+    _, note = save_figure(fig, out / "rms_growth", png=not a.no_png)
+    if note:
+        print(note, file=sys.stderr)
+    print(f"\nwrote {out}/rms.csv, claims.csv, rms_growth.html in {time.time() - t0:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""Small helpers shared by the ``analyses/`` scripts: loading the models a script was asked for
+(skipping missing shipped checkpoints with a clear message), recognising which of the chapter's
+models a checkpoint is, and formatting tables. No tensor maths here.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import pandas as pd
+
+from sprout_model.checkpoint import SHIPPED
+from sprout_model.presets import PRESETS
+
+from .errors import CheckpointNotFoundError, SproutError
+
+__all__ = ["SHIPPED", "NamedModel", "preset_of", "load_models", "held_out", "out_dir", "print_table", "pct"]
+
+
+@dataclass
+class NamedModel:
+    label: str  # what tables call it: the shipped name, else the preset (or folder) name, made unique
+    preset: Optional[str]  # "gpt-1" / "gpt-4" / "sprout" when the architecture is one of the chapter's, else None
+    model: object  # HookedSprout
+    spec: str = ""  # what the user passed
+
+    def describe(self) -> str:
+        """'gpt-4 = runs/gpt-4/checkpoint: 4 blocks, 1,234,567 parameters, 400 steps, 1.6M tokens, val loss 5.06'."""
+        m = self.model
+        info = getattr(m, "info", None) or {}
+        bits = [f"{m.cfg.n_layers} block{'' if m.cfg.n_layers == 1 else 's'}", f"{m.model.num_params():,} parameters"]
+        if "steps" in info:
+            bits.append(f"{info['steps']:,} steps")
+        if "tokens_seen" in info:
+            bits.append(f"{info['tokens_seen'] / 1e6:.1f}M tokens")
+        if "val_loss" in info:
+            bits.append(f"val loss {info['val_loss']:.3f} nats/token")
+        src = getattr(m, "source", None) or self.spec
+        return f"{self.label} = {src}: " + ", ".join(bits)
+
+
+def preset_of(model) -> Optional[str]:
+    """Which of the chapter's presets a HookedSprout is: its ``train.json`` "preset", else the one whose
+    architecture matches; None for anything else."""
+    cfg = model.model.cfg
+    p = (getattr(model, "info", None) or {}).get("preset")
+    if p in PRESETS and PRESETS[p] == cfg:
+        return p
+    return next((name for name, c in PRESETS.items() if c == cfg), None)
+
+
+def load_models(specs: Sequence[str], stream=None) -> list[NamedModel]:
+    """Load every name or path in ``specs``; a missing one is reported on ``stream`` (stderr) and skipped."""
+    from . import load
+
+    stream = sys.stderr if stream is None else stream
+    out = []
+    for spec in specs:
+        try:
+            m = load(spec)
+        except CheckpointNotFoundError as e:
+            hint = f" (or pass --models runs/{spec}/checkpoint after training it)" if spec in SHIPPED else ""
+            print(f"skipping {spec}: {e}{hint}", file=stream)
+            continue
+        except SproutError as e:
+            print(f"skipping {spec}: {e}", file=stream)
+            continue
+        preset = preset_of(m)
+        label = spec if spec in SHIPPED else (preset or Path(spec).name or str(spec))
+        taken = {o.label for o in out}
+        base, i = label, 2
+        while label in taken:
+            label, i = f"{base}#{i}", i + 1
+        out.append(NamedModel(label=label, preset=preset, model=m, spec=str(spec)))
+    return out
+
+
+_held_out_note_shown = False
+
+
+def held_out(model, args, stream=None):
+    """The script's held-out sample for ``model``: ``validation_sample(model.tokenizer, args.n, args.length,
+    args.seed)`` from the corpus named in the checkpoint's train.json (default "default"); None, with a
+    note on ``stream`` (stderr), when the corpus packages are not installed."""
+    from sprout_model.corpus import CorpusError
+
+    from .texts import validation_sample
+
+    global _held_out_note_shown
+    corpus = (getattr(model, "info", None) or {}).get("corpus") or "default"
+    try:
+        return validation_sample(model.tokenizer, args.n, args.length, args.seed, corpus=corpus)
+    except CorpusError as e:
+        if not _held_out_note_shown:
+            print(f"held-out sample skipped ({e}); only the three texts are measured",
+                  file=sys.stderr if stream is None else stream)
+            _held_out_note_shown = True
+        return None
+
+
+def out_dir(script: str, out: Optional[str] = None) -> Path:
+    """``out`` or ``out/<script>/`` (created)."""
+    p = Path(out) if out else Path("out") / script
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def pct(x: float, digits: int = 0) -> str:
+    """0.771 -> '77%' (NaN -> '-')."""
+    return "-" if x != x else f"{100 * x:.{digits}f}%"
+
+
+def print_table(df: pd.DataFrame, title: str, stream=None) -> None:
+    """A titled plain-text table, all columns, no index."""
+    stream = sys.stdout if stream is None else stream
+    print(f"\n== {title} ==", file=stream)
+    with pd.option_context("display.width", 250, "display.max_columns", None, "display.max_colwidth", 60):
+        print(df.to_string(index=False), file=stream)

@@ -1,0 +1,253 @@
+"""Plotly figures for the logit lens and the residual stream (head and ablation plots live in ``plots_heads``).
+
+Every function takes results of the analysis functions (a :class:`~sprout_interp.logit_lens.LogitLens`,
+or the tidy DataFrames of ``LogitLens.summary`` / ``residual_rms``) and returns a
+``plotly.graph_objects.Figure``; none does tensor maths beyond picking cells out. Rows of the stream
+are labelled as people read them: "embedding", then "block 1" … (blocks counted from 1, as the
+chapter does; ``blocks.{n-1}`` in code).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .logit_lens import LogitLens
+
+__all__ = ["show_token", "logit_lens_grid", "layer_metrics_chart", "rms_growth_chart", "save_figure"]
+
+BLOCK_AXIS = "after block (counted from 1; 0 = after the embedding)"
+_METRIC_TITLES = {
+    "confidence": "confidence (mean top-1 probability)",
+    "accuracy": "top-1 accuracy (vs the actual next token)",
+    "cross_entropy": "cross-entropy (nats/token)",
+    "entropy": "entropy (nats)",
+    "kl_final": "KL(final ‖ row) (nats)",
+}
+_PERCENT = {"confidence", "accuracy"}
+
+
+def _esc(s: str) -> str:
+    """Escape what plotly's label mini-HTML would swallow (``<|endoftext|>`` would vanish as a tag)."""
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def show_token(s: str) -> str:
+    """A token string made visible in a cell: newlines as ↵, tabs as ⇥, a lone space as ␣; < > & escaped."""
+    s = s.replace("\n", "↵").replace("\t", "⇥").replace("\r", "")
+    return "␣" if s == " " else _esc(s)
+
+
+def _str_tokens(to_str: Optional[Callable[[Sequence[int]], Sequence[str]]], ids: Sequence[int]) -> dict[int, str]:
+    ids = sorted({int(i) for i in ids})
+    if to_str is None:
+        return {i: f"#{i}" for i in ids}
+    return dict(zip(ids, (str(s) for s in to_str(ids))))
+
+
+def logit_lens_grid(
+    lens: LogitLens,
+    to_str: Optional[Callable[[Sequence[int]], Sequence[str]]] = None,
+    batch: int = 0,
+    positions: Optional[Sequence[int]] = None,
+    title: Optional[str] = None,
+    colorscale: str = "Blues",
+) -> go.Figure:
+    """The logit-lens grid as the chapter draws it: rows of the stream × input tokens.
+
+    Cell colour = the row's top-1 probability, cell text = its top-1 token, a frame (a rectangle
+    shape) where the top-1 is the actual next token, hover = the top-k with probabilities and the
+    actual next token's probability and rank. The embedding row is at the bottom, the model's real
+    output (the last block) at the top.
+
+    Args:
+        lens: from :func:`~sprout_interp.logit_lens.logit_lens`.
+        to_str: maps a list of token ids to their strings (``model.to_str_tokens``); ids as "#123" if None.
+        batch: which sequence of the batch to draw.
+        positions: which positions to draw (default every real token of that sequence).
+    """
+    mask = lens.mask[batch].cpu()
+    if positions is None:
+        positions = mask.nonzero().flatten().tolist()
+    positions = [int(p) for p in positions]
+    R = lens.n_rows
+    ids = lens.topk_ids[:, batch].cpu()  # (R, T, k)
+    probs = lens.topk_probs[:, batch].cpu()
+    tokens = lens.tokens[batch].cpu()
+    nxt = lens.next_ids[batch].cpu()
+    correct = lens.top1_correct[:, batch].cpu()
+    next_prob = lens.next_prob[:, batch].cpu()
+    next_rank = lens.next_rank[:, batch].cpu()
+    vocab = set(ids[:, positions].flatten().tolist()) | set(tokens[positions].tolist()) | {
+        int(nxt[p]) for p in positions if nxt[p] >= 0}
+    s = _str_tokens(to_str, vocab)
+
+    z, text, hover = [], [], []
+    for r in range(R):
+        zr, tr, hr = [], [], []
+        for p in positions:
+            zr.append(float(probs[r, p, 0]))
+            tr.append(show_token(s[int(ids[r, p, 0])]))
+            lines = [f"<b>{lens.rows[r]}</b>, position {p}: input {_esc(repr(s[int(tokens[p])]))}"]
+            if nxt[p] >= 0:
+                lines.append(f"actual next {_esc(repr(s[int(nxt[p])]))}: p = {float(next_prob[r, p]):.1%}, "
+                             f"rank {int(next_rank[r, p]) + 1}")
+            else:
+                lines.append("no next token")
+            for j in range(ids.shape[-1]):
+                lines.append(f"{j + 1}. {_esc(repr(s[int(ids[r, p, j])]))} {float(probs[r, p, j]):.1%}")
+            hr.append("<br>".join(lines))
+        z.append(zr)
+        text.append(tr)
+        hover.append(hr)
+
+    xs = list(range(len(positions)))
+    fig = go.Figure(go.Heatmap(
+        z=z, x=xs, y=list(range(R)), text=text, texttemplate="%{text}", customdata=hover,
+        hovertemplate="%{customdata}<extra></extra>", zmin=0.0, zmax=1.0, colorscale=colorscale,
+        colorbar=dict(title="top-1 p", tickformat=".0%"), name="top-1 probability",
+    ))
+    for r in range(R):
+        for x, p in zip(xs, positions):
+            if bool(correct[r, p]):
+                fig.add_shape(type="rect", x0=x - 0.5, x1=x + 0.5, y0=r - 0.5, y1=r + 0.5,
+                              line=dict(color="#d62728", width=2), fillcolor="rgba(0,0,0,0)", name="matches next")
+    fig.update_xaxes(tickmode="array", tickvals=xs, ticktext=[show_token(s[int(tokens[p])]) for p in positions],
+                     title="input token", tickangle=-60)
+    fig.update_yaxes(tickmode="array", tickvals=list(range(R)), ticktext=lens.rows,
+                     title="read after (blocks counted from 1)")
+    fig.update_layout(
+        title=title or "Logit lens: top-1 guess after each block (frame = the actual next token)",
+        width=max(500, 48 * len(positions) + 200), height=max(300, 40 * R + 200),
+        plot_bgcolor="white",
+    )
+    return fig
+
+
+def _series(df: pd.DataFrame, color: Optional[str], dash: Optional[str]):
+    keys = [c for c in (color, dash) if c is not None and c in df.columns]
+    if not keys:
+        yield {}, df
+        return
+    for vals, part in df.groupby(keys, sort=False):
+        vals = vals if isinstance(vals, tuple) else (vals,)
+        yield dict(zip(keys, vals)), part
+
+
+_PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+_DASHES = ["solid", "dash", "dot", "dashdot", "longdash"]
+
+
+def _styles(df: pd.DataFrame, col: Optional[str], values: Sequence[str]) -> dict:
+    if col is None or col not in df.columns:
+        return {}
+    return {v: values[i % len(values)] for i, v in enumerate(pd.unique(df[col]))}
+
+
+def layer_metrics_chart(
+    summary: pd.DataFrame,
+    metrics: Sequence[str] = ("confidence", "accuracy", "kl_final"),
+    color: Optional[str] = "model",
+    dash: Optional[str] = "text_set",
+    chapter: Optional[dict[int, float]] = None,
+    chapter_label: str = "chapter (Sprout, three texts)",
+    title: Optional[str] = None,
+) -> go.Figure:
+    """Per-layer logit-lens metrics, one panel per metric, one line per (``color``, ``dash``) group.
+
+    ``summary`` is one or more :meth:`LogitLens.summary` tables concatenated, with optional columns
+    named by ``color`` (e.g. ``model``) and ``dash`` (e.g. ``text_set``). The x axis is the block
+    (counted from 1; 0 = after the embedding). ``chapter`` (block → value) adds the chapter's
+    confidence figures as markers in the "confidence" panel.
+    """
+    metrics = [m for m in metrics if m in summary.columns]
+    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[_METRIC_TITLES.get(m, m) for m in metrics],
+                        horizontal_spacing=0.08)
+    colors, dashes = _styles(summary, color, _PALETTE), _styles(summary, dash, _DASHES)
+    for keys, part in _series(summary, color, dash):
+        part = part.sort_values("block")
+        name = " · ".join(str(v) for v in keys.values()) or "lens"
+        for i, m in enumerate(metrics):
+            fig.add_trace(go.Scatter(
+                x=part["block"], y=part[m], mode="lines+markers", name=name, legendgroup=name, showlegend=i == 0,
+                line=dict(color=colors.get(keys.get(color)), dash=dashes.get(keys.get(dash), "solid")),
+                customdata=part["row"], hovertemplate=f"{name}<br>%{{customdata}}: %{{y:.3g}}<extra>{m}</extra>",
+            ), row=1, col=i + 1)
+    if chapter and "confidence" in metrics:
+        col = metrics.index("confidence") + 1
+        fig.add_trace(go.Scatter(
+            x=list(chapter), y=list(chapter.values()), mode="markers+text", name=chapter_label,
+            marker=dict(symbol="x", size=12, color="black"), text=[f"{v:.0%}" for v in chapter.values()],
+            textposition="top center", hovertemplate="chapter: block %{x}: %{y:.0%}<extra></extra>",
+        ), row=1, col=col)
+    for i, m in enumerate(metrics):
+        fig.update_xaxes(title_text=BLOCK_AXIS if i == 0 else "block", dtick=1, row=1, col=i + 1)
+        if m in _PERCENT:
+            fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=i + 1)
+    fig.update_layout(title=title or "Logit lens by layer", width=max(700, 420 * len(metrics)), height=460)
+    return fig
+
+
+def rms_growth_chart(
+    rms: pd.DataFrame,
+    color: Optional[str] = "model",
+    dash: Optional[str] = "text_set",
+    log_y: bool = True,
+    chapter: Optional[dict[int, float]] = None,
+    chapter_label: str = "chapter (gpt-4)",
+    title: Optional[str] = None,
+) -> go.Figure:
+    """RMS of the residual stream after the embedding (block 0) and after each block, log scale by default.
+
+    ``rms`` is one or more ``residual_rms`` tables concatenated, with optional ``color`` / ``dash``
+    columns (e.g. ``model``, ``text_set``). ``chapter`` (block → RMS) adds the chapter's figures as markers.
+    """
+    fig = go.Figure()
+    colors, dashes = _styles(rms, color, _PALETTE), _styles(rms, dash, _DASHES)
+    for keys, part in _series(rms, color, dash):
+        part = part.sort_values("block")
+        name = " · ".join(str(v) for v in keys.values()) or "RMS"
+        growth = part["growth"] if "growth" in part.columns else part["rms"] / part["rms"].iloc[0]
+        fig.add_trace(go.Scatter(
+            x=part["block"], y=part["rms"], mode="lines+markers", name=name,
+            line=dict(color=colors.get(keys.get(color)), dash=dashes.get(keys.get(dash), "solid")),
+            customdata=list(zip(part["row"], growth)),
+            hovertemplate=f"{name}<br>%{{customdata[0]}}: RMS %{{y:.3g}} (×%{{customdata[1]:.1f}} the embedding)<extra></extra>",
+        ))
+    if chapter:
+        fig.add_trace(go.Scatter(
+            x=list(chapter), y=list(chapter.values()), mode="markers+text", name=chapter_label,
+            marker=dict(symbol="x", size=12, color="black"), text=[f"{v:g}" for v in chapter.values()],
+            textposition="top center", hovertemplate="chapter: block %{x}: RMS %{y}<extra></extra>",
+        ))
+    fig.update_xaxes(title=BLOCK_AXIS, dtick=1)
+    fig.update_yaxes(title="RMS of the stream (mean over positions)", type="log" if log_y else "linear")
+    fig.update_layout(title=title or "Residual stream size after each block", width=800, height=480)
+    return fig
+
+
+def save_figure(fig: go.Figure, path: str | Path, png: bool = True) -> tuple[list[Path], Optional[str]]:
+    """Write ``path`` + ``.html`` (always; self-contained, opens offline) and ``.png`` when static
+    export works (it needs the ``kaleido`` package and a browser it can drive).
+
+    Returns (written files, a note saying why the PNG was skipped, or None).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    html = path.with_suffix(".html")
+    fig.write_html(html, include_plotlyjs=True)
+    written, note = [html], None
+    if png:
+        try:
+            import kaleido  # noqa: F401
+        except ImportError:
+            return written, "PNG skipped: static export needs the kaleido package (and a Chrome it can drive)"
+        try:
+            fig.write_image(path.with_suffix(".png"))
+            written.append(path.with_suffix(".png"))
+        except Exception as e:  # kaleido present but no browser, or export failed
+            note = f"PNG skipped: static export failed ({type(e).__name__}: {str(e).splitlines()[0][:160]})"
+    return written, note
