@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 
+import traceback
+
 import streamlit as st
 
 import state
@@ -18,4 +20,9 @@ pages = [
     st.Page("views/compare.py", title="Compare models"),
     st.Page("views/positions.py", title="Positions (RoPE)"),
 ]
-st.navigation(pages).run()
+try:
+    st.navigation(pages).run()
+except Exception as err:  # last line of defence: a page's failure is shown on that page, the app keeps running
+    st.error(f"This page failed: {type(err).__name__}: {err}. The other pages still work.")
+    with st.expander("details"):
+        st.code(traceback.format_exc())

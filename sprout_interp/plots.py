@@ -17,7 +17,10 @@ from plotly.subplots import make_subplots
 
 from .logit_lens import LogitLens
 
-__all__ = ["show_token", "logit_lens_grid", "layer_metrics_chart", "rms_growth_chart", "save_figure"]
+__all__ = [
+    "show_token", "logit_lens_grid", "layer_metrics_chart", "rms_growth_chart", "rms_position_chart",
+    "token_change_chart", "save_figure",
+]
 
 BLOCK_AXIS = "after block (counted from 1; 0 = after the embedding)"
 _METRIC_TITLES = {
@@ -55,6 +58,8 @@ def logit_lens_grid(
     positions: Optional[Sequence[int]] = None,
     title: Optional[str] = None,
     colorscale: str = "Blues",
+    clickable: bool = False,
+    selected: Optional[tuple[int, int]] = None,
 ) -> go.Figure:
     """The logit-lens grid as the chapter draws it: rows of the stream × input tokens.
 
@@ -68,6 +73,10 @@ def logit_lens_grid(
         to_str: maps a list of token ids to their strings (``model.to_str_tokens``); ids as "#123" if None.
         batch: which sequence of the batch to draw.
         positions: which positions to draw (default every real token of that sequence).
+        clickable: add a second, invisible trace with one marker per cell (``customdata`` = [position,
+            row]) so a click can select a cell where heat-maps cannot be selected (Streamlit's
+            ``on_select``); the selected cell gets a black outline.
+        selected: (position, row) of a cell to outline (with ``clickable``).
     """
     mask = lens.mask[batch].cpu()
     if positions is None:
@@ -110,11 +119,22 @@ def logit_lens_grid(
         hovertemplate="%{customdata}<extra></extra>", zmin=0.0, zmax=1.0, colorscale=colorscale,
         colorbar=dict(title="top-1 p", tickformat=".0%"), name="top-1 probability",
     ))
-    for r in range(R):
-        for x, p in zip(xs, positions):
-            if bool(correct[r, p]):
-                fig.add_shape(type="rect", x0=x - 0.5, x1=x + 0.5, y0=r - 0.5, y1=r + 0.5,
-                              line=dict(color="#d62728", width=2), fillcolor="rgba(0,0,0,0)", name="matches next")
+    # one layout update with every frame: add_shape per cell re-validates all shapes each time (quadratic)
+    frame = dict(type="rect", line=dict(color="#d62728", width=2), fillcolor="rgba(0,0,0,0)", name="matches next")
+    fig.update_layout(shapes=[
+        dict(frame, x0=x - 0.5, x1=x + 0.5, y0=r - 0.5, y1=r + 0.5)
+        for r in range(R) for x, p in zip(xs, positions) if bool(correct[r, p])
+    ])
+    if clickable:
+        cells = [(x, r, p) for r in range(R) for x, p in zip(xs, positions)]
+        tips = [hover[r][x] for r in range(R) for x in xs]
+        chosen = [i for i, (_, r, p) in enumerate(cells) if selected is not None and (p, r) == tuple(selected)]
+        fig.add_trace(go.Scatter(
+            x=[c[0] for c in cells], y=[c[1] for c in cells], customdata=[[c[2], c[1]] for c in cells],
+            mode="markers", marker=dict(symbol="square-open", size=28, color="black", opacity=0.0, line=dict(width=3)),
+            selectedpoints=chosen, selected=dict(marker=dict(opacity=1.0)), unselected=dict(marker=dict(opacity=0.0)),
+            hovertext=tips, hovertemplate="%{hovertext}<extra></extra>", showlegend=False, name="cells",
+        ))
     fig.update_xaxes(tickmode="array", tickvals=xs, ticktext=[show_token(s[int(tokens[p])]) for p in positions],
                      title="input token", tickangle=-60)
     fig.update_yaxes(tickmode="array", tickvals=list(range(R)), ticktext=lens.rows,
@@ -226,6 +246,62 @@ def rms_growth_chart(
     fig.update_xaxes(title=BLOCK_AXIS, dtick=1)
     fig.update_yaxes(title="RMS of the stream (mean over positions)", type="log" if log_y else "linear")
     fig.update_layout(title=title or "Residual stream size after each block", width=800, height=480)
+    return fig
+
+
+def rms_position_chart(
+    rms: pd.DataFrame,
+    blocks: Optional[Sequence[int]] = None,
+    log_y: bool = True,
+    tokens: Optional[Sequence[str]] = None,
+    title: Optional[str] = None,
+) -> go.Figure:
+    """RMS of the stream at every position, one line per stream row (``residual_rms(..., per_position=True)``).
+
+    ``blocks`` picks rows by block (0 = after the embedding, blocks counted from 1; default all).
+    ``tokens`` (the text's token strings) label the hover.
+    """
+    fig = go.Figure()
+    keep = sorted(pd.unique(rms["block"])) if blocks is None else [int(b) for b in blocks]
+    for i, b in enumerate(keep):
+        part = rms[rms["block"] == b].sort_values("pos")
+        if part.empty:
+            continue
+        label = part["row"].iloc[0]
+        hover = [show_token(tokens[p]) if tokens is not None and p < len(tokens) else "" for p in part["pos"]]
+        fig.add_trace(go.Scatter(
+            x=part["pos"], y=part["rms"], mode="lines", name=label, customdata=hover,
+            line=dict(color=_PALETTE[i % len(_PALETTE)]),
+            hovertemplate=f"{label}<br>position %{{x}} %{{customdata}}: RMS %{{y:.3g}}<extra></extra>",
+        ))
+    fig.update_xaxes(title="token position (from 0)")
+    fig.update_yaxes(title="RMS of the stream", type="log" if log_y else "linear")
+    fig.update_layout(title=title or "Residual stream size at each position (rows: blocks counted from 1)",
+                      width=900, height=480)
+    return fig
+
+
+def token_change_chart(
+    df: pd.DataFrame,
+    value: str = "prob_change",
+    positions: Optional[Sequence[int]] = None,
+    title: Optional[str] = None,
+) -> go.Figure:
+    """Bars of a per-token change (default: the actual next token's probability, ablated − clean), one per
+    predicted token of a ``per_token.ablation_effect`` table; ``positions`` picks which (default all)."""
+    d = df if positions is None else df[df["position"].isin([int(p) for p in positions])]
+    x = [f"{p}:{show_token(str(t))}" for p, t in zip(d["position"], d["token"])]
+    colors = ["#d62728" if v < 0 else "#1f77b4" for v in d[value]]
+    hover = [f"{show_token(str(c))} → {show_token(str(t))}" for c, t in zip(d["context"], d["token"])]
+    extra = [c for c in ("clean_prob", "ablated_prob") if c in d.columns]
+    if len(extra) == 2:
+        hover = [f"{h}<br>clean {a:.1%}, ablated {b:.1%}" for h, a, b in zip(hover, d[extra[0]], d[extra[1]])]
+    fig = go.Figure(go.Bar(x=x, y=d[value], marker_color=colors, customdata=hover,
+                           hovertemplate="%{customdata}<br>change %{y:+.3f}<extra></extra>"))
+    fig.update_layout(title=title or "change in the probability of the actual next token (ablated − clean)",
+                      width=max(700, 22 * len(x) + 200), height=420)
+    fig.update_xaxes(title="position:token predicted", tickangle=-60)
+    fig.update_yaxes(title=value)
     return fig
 
 

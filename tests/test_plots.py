@@ -123,3 +123,15 @@ def test_save_figure(tmp_path):
     assert "plotly" in written[0].read_text()[:5000].lower()
     written, note = save_figure(fig, tmp_path / "fig2")
     assert (tmp_path / "fig2.png").is_file() if note is None else note.startswith("PNG skipped")
+
+
+def test_grid_clickable_cells(lens):
+    fig = logit_lens_grid(lens, to_str, positions=[1, 2, 3], clickable=True, selected=(2, 1))
+    assert isinstance(fig.data[0], go.Heatmap)  # the grid stays the first trace
+    cells = fig.data[1]
+    assert len(cells.x) == 3 * lens.n_rows
+    assert [list(c) for c in cells.customdata[:3]] == [[1, 0], [2, 0], [3, 0]]  # [position, row]
+    (i,) = cells.selectedpoints
+    assert list(cells.customdata[i]) == [2, 1] and (cells.x[i], cells.y[i]) == (1, 1)
+    assert cells.marker.opacity == 0.0 and cells.selected.marker.opacity == 1.0
+    assert cells.hovertext[i] == fig.data[0].customdata[1][1]  # same hover as the heat-map cell

@@ -1,5 +1,80 @@
-"""ablations page: being built."""
+"""Ablations: knock out heads and see which tokens the model loses."""
+from __future__ import annotations
+
 import streamlit as st
 
-st.header("ablations")
-st.info("This page is being built.")
+import compute
+import state
+from sprout_interp.ablation import KINDS
+from sprout_interp.plots import token_change_chart
+from sprout_interp.plots_heads import block_label, sweep_heatmap
+
+state.header(
+    "Ablations",
+    "Replace chosen heads' outputs (`blocks.{layer}.attn.hook_z`, before W_O) and rerun the model on the text. "
+    "**zero**: zeros; **mean**: the head's mean output over held-out text; **resample**: its output, at the same "
+    "position, on another (held-out) text. The model itself is never changed: each run adds its hooks and removes "
+    "them, so other sessions never see your ablation.",
+)
+m, key, text, toks = state.page_inputs()
+L, H, T = m.cfg.n_layers, m.cfg.n_heads, int(toks.shape[1])
+if T < 2:
+    st.warning("The text is a single token: there is no next token to predict. Type a longer text.")
+    st.stop()
+
+heads_all = [(l, h) for l in range(L) for h in range(H)]
+hkey = f"abl_heads_{key}"
+if hkey not in st.session_state:
+    with st.spinner("finding the induction circuit for a first choice…"):
+        try:  # the detected circuit, or (none found) the best previous-token head alone
+            circ = compute.circuit(m, key)
+            st.session_state[hkey] = circ.heads() if circ.found else [(circ.prev_layer, circ.prev_head)]
+        except Exception:  # nothing to suggest: start with nothing chosen
+            st.session_state[hkey] = []
+c = st.columns([3, 1])
+heads = c[0].multiselect("heads to ablate (together)", heads_all, key=hkey,
+                         format_func=lambda lh: f"{block_label(lh[0])} · head {lh[1]}")
+kind = c[1].radio("kind", KINDS, horizontal=True, key="abl_kind")
+if not heads:
+    st.info("Choose one or more heads to ablate. (The first choice offered is the detected induction circuit, or the "
+            "best previous-token head when there is none.)")
+else:
+    with st.spinner(f"{kind}-ablating {len(heads)} head(s)…"), state.shown_errors("the ablation"):
+        eff = compute.ablation_effect(m, key, text, tuple(sorted(heads)), kind)
+        _, source = compute.reference(m, key, kind, T)
+    k = st.columns(4)
+    k[0].metric("loss, clean (nats/token)", f"{eff.attrs['clean_loss']:.3f}")
+    k[1].metric("loss, ablated", f"{eff.attrs['ablated_loss']:.3f}", f"{eff.attrs['loss_change']:+.3f}",
+                delta_color="inverse")
+    k[2].metric("mean P(next), clean", f"{eff['clean_prob'].mean():.1%}")
+    k[3].metric("mean P(next), ablated", f"{eff['ablated_prob'].mean():.1%}")
+    if source:
+        st.caption(f"{kind} ablation reference: {source}.")
+    n = len(eff)
+    width = 60
+    state.clamp_state("abl_start", 1, max(n - width + 1, 1))
+    start = st.slider("first predicted token shown", 1, max(n - width + 1, 1), key="abl_start") if n > width else 1
+    st.plotly_chart(token_change_chart(eff, positions=range(start, start + width),
+                                       title=f"change in P(actual next token) with {len(heads)} head(s) {kind}-ablated "
+                                             f"(tokens {start}–{min(start + width, n + 1) - 1} of {n})"),
+                    width="content")
+    st.markdown("**Every token**, largest drop first (position = the predicted token's index in the text, "
+                "the first token being 0; context = the token before it)")
+    st.dataframe(eff.sort_values("prob_change"), hide_index=True)
+
+st.subheader("Every head alone")
+st.markdown(f"Ablate each of the {L * H} heads by itself ({kind}) and measure the loss on this text: which heads "
+            "does the text need?")
+flag = "abl_sweeps"
+want = (key, text, kind)
+if st.button(f"run the full sweep ({L * H} heads, {kind})", key="abl_sweep_btn"):
+    st.session_state.setdefault(flag, set()).add(want)
+if want in st.session_state.get(flag, set()):
+    with st.spinner("sweeping every head…"), state.shown_errors("the sweep"):
+        sw = compute.sweep(m, key, text, kind)
+    st.plotly_chart(sweep_heatmap(sw, title=f"loss change, {kind}"), width="content")
+    st.caption(f"Change in the mean loss on this text (nats/token) when that head alone is {kind}-ablated; "
+               f"clean loss {float(sw['clean'].iloc[0]):.3f}. Rows: block (from 1) and layer (code index).")
+    st.dataframe(sw.sort_values("change", ascending=False), hide_index=True)
+else:
+    st.caption("The sweep runs only when you ask: it is the slowest thing on this page.")

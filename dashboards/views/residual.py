@@ -1,5 +1,44 @@
-"""residual page: being built."""
+"""Residual stream: how big the stream gets after the embedding and after each block."""
+from __future__ import annotations
+
 import streamlit as st
 
-st.header("residual")
-st.info("This page is being built.")
+import compute
+import state
+from sprout_interp.plots import rms_growth_chart, rms_position_chart
+from sprout_interp.residual import CHAPTER_GPT4_RMS, growth_claims
+
+state.header(
+    "Residual stream",
+    "The root mean square of the stream, `sqrt(mean x²)` over d_model, after the embedding (block 0) and after "
+    "each block, averaged over the text's tokens. Every block *adds* to the stream, so it grows; RMSNorm in front "
+    "of each block and of the head keeps what they read at a fixed size.",
+)
+m, key, text, toks = state.page_inputs()
+name = m.name or key
+
+with st.spinner("measuring the stream…"), state.shown_errors("the residual stream"):
+    rms = compute.rms(m, key, text)
+log_y = st.toggle("log scale", value=True, key="rms_log")
+st.plotly_chart(rms_growth_chart(rms.assign(model=name), color="model", dash=None, log_y=log_y,
+                                 chapter=CHAPTER_GPT4_RMS, chapter_label="chapter (gpt-4, held-out text)",
+                                 title=f"{name}: RMS of the stream after each block (this text)"),
+                width="content")
+c = st.columns(2)
+with c[0]:
+    st.markdown("**Ours beside the chapter's gpt-4 figures**")
+    st.dataframe(growth_claims(rms), hide_index=True)
+with c[1]:
+    st.markdown("**Every row** (block: from 1, 0 = after the embedding; layer: index in code, −1 = embedding)")
+    st.dataframe(rms, hide_index=True)
+
+st.subheader("Per position")
+if st.toggle("show the RMS at every position", value=False, key="rms_per_position"):
+    with st.spinner("measuring every position…"), state.shown_errors("the per-position RMS"):
+        pp = compute.rms(m, key, text, per_position=True)
+    blocks = st.multiselect("rows", list(range(m.cfg.n_layers + 1)), default=list(range(m.cfg.n_layers + 1)),
+                            format_func=lambda b: "embedding" if b == 0 else f"block {b}", key=f"rms_rows_{key}")
+    st.plotly_chart(rms_position_chart(pp, blocks=blocks, log_y=log_y, tokens=compute.str_tokens(m, key, text)),
+                    width="content")
+else:
+    st.caption("Turn it on to see the stream's size token by token.")

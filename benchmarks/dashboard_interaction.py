@@ -1,0 +1,167 @@
+"""How long the dashboard takes to redraw after a page interaction, once the page has loaded.
+
+    .venv/bin/python benchmarks/dashboard_interaction.py                 # sprout (gpt-4 if not installed)
+    .venv/bin/python benchmarks/dashboard_interaction.py --model gpt-4 --reps 7
+    .venv/bin/python benchmarks/dashboard_interaction.py --sprout-shaped  # also a random-weight Sprout-sized model
+
+Each page is opened in its own session (streamlit.testing.v1.AppTest, the script run without a
+browser) on a 512-token text, loaded once (first load: model, analyses, caches), then one
+interaction per page is repeated, alternating between two values so every redraw is a real change;
+rounds are interleaved over the pages so machine noise hits them alike. The table gives the first
+load, and the median, fastest and slowest redraw over ``--reps`` rounds. Times are the script run
+(what the server does for an interaction); the browser's own drawing is not included.
+
+``--sprout-shaped`` adds a model with Sprout's shape (8 blocks, d_model 384, 6 heads) and random
+weights, saved to a temporary folder: its timings stand in for the trained sprout before that
+checkpoint exists (the work per redraw does not depend on the weights' values).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = ROOT / "dashboards" / "app.py"
+OWN_PATH = "a checkpoint folder or course .pt…"
+OWN_TEXT = "type your own…"
+N_TOKENS = 512
+
+
+def text_of(model, n: int = N_TOKENS) -> tuple[str, str]:
+    """A text of at least ``n`` tokens for ``model``'s tokenizer, and where it came from."""
+    from sprout_interp.texts import TEXTS, validation_sample
+
+    try:
+        ids = validation_sample(model.tokenizer, n=1, length=n, seed=0)[0]
+        return model.to_string(ids), f"{n} tokens of held-out text"
+    except Exception:  # no corpus installed: the ready-made texts, repeated
+        text = " ".join(TEXTS.values())
+        while len(model.tokenizer.encode(text, add_special_tokens=False).ids) < n:
+            text += " " + text
+        return text, f"the ready-made texts repeated, cut to {n} tokens"
+
+
+def sprout_shaped(folder: Path) -> Path:
+    """Save a random-weight model with Sprout's preset shape (and the shipped tokenizer) to ``folder``."""
+    import torch
+    from sprout_model import GPT
+    from sprout_model.checkpoint import save_checkpoint
+    from sprout_model.presets import PRESETS
+
+    from sprout_interp import loading
+
+    torch.manual_seed(0)
+    gpt = GPT(PRESETS["sprout"]).eval()
+    return save_checkpoint(gpt, folder, Path(loading.SHIPPED_DIR) / "tokenizer.json", {"note": "random weights"})
+
+
+# page -> (file, widget kind, key, two values to alternate, what the interaction is)
+INTERACTIONS = {
+    "logit_lens": ("views/logit_lens.py", "number_input", "lens_pos", (100, 101), "pick another cell"),
+    "residual": ("views/residual.py", "toggle", "rms_log", (False, True), "toggle log scale"),
+    "attention": ("views/attention.py", "selectbox", "attn_head", (1, 0), "pick another head"),
+    "ablations": ("views/ablations.py", "slider", "abl_start", (200, 1), "scroll the per-token chart"),
+    "compare": ("views/compare.py", "slider", "cmp_start", (200, 1), "scroll the per-token chart"),
+}
+
+
+def run_model(key: str, path: str | None, text: str, reps: int) -> list[dict]:
+    from streamlit.testing.v1 import AppTest
+
+    sessions, first = {}, {}
+    for page, (file, *_rest) in INTERACTIONS.items():
+        at = AppTest.from_file(str(APP), default_timeout=900)
+        at.session_state["model_choice"] = OWN_PATH if path else key
+        if path:
+            at.session_state["model_path"] = path
+        at.session_state["text_choice"] = OWN_TEXT
+        at.session_state["own_text"] = text
+        at.switch_page(file)
+        t = time.perf_counter()
+        at.run()
+        first[page] = time.perf_counter() - t
+        if at.exception or at.error:
+            raise RuntimeError(f"{page}: {[e.value for e in [*at.exception, *at.error]]}")
+        sessions[page] = at
+
+    def interact(page: str, value) -> float:
+        _, kind, wkey, _, _ = INTERACTIONS[page]
+        at = sessions[page]
+        getattr(at, kind)(key=wkey).set_value(value)
+        t = time.perf_counter()
+        at.run()
+        dt = time.perf_counter() - t
+        if at.exception or at.error:
+            raise RuntimeError(f"{page}: {[e.value for e in [*at.exception, *at.error]]}")
+        return dt
+
+    for page, (*_, values, _) in INTERACTIONS.items():  # warm-up: each value once (fills the caches)
+        for v in values:
+            interact(page, v)
+    times = {p: [] for p in INTERACTIONS}
+    for r in range(reps):
+        for page, (*_, values, _) in INTERACTIONS.items():
+            times[page].append(interact(page, values[r % 2]))
+    return [
+        dict(model=key, page=page, interaction=INTERACTIONS[page][4], first=first[page],
+             median=statistics.median(ts), fastest=min(ts), slowest=max(ts))
+        for page, ts in times.items()
+    ]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None, help="shipped name or checkpoint path (default: sprout, else gpt-4)")
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--sprout-shaped", action="store_true", help="also time a random-weight Sprout-shaped model")
+    a = ap.parse_args(argv)
+
+    import torch
+
+    import sprout_interp as si
+    from sprout_interp import loading
+
+    models: list[tuple[str, str | None]] = []
+    if a.model:
+        models.append((a.model, None if a.model in loading.SHIPPED else a.model))
+    elif (Path(loading.SHIPPED_DIR) / "sprout" / "model.safetensors").is_file():
+        models.append(("sprout", None))
+    else:
+        print("note: the sprout checkpoint is not installed; timing gpt-4 instead", file=sys.stderr)
+        models.append(("gpt-4", None))
+    tmp = None
+    if a.sprout_shaped:
+        tmp = tempfile.TemporaryDirectory(prefix="sprout-shaped-")
+        models.append(("sprout-shaped (random weights)", str(sprout_shaped(Path(tmp.name) / "sprout-shaped"))))
+
+    rows = []
+    for key, path in models:
+        m = si.load(path or key)
+        text, source = text_of(m)
+        print(f"{key}: {m.cfg.n_layers} blocks, d_model {m.cfg.d_model}, {m.cfg.n_heads} heads; text: {source}; "
+              f"torch threads {torch.get_num_threads()}", file=sys.stderr)
+        rows += run_model(key, path, text, a.reps)
+
+    print(f"\nDashboard redraw after one interaction (AppTest script run, {N_TOKENS}-token text, "
+          f"median of {a.reps} interleaved rounds; {os.cpu_count()} CPUs)\n")
+    w = max(len(r["model"]) for r in rows)
+    print(f"| {'model':{w}s} | page       | interaction                | first load | median redraw | fastest | slowest |")
+    print(f"|{'-' * (w + 2)}|------------|----------------------------|-----------:|--------------:|--------:|--------:|")
+    for r in rows:
+        print(f"| {r['model']:{w}s} | {r['page']:10s} | {r['interaction']:26s} | {r['first']:8.2f} s | "
+              f"{r['median']:11.2f} s | {r['fastest']:5.2f} s | {r['slowest']:5.2f} s |")
+    if tmp is not None:
+        tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""Cached calls into sprout_interp: one place, keyed by the model's key (its name or path) and the text.
+
+Every function takes the model as ``_m`` (Streamlit does not hash a leading-underscore argument) and
+its key as ``key``, so results are cached per (model, text, options) and shared by every session:
+they are pure functions of those, so one session never sees another's choices, only the same answer
+to the same question. Nothing here does tensor maths; it calls the library.
+"""
+from __future__ import annotations
+
+import streamlit as st
+
+from sprout_interp import ablation, attention, compare, logit_lens, per_token, residual
+from sprout_interp.errors import AblationError
+from sprout_interp.texts import TEXTS
+
+import state
+
+_CACHE = dict(max_entries=32, show_spinner=False)
+
+
+def tokens(_m, text: str):
+    """The text's token ids (1, pos), cut to the context (the page has said so already)."""
+    return _m.to_tokens(text, truncate=True)
+
+
+@st.cache_data(**_CACHE)
+def str_tokens(_m, key: str, text: str) -> list[str]:
+    return list(_m.to_str_tokens(tokens(_m, text)[0]))
+
+
+# -- logit lens -------------------------------------------------------------------------------
+
+
+@st.cache_data(**_CACHE)
+def lens(_m, key: str, text: str):
+    """(LogitLens, summary table, cells table with token strings, embedding echo rate)."""
+    ll = logit_lens.logit_lens(_m, tokens(_m, text), k=5)
+    return ll, ll.summary(), ll.cells(_m.to_str_tokens), logit_lens.embedding_echo_rate(ll)
+
+
+@st.cache_data(**_CACHE)
+def lens_three_texts(_m, key: str):
+    """Summary of the lens over the three ready-made texts together (how the chapter measured Sprout)."""
+    toks, mask = _m.to_tokens_with_mask(list(TEXTS.values()), truncate=True)
+    return logit_lens.logit_lens(_m, toks, k=1, attention_mask=mask).summary()
+
+
+# -- residual stream --------------------------------------------------------------------------
+
+
+@st.cache_data(**_CACHE)
+def rms(_m, key: str, text: str, per_position: bool = False):
+    return residual.residual_rms(_m, tokens(_m, text), per_position=per_position)
+
+
+# -- attention --------------------------------------------------------------------------------
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def patterns(_m, key: str, text: str, layer: int):
+    """Attention patterns (head, query, key) of one block (0-indexed) on the text."""
+    return attention.attention_patterns(_m, tokens(_m, text), layers=[layer])[0]
+
+
+@st.cache_data(**_CACHE)
+def head_scores(_m, key: str, text: str):
+    """Previous-token / duplicate / induction scores on repeated random tokens and on this text."""
+    return attention.head_scores(_m, natural=tokens(_m, text), copying=False)
+
+
+@st.cache_data(**_CACHE)
+def circuit(_m, key: str):
+    """The detected induction circuit, from scores on repeated random tokens only (text-independent)."""
+    return attention.find_induction_circuit(_m, on="random")
+
+
+@st.cache_data(**_CACHE)
+def copying_scores(_m, key: str, kind: str = "zero"):
+    """Each head's part in in-context copying: the copying ratio with that head ablated (a sweep)."""
+    return attention.head_scores(_m, natural=False, copying=True, copying_kind=kind)
+
+
+@st.cache_data(**_CACHE)
+def repeated_tokens(_m, key: str, seq_len: int, seed: int):
+    """One row of random tokens repeated twice, and its token strings."""
+    from sprout_model.evaluation import repeated_tokens_batch
+
+    toks = repeated_tokens_batch(_m.cfg.d_vocab, seq_len, 1, seed)
+    strs = _m.to_str_tokens(toks[0]) if _m.tokenizer is not None else [f"#{i}" for i in toks[0].tolist()]
+    return toks, list(strs)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def repeated_patterns(_m, key: str, seq_len: int, seed: int, layer: int):
+    toks, _ = repeated_tokens(_m, key, seq_len, seed)
+    return attention.attention_patterns(_m, toks, layers=[layer])[0]
+
+
+@st.cache_data(**_CACHE)
+def copying_ratio(_m, key: str, seq_len: int, seed: int):
+    """(first-copy loss, second-copy loss, ratio) on 16 rows of repeated random tokens."""
+    from sprout_model.evaluation import repeated_tokens_loss_ratio
+
+    return tuple(repeated_tokens_loss_ratio(_m.model, seq_len=seq_len, batch=16, seed=seed))
+
+
+# -- ablations --------------------------------------------------------------------------------
+
+
+@st.cache_data(**_CACHE)
+def mean_reference(_m, key: str):
+    """Per-head mean outputs for mean ablation, and where they came from."""
+    try:
+        return ablation.head_means(_m), "held-out text (16 windows of 256 tokens)"
+    except AblationError:  # no corpus installed: the three ready-made texts instead
+        return ablation.head_means(_m, list(TEXTS.values())), "the three ready-made texts (the corpus is not installed)"
+
+
+@st.cache_data(**_CACHE)
+def resample_reference(_m, key: str, length: int):
+    """One held-out window at least as long as the text, to resample each head's output from."""
+    return ablation.default_reference(_m, n=1, length=length), "one window of held-out text"
+
+
+def reference(_m, key: str, kind: str, length: int):
+    """(reference, where it came from) for an ablation kind."""
+    if kind == "mean":
+        return mean_reference(_m, key)
+    if kind == "resample":
+        return resample_reference(_m, key, length)
+    return None, ""
+
+
+@st.cache_data(**_CACHE)
+def ablation_effect(_m, key: str, text: str, heads: tuple, kind: str):
+    toks = tokens(_m, text)
+    ref, _ = reference(_m, key, kind, toks.shape[1])
+    return per_token.ablation_effect(_m, toks, list(heads), kind=kind, reference=ref)
+
+
+@st.cache_data(**_CACHE)
+def sweep(_m, key: str, text: str, kind: str):
+    toks = tokens(_m, text)
+    ref, _ = reference(_m, key, kind, toks.shape[1])
+    return ablation.ablation_sweep(_m, toks, metric="loss", kind=kind, reference=ref)
+
+
+# -- comparing models -------------------------------------------------------------------------
+
+
+def _models(keys: tuple) -> dict:
+    return {k: state.load_model(k) for k in keys}
+
+
+@st.cache_data(**_CACHE)
+def compare_models(keys: tuple, text: str):
+    models = _models(keys)
+    ref = next(iter(models.values()))
+    if not _fits(ref, text):  # longer than the context: compare on the part the models read
+        text = ref.to_string(ref.to_tokens(text, truncate=True)[0])
+    return compare.compare_models(models, text)
+
+
+def _fits(m, text: str) -> bool:
+    try:
+        m.to_tokens(text)
+        return True
+    except Exception:
+        return False
+
+
+@st.cache_data(**_CACHE)
+def name_copying(keys: tuple):
+    return compare.name_copying_table(_models(keys))

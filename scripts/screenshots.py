@@ -1,0 +1,79 @@
+"""Save a PNG of every dashboard page, taken by headless Chromium, for the README.
+
+    .venv/bin/python scripts/screenshots.py                 # the app's default model (the best installed)
+    .venv/bin/python scripts/screenshots.py --model gpt-4 --out docs/screenshots
+
+Starts `streamlit run dashboards/app.py` on a free localhost port, opens each page, waits for its
+figures, presses the page's "run" button where it has one (the full ablation sweep, the copying
+sweep) and saves `<out>/<page>.png`. Needs Debian's chromium + chromium-driver and selenium (see
+scripts/browser.py).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import browser  # noqa: E402
+
+# page -> (URL path, figures drawn at first, text of a button to press (or None), figures after pressing)
+PAGES = {
+    "anatomy": ("/", 1, None, 1),
+    "logit_lens": ("/logit_lens", 2, None, 2),
+    "residual": ("/residual", 1, None, 1),
+    "attention": ("/attention", 3, "measure each head's part in copying", 4),
+    "ablations": ("/ablations", 1, "run the full sweep", 2),
+    "compare": ("/compare", 2, None, 2),
+    "positions": ("/positions", 1, None, 1),
+}
+
+
+def press(driver, label: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    for b in driver.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] button'):
+        if label in b.text:
+            driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", b)
+            b.click()
+            return
+    raise RuntimeError(f"no button {label!r} on the page")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None, help="shipped name or checkpoint path (default: the app's default)")
+    ap.add_argument("--out", type=Path, default=browser.ROOT / "docs" / "screenshots")
+    ap.add_argument("--pages", nargs="*", default=list(PAGES), choices=list(PAGES))
+    ap.add_argument("--width", type=int, default=1500)
+    args = ap.parse_args(argv)
+
+    _, _, why = browser.find_chromium()
+    if why:
+        print(f"cannot take screenshots: {why}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    saved = []
+    with browser.serve(args.model, log=args.out / "streamlit.log") as url, browser.chrome(args.width, 1000) as d:
+        for page in args.pages:
+            path, n0, button, n1 = PAGES[page]
+            t = time.monotonic()
+            d.set_window_size(args.width, 1000)
+            d.get(url + path)
+            browser.wait_for_page(d, n_plots=n0, timeout=600)
+            if button:
+                press(d, button)
+                time.sleep(1.0)
+                browser.wait_for_page(d, n_plots=n1, timeout=600)
+            bad = browser.problems(d)
+            png = browser.full_page_screenshot(d, args.out / f"{page}.png")
+            saved.append(png)
+            print(f"{page:11s} {time.monotonic() - t:6.1f} s  {png}" + (f"  PROBLEMS: {bad}" if bad else ""))
+    (args.out / "streamlit.log").unlink(missing_ok=True)
+    print(f"saved {len(saved)} screenshots in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
