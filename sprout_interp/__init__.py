@@ -1,5 +1,6 @@
 """sprout_interp: interpretability toolkit for Sprout, the course's small GPT."""
 from .errors import (
+    AblationError,
     CheckpointNotFoundError,
     ContextLengthError,
     HookNameError,
@@ -10,13 +11,20 @@ from .errors import (
     UnsafeCheckpointError,
     VocabularyMismatchError,
 )
+from . import logit_lens  # the module: si.logit_lens.logit_lens(model, tokens)
+from .ablation import ablate, ablation_sweep, attribution_sweep
+from .attention import attention_patterns, find_induction_circuit, head_scores
+from .compare import compare_models
 from .hooked import HookedSprout, SproutCache, load_hooked
+from .residual import residual_rms
 from .loading import LoadedCheckpoint, load_checkpoint
 
 load = load_hooked  # si.load("gpt-4") -> HookedSprout
 
 __all__ = [
     "load", "load_hooked", "HookedSprout", "SproutCache", "load_checkpoint", "LoadedCheckpoint",
-    "SproutError", "CheckpointNotFoundError", "NotACheckpointError", "UnsafeCheckpointError",
+    "residual_rms", "attention_patterns", "head_scores", "find_induction_circuit",
+    "ablate", "ablation_sweep", "attribution_sweep", "compare_models",
+    "SproutError", "AblationError", "CheckpointNotFoundError", "NotACheckpointError", "UnsafeCheckpointError",
     "StateDictMismatchError", "VocabularyMismatchError", "ContextLengthError", "HookNameError", "TokenizationError",
 ]

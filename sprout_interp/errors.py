@@ -43,3 +43,7 @@ class HookNameError(SproutError, KeyError):
 
 class TokenizationError(SproutError, ValueError):
     """Text the tokenizer cannot encode (for example a lone surrogate)."""
+
+
+class AblationError(SproutError, ValueError):
+    """A (layer, head) the model does not have, or an ablation / sweep / head-score argument that cannot work."""
