@@ -15,14 +15,12 @@ Writes by_layer.csv, claims.csv, first_correct.csv, by_layer.html and lens_grid_
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 import pandas as pd
-import torch
 
-from sprout_interp.cli import SHIPPED, held_out, load_models, out_dir, pct, print_table
+from sprout_interp.cli import held_out, pct, print_table, script_parser, start
 from sprout_interp.logit_lens import CHAPTER_SPROUT_CONFIDENCE, embedding_echo_rate, logit_lens, penultimate_vs_final
 from sprout_interp.plots import layer_metrics_chart, logit_lens_grid, save_figure
 from sprout_interp.texts import TEXTS
@@ -33,27 +31,17 @@ FLAT = 0.01  # a change of confidence under 1 point is "no clear change"
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", nargs="+", default=list(SHIPPED), help="shipped names or checkpoint paths")
+    p = script_parser("confidence_drop", __doc__)
     p.add_argument("--n", type=int, default=16, help="held-out windows (0: skip the held-out sample)")
     p.add_argument("--length", type=int, default=256, help="tokens per held-out window")
     p.add_argument("--seed", type=int, default=0, help="seed of the held-out sample")
-    p.add_argument("--out", default=None, help="output folder (default out/confidence_drop)")
     p.add_argument("--no-png", action="store_true", help="do not try the PNG export")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
     a = p.parse_args(argv)
-    if a.threads:
-        torch.set_num_threads(a.threads)
     t0 = time.time()
-    models = load_models(a.models)
-    if not models:
-        print("no checkpoint could be loaded; train one (python -m sprout_model.train --preset NAME) and pass "
-              "--models runs/NAME/checkpoint", file=sys.stderr)
+    started = start("confidence_drop", a)
+    if started is None:
         return 2
-    out = out_dir("confidence_drop", a.out)
-    print("models:")
-    for nm in models:
-        print(f"  {nm.describe()}")
+    models, out = started
 
     layers, claims, firsts = [], [], []
     for nm in models:

@@ -18,18 +18,16 @@ Writes sweeps.csv, name_copying.csv and sweep_<metric>_<model>.html into out/hea
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from types import SimpleNamespace
 
 import pandas as pd
-import torch
 
 from sprout_model.evaluation import repeated_tokens_batch
 from sprout_interp.ablation import ablation_sweep, head_means, name_copying_under_ablation
 from sprout_interp.attention import find_induction_circuit
-from sprout_interp.cli import SHIPPED, held_out, load_models, out_dir, pct, print_table
+from sprout_interp.cli import held_out, pct, print_table, script_parser, start
 from sprout_interp.plots import save_figure
 from sprout_interp.plots_heads import sweep_heatmap
 from sprout_interp.texts import TEXTS
@@ -39,8 +37,7 @@ NO_COPYING = 0.05  # a clean gain (second - first occurrence) below this: the mo
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", nargs="+", default=list(SHIPPED), help="shipped names or checkpoint paths")
+    p = script_parser("head_ablation", __doc__)
     p.add_argument("--kind", choices=["mean", "zero", "resample"], default="mean", help="how a head is ablated")
     p.add_argument("--n", type=int, default=4, help="held-out windows for the loss sweep")
     p.add_argument("--length", type=int, default=256, help="tokens per held-out window")
@@ -50,21 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of the random tokens and the held-out sample")
     p.add_argument("--threshold", type=float, default=0.3, help="score a head needs to count as previous-token / induction head")
     p.add_argument("--top", type=int, default=5, help="heads listed per sweep")
-    p.add_argument("--out", default=None, help="output folder (default out/head_ablation)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     a = p.parse_args(argv)
-    if a.threads:
-        torch.set_num_threads(a.threads)
     t0 = time.time()
-    models = load_models(a.models)
-    if not models:
-        print("no checkpoint could be loaded; train one (python -m sprout_model.train --preset NAME) and pass "
-              "--models runs/NAME/checkpoint", file=sys.stderr)
+    started = start("head_ablation", a)
+    if started is None:
         return 2
-    out = out_dir("head_ablation", a.out)
-    print("models:")
-    for nm in models:
-        print(f"  {nm.describe()}")
+    models, out = started
 
     sweeps, names, verdicts = [], [], []
     for nm in models:

@@ -17,16 +17,14 @@ into out/induction_heads/.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from types import SimpleNamespace
 
 import pandas as pd
-import torch
 
 from sprout_interp.attention import attention_patterns, find_induction_circuit, head_scores
-from sprout_interp.cli import SHIPPED, held_out, load_models, out_dir, print_table
+from sprout_interp.cli import held_out, print_table, script_parser, start
 from sprout_interp.plots import save_figure
 from sprout_interp.plots_heads import head_scores_figure, pattern_figure
 from sprout_interp.texts import TEXTS
@@ -35,8 +33,7 @@ CHAPTER_PREV_BLOCK, CHAPTER_INDUCTION_BLOCK = 2, 3  # gpt-4, blocks counted from
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", nargs="+", default=list(SHIPPED), help="shipped names or checkpoint paths")
+    p = script_parser("induction_heads", __doc__)
     p.add_argument("--seq-len", type=int, default=64, help="random tokens per copy (each row is this, twice)")
     p.add_argument("--batch", type=int, default=16, help="rows of repeated random tokens")
     p.add_argument("--n", type=int, default=8, help="held-out windows for the natural-text scores")
@@ -44,21 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of the random tokens and of the held-out sample")
     p.add_argument("--threshold", type=float, default=0.3, help="score a head needs to count as a previous-token / induction head")
     p.add_argument("--no-copying", action="store_true", help="skip the per-head copying ablation (faster)")
-    p.add_argument("--out", default=None, help="output folder (default out/induction_heads)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     a = p.parse_args(argv)
-    if a.threads:
-        torch.set_num_threads(a.threads)
     t0 = time.time()
-    models = load_models(a.models)
-    if not models:
-        print("no checkpoint could be loaded; train one (python -m sprout_model.train --preset NAME) and pass "
-              "--models runs/NAME/checkpoint", file=sys.stderr)
+    started = start("induction_heads", a)
+    if started is None:
         return 2
-    out = out_dir("induction_heads", a.out)
-    print("models:")
-    for nm in models:
-        print(f"  {nm.describe()}")
+    models, out = started
 
     tables, circuits = [], []
     for nm in models:

@@ -15,15 +15,13 @@ out/name_copying/.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 import pandas as pd
-import torch
 
 from sprout_model.evaluation import NAME_TEXTS
-from sprout_interp.cli import SHIPPED, load_models, out_dir, pct, print_table
+from sprout_interp.cli import pct, print_table, script_parser, start
 from sprout_interp.compare import compare_models, name_copying_table, piece_probabilities
 from sprout_interp.errors import SproutError
 from sprout_interp.plots import save_figure
@@ -40,23 +38,13 @@ REMEMBERS = 0.5  # what we take "remembers Plax" to mean
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", nargs="+", default=list(SHIPPED), help="shipped names or checkpoint paths")
-    p.add_argument("--out", default=None, help="output folder (default out/name_copying)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p = script_parser("name_copying", __doc__)
     a = p.parse_args(argv)
-    if a.threads:
-        torch.set_num_threads(a.threads)
     t0 = time.time()
-    models = load_models(a.models)
-    if not models:
-        print("no checkpoint could be loaded; train one (python -m sprout_model.train --preset NAME) and pass "
-              "--models runs/NAME/checkpoint", file=sys.stderr)
+    started = start("name_copying", a)
+    if started is None:
         return 2
-    out = out_dir("name_copying", a.out)
-    print("models:")
-    for nm in models:
-        print(f"  {nm.describe()}")
+    models, out = started
     ms = {nm.label: nm.model for nm in models}
     preset = {nm.label: nm.preset for nm in models}
 

@@ -14,14 +14,12 @@ scale; PNG too where static export works) into out/residual_growth/.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 import pandas as pd
-import torch
 
-from sprout_interp.cli import SHIPPED, held_out, load_models, out_dir, print_table
+from sprout_interp.cli import held_out, print_table, script_parser, start
 from sprout_interp.plots import rms_growth_chart, save_figure
 from sprout_interp.residual import CHAPTER_GPT4_GROWTH, CHAPTER_GPT4_RMS, growth_claims, residual_rms
 from sprout_interp.texts import TEXTS
@@ -35,27 +33,17 @@ def _band(ratio: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", nargs="+", default=list(SHIPPED), help="shipped names or checkpoint paths")
+    p = script_parser("residual_growth", __doc__)
     p.add_argument("--n", type=int, default=16, help="held-out windows (0: only the three texts)")
     p.add_argument("--length", type=int, default=256, help="tokens per held-out window")
     p.add_argument("--seed", type=int, default=0, help="seed of the held-out sample")
-    p.add_argument("--out", default=None, help="output folder (default out/residual_growth)")
     p.add_argument("--no-png", action="store_true", help="do not try the PNG export")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
     a = p.parse_args(argv)
-    if a.threads:
-        torch.set_num_threads(a.threads)
     t0 = time.time()
-    models = load_models(a.models)
-    if not models:
-        print("no checkpoint could be loaded; train one (python -m sprout_model.train --preset NAME) and pass "
-              "--models runs/NAME/checkpoint", file=sys.stderr)
+    started = start("residual_growth", a)
+    if started is None:
         return 2
-    out = out_dir("residual_growth", a.out)
-    print("models:")
-    for nm in models:
-        print(f"  {nm.describe()}")
+    models, out = started
 
     tables, claims = [], []
     for nm in models:

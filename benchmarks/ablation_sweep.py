@@ -136,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         "attribution": "attribution patching (1 forward + 1 backward)",
     }
     print()
-    print(f"| method | median s | min s | max s | ratio to naive |")
-    print(f"|---|---:|---:|---:|---:|")
+    print("| method | median s | min s | max s | ratio to naive |")
+    print("|---|---:|---:|---:|---:|")
     for k in ("naive", "fast", "attribution"):
         print(f"| {labels[k]} | {med[k]:.2f} | {min(times[k]):.2f} | {max(times[k]):.2f} | {med[k] / med['naive']:.3f} |")
     print()

@@ -11,7 +11,7 @@ from .errors import (
     UnsafeCheckpointError,
     VocabularyMismatchError,
 )
-from . import logit_lens  # the module: si.logit_lens.logit_lens(model, tokens)
+from . import logit_lens  # noqa: F401  (the module: si.logit_lens.logit_lens(model, tokens))
 from .ablation import ablate, ablation_sweep, attribution_sweep
 from .attention import attention_patterns, find_induction_circuit, head_scores
 from .compare import compare_models

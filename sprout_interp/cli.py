@@ -118,3 +118,36 @@ def print_table(df: pd.DataFrame, title: str, stream=None) -> None:
     print(f"\n== {title} ==", file=stream)
     with pd.option_context("display.width", 250, "display.max_columns", None, "display.max_colwidth", 60):
         print(df.to_string(index=False), file=stream)
+
+
+def script_parser(name: str, description: str | None):
+    """The argument parser every analysis script starts from: --models, --out and --threads."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="+", default=list(SHIPPED), help="shipped names or checkpoint paths")
+    p.add_argument("--out", default=None, help=f"output folder (default out/{name})")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
+    return p
+
+
+def start(name: str, args) -> Optional[tuple[list[NamedModel], Path]]:
+    """Apply --threads, load --models (reporting what is missing) and make the output folder.
+
+    Returns (models, output folder), or None after printing why nothing could be loaded.
+    """
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    models = load_models(args.models)
+    if not models:
+        print("no checkpoint could be loaded; train one (python -m sprout_model.train --preset NAME) and pass "
+              "--models runs/NAME/checkpoint", file=sys.stderr)
+        return None
+    out = out_dir(name, args.out)
+    print("models:")
+    for nm in models:
+        print(f"  {nm.describe()}")
+    return models, out

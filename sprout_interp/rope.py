@@ -8,7 +8,7 @@ from torch import Tensor
 from sprout_model.model import apply_rope, rope_tables
 
 
-def random_qk(head_dim: int = 64, seed: int = 1) -> tuple[Float[Tensor, "head_dim"], Float[Tensor, "head_dim"]]:
+def random_qk(head_dim: int = 64, seed: int = 1) -> tuple[Float[Tensor, " head_dim"], Float[Tensor, " head_dim"]]:
     """A seeded random query and key of unit length."""
     g = torch.Generator().manual_seed(seed)
     q, k = torch.randn(head_dim, generator=g), torch.randn(head_dim, generator=g)
@@ -31,7 +31,7 @@ def score_grid(q: Tensor, k: Tensor, size: int = 64, base: float = 10000.0) -> F
     return rq @ rk.T
 
 
-def turn_lengths(head_dim: int = 64, base: float = 10000.0) -> Float[Tensor, "pairs"]:
+def turn_lengths(head_dim: int = 64, base: float = 10000.0) -> Float[Tensor, " pairs"]:
     """Positions per full turn of each pair i: 2π/θᵢ (pair 0 ≈ 6.3, the last ≈ 47,000 for head_dim 64)."""
     theta = 1.0 / (base ** (torch.arange(0, head_dim, 2).float() / head_dim))
     return 2 * torch.pi / theta

@@ -17,7 +17,6 @@ from sprout_interp import HookedSprout
 from sprout_interp.ablation import (
     AblatedRunner,
     CopyingLoss,
-    Loss,
     TargetLogProb,
     ablate,
     ablation_sweep,
