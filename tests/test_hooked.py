@@ -738,7 +738,9 @@ def test_shipped_checkpoint_identities(name):
         plain, _ = m.model(toks)
         torch.testing.assert_close(m(toks), plain, atol=1e-5, rtol=0)
         logits, cache = m.run_with_cache(toks)
-    torch.testing.assert_close(logits, plain, atol=1e-5, rtol=0)
+    # a full cache takes the explicit-softmax path; trained logits reach ~15, where float32's own
+    # rounding is ~1e-6 relative, so allow that on top of 1e-5
+    torch.testing.assert_close(logits, plain, atol=1e-5, rtol=1e-6)
     L = m.cfg.n_layers
     torch.testing.assert_close(m.model.head(m.model.norm(cache[f"blocks.{L - 1}.hook_resid_post"])), plain, atol=1e-5, rtol=0)
     acc = cache["hook_embed"].clone()
@@ -777,6 +779,6 @@ def test_shipped_checkpoint_fused_equals_explicit(name):
     with torch.no_grad():
         _, fused = m.run_with_cache(toks, names_filter=lambda n: "pattern" not in n and "scores" not in n)
         logits, explicit = m.run_with_cache(toks)
-        torch.testing.assert_close(logits, m(toks), atol=1e-5, rtol=0)
+        torch.testing.assert_close(logits, m(toks), atol=1e-5, rtol=1e-6)  # float32 rounding at |logit| ~ 15
     for k in fused.keys():
         torch.testing.assert_close(fused[k], explicit[k], atol=1e-5, rtol=1e-5)

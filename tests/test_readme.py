@@ -26,6 +26,6 @@ def test_readme_notebook_example_runs():
         exec(compile(notebook_block(), "README.md", "exec"), {})
     printed = out.getvalue()
     assert "'Z'" in printed or "Z" in printed.splitlines()[0]
-    assert printed.count("block ") == 4  # one RMS line per block of gpt-4
+    assert sum(line.startswith("block ") for line in printed.splitlines()) == 4  # one RMS line per block
     change = float(printed.strip().splitlines()[-1].split(":")[-1])
     assert change > 0  # zeroing a head changes the logits
