@@ -259,12 +259,13 @@ class HookedAttention(nn.Module):
         q = _heads_hook(self.hook_rot_q, apply_rope(q, cos, sin))
         k = _heads_hook(self.hook_rot_k, apply_rope(k, cos, sin))
         if self.needs_pattern():
-            scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.d_head)
-            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril_()
-            scores = self.hook_attn_scores(scores.masked_fill(~causal, float("-inf")))
-            pattern = F.softmax(scores.float(), dim=-1)
-            pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern).to(v.dtype)
-            pattern = self.hook_pattern(pattern)
+            # (batch, head, T, T) tensors dominate a full cache: scale q instead of the scores and
+            # mask in place, so each layer allocates only the scores and the pattern
+            scores = torch.matmul(q * (1.0 / math.sqrt(self.d_head)), k.transpose(-2, -1))
+            future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu_(1)
+            scores = self.hook_attn_scores(scores.masked_fill_(future, float("-inf")))
+            pattern = F.softmax(scores, dim=-1, dtype=torch.float32)
+            pattern = self.hook_pattern(pattern.nan_to_num_(0.0).to(v.dtype))  # a hook may mask a whole row
             y = torch.matmul(pattern, v)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
