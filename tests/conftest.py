@@ -9,6 +9,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import pytest
 import torch
 
+from sprout_interp.hooked import HookedSprout
 from sprout_model import GPT, Config
 
 
@@ -28,3 +29,9 @@ def tiny_cfg() -> Config:
 def tiny_model(tiny_cfg) -> GPT:
     torch.manual_seed(0)
     return GPT(tiny_cfg).eval()
+
+
+@pytest.fixture
+def hooked(tiny_model) -> HookedSprout:
+    """The tiny model inside the hook-instrumented wrapper (a module may override it)."""
+    return HookedSprout(tiny_model)

@@ -59,11 +59,6 @@ def expected_hook_names(n_layers: int) -> list[str]:
 
 
 @pytest.fixture
-def hooked(tiny_model) -> HookedSprout:
-    return HookedSprout(tiny_model)
-
-
-@pytest.fixture
 def toks() -> torch.Tensor:
     g = torch.Generator().manual_seed(1)
     return torch.randint(0, 64, (3, 12), generator=g)

@@ -35,11 +35,6 @@ SHIPPED_DIR = ROOT / "model" / "checkpoints"
 
 
 @pytest.fixture
-def hooked(tiny_model) -> HookedSprout:
-    return HookedSprout(tiny_model)
-
-
-@pytest.fixture
 def toks() -> torch.Tensor:
     return torch.randint(0, 64, (2, 10), generator=torch.Generator().manual_seed(2))
 
