@@ -76,3 +76,23 @@ CALCULATOR_PRESETS: dict[str, dict[str, int]] = {
     # GPT-2 small's widths and vocabulary in Sprout's architecture (SwiGLU at 2/3·4d)
     "GPT-2-small-sized": dict(d_model=768, n_layer=12, d_ff=2048, vocab_size=50257, n_head=12),
 }
+
+
+def counted_breakdown(model) -> dict:
+    """The same pieces as :func:`param_breakdown`, counted on a real ``GPT`` (``numel`` of its tensors):
+    embedding, attention / ffn / norms of block 0, all blocks, final norm, total (tied matrix once)."""
+    b0 = model.blocks[0]
+    count = lambda mod: sum(p.numel() for p in mod.parameters())  # noqa: E731
+    total = model.num_params()
+    embedding = model.embed.weight.numel()
+    return {"embedding": embedding, "attention": count(b0.attn), "ffn": count(b0.ffn),
+            "norms": count(b0.norm1) + count(b0.norm2), "per_block": count(b0),
+            "blocks": sum(count(b) for b in model.blocks), "final_norm": count(model.norm), "total": total,
+            "vocab_share": embedding / total}
+
+
+CHAPTER_COUNTS = {  # the chapter's own figures
+    "sprout": {"total": 17_309_056, "untied": 20_454_784, "embedding": 3_145_728, "attention": 589_824 + 128,
+               "ffn": 1_179_648, "norms": 768, "vocab_share": 0.18},
+    "gpt-1": {"vocab_share": 0.80},
+}
