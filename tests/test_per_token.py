@@ -30,7 +30,8 @@ TOKS = torch.tensor([[5, 9, 2, 33, 7, 1, 4, 8, 5, 9]])
 
 def test_next_token_table_matches_the_plain_loss(hooked):
     df = next_token_table(hooked, TOKS)
-    logits = hooked.model(TOKS)[0]
+    with torch.no_grad():
+        logits = hooked.model(TOKS)[0]
     loss = F.cross_entropy(logits[0, :-1], TOKS[0, 1:], reduction="none")
     assert list(df["position"]) == list(range(1, 10))
     torch.testing.assert_close(torch.tensor(df["loss"].to_numpy()), loss, atol=1e-5, rtol=0)
