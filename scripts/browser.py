@@ -136,11 +136,16 @@ def wait_for_page(driver, n_plots: int = 1, timeout: float = 180.0) -> None:
     raise TimeoutError(f"the page did not draw {n_plots} figure(s) within {timeout:.0f} s")
 
 
+def texts(driver, css: str, attribute: str = "innerText") -> list[str]:
+    """``attribute`` of every element matching ``css``, read in one script call: Streamlit re-renders
+    elements at any moment, and reading them one by one from Python can hit a stale element."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0])).map(e => e[arguments[1]]);", css, attribute)
+
+
 def problems(driver) -> list[str]:
     """Texts of the exception and error boxes on the page (empty when all is well)."""
-    from selenium.webdriver.common.by import By
-
-    return [e.text for css in (EXCEPTION_CSS, ERROR_CSS) for e in driver.find_elements(By.CSS_SELECTOR, css)]
+    return [t for css in (EXCEPTION_CSS, ERROR_CSS) for t in texts(driver, css)]
 
 
 def full_page_screenshot(driver, path: Path, max_height: int = 6000) -> Path:

@@ -44,8 +44,8 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from .errors import AblationError, SproutError
-from .hooked import HookedSprout
+from .errors import AblationError
+from .hooked import HookedSprout, as_hooked
 
 __all__ = [
     "KINDS", "CONVENTION", "AblationResult", "ablate", "ablation_sweep", "attribution_sweep", "head_means",
@@ -63,16 +63,6 @@ _REF_N, _REF_LEN, _REF_SEED = 16, 256, 4321  # default reference: 16 held-out wi
 # --------------------------------------------------------------------------------------------
 # inputs
 
-
-def as_hooked(model) -> HookedSprout:
-    """A HookedSprout for ``model`` (a HookedSprout, or a plain ``sprout_model.GPT`` wrapped without copying)."""
-    if isinstance(model, HookedSprout):
-        return model
-    from sprout_model import GPT
-
-    if isinstance(model, GPT):
-        return HookedSprout(model)
-    raise SproutError(f"expected a HookedSprout (sprout_interp.load(...)) or a sprout_model.GPT, got {type(model).__name__}")
 
 
 def prepare_tokens(
@@ -140,10 +130,9 @@ def default_reference(model: HookedSprout, n: int = _REF_N, length: int = _REF_L
     if model.tokenizer is None:
         raise AblationError("the default reference is held-out text, which needs the model's tokenizer: pass reference=tokens")
     try:
-        from .texts import validation_sample
+        from .texts import held_out_for
 
-        corpus = (model.info or {}).get("corpus") or "default"
-        ref = validation_sample(model.tokenizer, n=n, length=min(length, model.cfg.n_ctx), seed=seed, corpus=corpus)
+        ref = held_out_for(model, n, length, seed)
     except (ImportError, OSError, ValueError, RuntimeError) as e:  # RuntimeError: sprout_model.corpus.CorpusError
         raise AblationError(
             f"could not draw the default reference from the held-out corpus ({type(e).__name__}: {e}). "

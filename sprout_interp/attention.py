@@ -146,10 +146,9 @@ def _natural_tokens(model: HookedSprout, natural, n: int, length: int, seed: int
     if model.tokenizer is None:
         raise AblationError("natural-text scores need the model's tokenizer, or pass natural=<token ids>; natural=False skips them")
     try:
-        from .texts import validation_sample
+        from .texts import held_out_for
 
-        corpus = (model.info or {}).get("corpus") or "default"
-        return torch.as_tensor(validation_sample(model.tokenizer, n=n, length=min(length, model.cfg.n_ctx), seed=seed, corpus=corpus))
+        return held_out_for(model, n, length, seed)
     except (ImportError, OSError, ValueError, RuntimeError):  # RuntimeError: sprout_model.corpus.CorpusError
         from .texts import TEXTS
 

@@ -86,12 +86,11 @@ def held_out(model, args, stream=None):
     note on ``stream`` (stderr), when the corpus packages are not installed."""
     from sprout_model.corpus import CorpusError
 
-    from .texts import validation_sample
+    from .texts import held_out_for
 
     global _held_out_note_shown
-    corpus = (getattr(model, "info", None) or {}).get("corpus") or "default"
     try:
-        return validation_sample(model.tokenizer, args.n, args.length, args.seed, corpus=corpus)
+        return held_out_for(model, args.n, args.length, args.seed)
     except CorpusError as e:
         if not _held_out_note_shown:
             print(f"held-out sample skipped ({e}); only the three texts are measured",

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 import torch
 
-from .ablation import as_hooked
+from .hooked import as_hooked
 from .errors import SproutError
 
 __all__ = ["compare_models", "name_copying_table", "piece_probabilities", "model_dict"]

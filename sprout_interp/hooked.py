@@ -997,6 +997,15 @@ class _Runner:
         return self.hooked(idx), None
 
 
+def as_hooked(model) -> "HookedSprout":
+    """``model`` itself if it is a HookedSprout; a plain ``sprout_model.GPT`` is wrapped (no copy)."""
+    if isinstance(model, HookedSprout):
+        return model
+    if isinstance(model, GPT):
+        return HookedSprout(model)
+    raise SproutError(f"expected a HookedSprout (sprout_interp.load(...)) or a sprout_model.GPT, got {type(model).__name__}")
+
+
 def load_hooked(name_or_path: Union[str, Path], tokenizer=None) -> HookedSprout:
     """Load a checkpoint ("gpt-1", "gpt-4", "sprout", a folder or a course ``.pt``) as a HookedSprout.
 

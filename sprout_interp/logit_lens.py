@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from .residual import _mask, as_hooked, residual_stack, row_labels
+from .hooked import as_hooked
+from .residual import _mask, residual_stack, row_labels
 
 __all__ = [
     "CHAPTER_SPROUT_CONFIDENCE", "LogitLens", "logit_lens", "lens_log_probs", "read_out",

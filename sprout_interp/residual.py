@@ -17,6 +17,8 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from .hooked import as_hooked
+
 __all__ = [
     "CHAPTER_GPT4_RMS", "CHAPTER_GPT4_GROWTH", "as_hooked", "stream_names", "row_labels",
     "residual_stack", "stream_rms", "residual_rms", "growth_claims",
@@ -28,15 +30,6 @@ CHAPTER_GPT4_RMS: dict[int, float] = {0: 0.18, 1: 10.0, 4: 35.0}
 CHAPTER_GPT4_GROWTH: float = 200.0
 
 
-def as_hooked(model):
-    """``model`` itself if it is a :class:`~sprout_interp.HookedSprout`; a plain ``sprout_model.GPT`` gets wrapped."""
-    from sprout_model.model import GPT
-
-    if isinstance(model, GPT):
-        from .hooked import HookedSprout
-
-        return HookedSprout(model)
-    return model
 
 
 def stream_names(n_layers: int) -> list[str]:

@@ -88,3 +88,10 @@ def validation_sample(tokenizer, n: int = 16, length: int = 256, seed: int = 0, 
         start = int(rng.integers(0, len(ids) - length))
         rows.append(ids[start: start + length])
     return torch.tensor(rows, dtype=torch.long)
+
+
+def held_out_for(model, n: int = 16, length: int = 256, seed: int = 0) -> torch.Tensor:
+    """:func:`validation_sample` for a loaded model: its tokenizer, the corpus named in its train.json
+    (default "default"), windows no longer than its context. Raises CorpusError without the corpus."""
+    corpus = (getattr(model, "info", None) or {}).get("corpus") or "default"
+    return validation_sample(model.tokenizer, n=n, length=min(length, model.cfg.n_ctx), seed=seed, corpus=corpus)

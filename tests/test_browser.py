@@ -34,9 +34,8 @@ def chromium():
 
 
 def _inputs(d) -> list[str]:
-    from selenium.webdriver.common.by import By
 
-    return [e.get_attribute("value") for e in d.find_elements(By.CSS_SELECTOR, '[data-testid="stNumberInputField"]')]
+    return browser.texts(d, '[data-testid="stNumberInputField"]', "value")
 
 
 def test_logit_lens_page_in_chromium(chromium, tmp_path):
@@ -48,10 +47,10 @@ def test_logit_lens_page_in_chromium(chromium, tmp_path):
         browser.wait_for_page(d, n_plots=2)
         assert browser.problems(d) == []
         # the grid rendered: a heat-map drawn by plotly, with its title and the layer rows
-        title = d.find_element(By.CSS_SELECTOR, f"{GRID_CSS} .gtitle").text
+        title = browser.texts(d, f"{GRID_CSS} .gtitle", "textContent")[0]
         assert "top-1 guess after each block" in title
         assert d.find_elements(By.CSS_SELECTOR, f"{GRID_CSS} .heatmaplayer image, {GRID_CSS} .hm image")
-        rows = [t.text for t in d.find_elements(By.CSS_SELECTOR, f"{GRID_CSS} .yaxislayer-above .ytick text")]
+        rows = browser.texts(d, f"{GRID_CSS} .yaxislayer-above .ytick text", "textContent")
         assert {"embedding", "block 1", "block 4"} <= set(rows) and "block 5" not in rows
 
         # clicking a cell selects it (the path AppTest cannot reach): position 3, row "block 2"
@@ -65,7 +64,7 @@ def test_logit_lens_page_in_chromium(chromium, tmp_path):
             time.sleep(0.3)
         browser.wait_for_page(d, n_plots=2)
         assert _inputs(d)[:1] == ["3"]
-        assert any(h.text == "block 2, position 3" for h in d.find_elements(By.CSS_SELECTOR, "h3"))
+        assert "block 2, position 3" in [h.strip() for h in browser.texts(d, "h3")]
         assert browser.problems(d) == []
         browser.full_page_screenshot(d, tmp_path / "logit_lens.png")
         assert (tmp_path / "logit_lens.png").stat().st_size > 20_000
@@ -73,9 +72,8 @@ def test_logit_lens_page_in_chromium(chromium, tmp_path):
         # the navigation works: another page from the sidebar
         d.find_element(By.CSS_SELECTOR, '[data-testid="stSidebarNav"] a[href$="/residual"]').click()
         deadline = time.monotonic() + 60
-        while not any("Residual stream" in h.text for h in d.find_elements(By.CSS_SELECTOR, "h2")) \
-                and time.monotonic() < deadline:
+        while not any("Residual stream" in h for h in browser.texts(d, "h2")) and time.monotonic() < deadline:
             time.sleep(0.3)
         browser.wait_for_page(d, n_plots=1)
-        assert any("Residual stream" in h.text for h in d.find_elements(By.CSS_SELECTOR, "h2"))
+        assert any("Residual stream" in h for h in browser.texts(d, "h2"))
         assert browser.problems(d) == []
