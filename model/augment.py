@@ -77,3 +77,13 @@ def repeated_random_row(rng: np.random.Generator, length: int, vocab: int, min_p
     period = int(rng.integers(min_period, max_period + 1))
     seg = rng.integers(1, vocab, size=period)
     return np.resize(seg, length).astype(np.int64)
+
+
+def repeated_text_row(rng: np.random.Generator, row: np.ndarray, min_period: int = 8,
+                      max_period: int | None = None) -> np.ndarray:
+    """The row's own first P tokens repeated to its length, P random in [min_period, max_period]
+    (default half the row): real text, so the first copy is ordinary language modelling and the
+    repeats are predictable only by finding the earlier copy (P varies, so no fixed offset works)."""
+    max_period = max_period or len(row) // 2
+    period = int(rng.integers(min_period, max_period + 1))
+    return np.resize(row[:period], len(row)).astype(np.int64)

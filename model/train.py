@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .augment import repeated_random_row
+from .augment import repeated_random_row, repeated_text_row
 from .checkpoint import save_checkpoint
 from .evaluation import repeated_tokens_loss_ratio
 from .model import GPT
@@ -53,7 +53,12 @@ class TrainArgs:
     max_minutes: float | None = None  # stop (resumably) after this much wall time in this process
     max_steps: int | None = None  # stop (resumably) at this step; the schedule still uses --tokens
     name_views: bool = False  # train on the name-randomised views written by `prepare --name-views K`
-    copy_rows: float = 0.0  # share of rows replaced by random tokens repeating with a random period
+    copy_rows: float = 0.0  # share of rows replaced by a segment repeating with a random period
+    qk_gain_lr: float = 1.0  # learning-rate multiplier for the QK-norm gains (see TRAINING.md)
+    copy_source: str = "random"  # the repeated segment: "random" tokens, or the start of the row's own "text"
+    n_layer: int | None = None  # train a shallower version of the preset (a first stage that --init-from grows)
+    init_from: str | None = None  # start from another run's weights (its folder's state.pt, or a checkpoint
+    # folder); fresh optimizer and schedule; its tokens and history carry over into this run's counts
 
     @property
     def total_steps(self) -> int:
@@ -79,10 +84,13 @@ class Batches:
     """
 
     def __init__(self, views: np.ndarray | list[np.ndarray], seq_len: int, batch_size: int, seed: int,
-                 copy_rows: float = 0.0, vocab_size: int = 8192):
+                 copy_rows: float = 0.0, vocab_size: int = 8192, copy_source: str = "random"):
         self.views = views if isinstance(views, list) else [views]
         self.T, self.B, self.seed = seq_len, batch_size, seed
         self.copy_rows, self.vocab_size = copy_rows, vocab_size
+        if copy_source not in ("random", "text"):
+            raise ValueError(f"copy_source must be 'random' or 'text', got {copy_source!r}")
+        self.copy_source = copy_source
         n = min((len(v) - 1) // seq_len for v in self.views)
         if n < batch_size:
             raise ValueError(f"only {n} windows of {seq_len} tokens; need at least batch_size={batch_size}")
@@ -112,7 +120,10 @@ class Batches:
         rows = np.stack([self.tokens[s: s + self.T + 1] for s in starts]).astype(np.int64)
         if self.copy_rows > 0:
             for i in np.flatnonzero(rng.random(self.B) < self.copy_rows):
-                rows[i] = repeated_random_row(rng, self.T + 1, self.vocab_size)
+                if self.copy_source == "text":
+                    rows[i] = repeated_text_row(rng, rows[i])
+                else:
+                    rows[i] = repeated_random_row(rng, self.T + 1, self.vocab_size)
         x = torch.from_numpy(rows)
         return x[:, :-1], x[:, 1:]
 
@@ -149,6 +160,46 @@ def _atomic_torch_save(obj: dict, path: Path) -> None:
     os.replace(tmp, path)  # a kill leaves either the old file or the new one, never half of one
 
 
+def _load_grown(model: GPT, sd: dict) -> None:
+    """Load ``sd`` into ``model``; if ``sd`` has fewer blocks, it fills the first ones and each extra
+    block starts as the identity (its two residual projections zeroed, the rest freshly initialised),
+    so the grown model computes exactly what the shallow one did and training goes on from there."""
+    have = {int(k.split(".")[1]) for k in sd if k.startswith("blocks.")}
+    n_src = max(have) + 1 if have else 0
+    if n_src > model.cfg.n_layer:
+        raise ValueError(f"--init-from has {n_src} blocks, more than this model's {model.cfg.n_layer}")
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    if unexpected or any(not k.startswith("blocks.") or int(k.split(".")[1]) < n_src for k in missing):
+        raise ValueError(f"--init-from does not fit this model: missing {missing[:4]}, unexpected {unexpected[:4]}")
+    with torch.no_grad():
+        for block in model.blocks[n_src:]:
+            block.attn.proj.weight.zero_()
+            block.ffn.w2.weight.zero_()
+
+
+def _load_init(model: torch.nn.Module, src: Path) -> tuple[int, int, list, dict]:
+    """Load another run's weights into ``model``; returns (its steps, its tokens, its history, a summary).
+
+    ``src`` is a run folder (its ``state.pt``: the last weights) or a checkpoint folder (best weights).
+    """
+    if (src / "state.pt").is_file():
+        s = torch.load(src / "state.pt", weights_only=False)
+        _load_grown(model, s["model"])
+        prev = {"steps": s["step"], "tokens_seen": s["tokens_seen"], "history": s["history"],
+                "args": s.get("args"), "init": s.get("init")}
+    elif (src / "model.safetensors").is_file():
+        from .checkpoint import load_folder
+        loaded, info = load_folder(src)
+        _load_grown(model, loaded.state_dict())
+        prev = {"steps": info.get("steps", 0), "tokens_seen": info.get("tokens_seen", 0),
+                "history": info.get("history", []), "args": info.get("args"), "init": info.get("init_from")}
+    else:
+        raise FileNotFoundError(f"--init-from {src}: neither a run folder with state.pt nor a checkpoint folder")
+    summary = {"path": str(src), "steps": prev["steps"], "tokens_seen": prev["tokens_seen"],
+               "args": prev["args"], "init_from": prev["init"]}
+    return prev["steps"], prev["tokens_seen"], list(prev["history"]), summary
+
+
 def train(a: TrainArgs, progress: bool = True) -> dict:
     """Train (or resume) a run; returns its summary (also in ``<out>/checkpoint/train.json``)."""
     if a.threads:
@@ -172,18 +223,28 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
 
     cfg = preset(a.preset)
     cfg.vocab_size = meta["vocab_size"]
+    if a.n_layer is not None:
+        cfg.n_layer = a.n_layer
     torch.manual_seed(a.seed)
     model = GPT(cfg)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]  # norm gains are not decayed
+    # norm gains are not decayed; QK-norm gains may learn faster: they set how sharp attention can be
+    qk_gains = [p for n, p in model.named_parameters() if n.endswith(("q_norm.weight", "k_norm.weight"))]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2 and all(p is not q for q in qk_gains)]
     opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": a.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        [{"params": decay, "weight_decay": a.weight_decay, "lr_mult": 1.0},
+         {"params": no_decay, "weight_decay": 0.0, "lr_mult": 1.0},
+         {"params": qk_gains, "weight_decay": 0.0, "lr_mult": a.qk_gain_lr}],
         lr=a.lr, betas=(0.9, a.beta2),
     )
-    batches = Batches(train_tokens, a.seq_len, a.batch_size, a.seed, a.copy_rows, cfg.vocab_size)
+    batches = Batches(train_tokens, a.seq_len, a.batch_size, a.seed, a.copy_rows, cfg.vocab_size, a.copy_source)
     step, tokens_seen, wall, best, history = 0, 0, 0.0, float("inf"), []
 
     state_file = out / "state.pt"
+    init = None
+    if a.init_from and not state_file.exists():
+        _, tokens_seen, history, init = _load_init(model, Path(a.init_from))
+        print(f"starting from {a.init_from} ({tokens_seen:,} tokens already seen)")
     if state_file.exists():
         s = torch.load(state_file, weights_only=False)  # our own file, holding numpy RNG state
         model.load_state_dict(s["model"])
@@ -191,6 +252,7 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
         batches.load_state(s["data"])
         _set_rng_state(s["rng"])
         step, tokens_seen, wall, best, history = s["step"], s["tokens_seen"], s["wall"], s["best_val"], s["history"]
+        init = s.get("init")
         print(f"resumed {out} at step {step:,} ({tokens_seen:,} tokens)")
 
     fwd = torch.compile(model) if a.compile else model
@@ -199,7 +261,7 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
         _atomic_torch_save({
             "model": model.state_dict(), "optimizer": opt.state_dict(), "data": batches.state(), "rng": _rng_state(),
             "step": step, "tokens_seen": tokens_seen, "wall": wall, "best_val": best, "history": history,
-            "args": asdict(a),
+            "args": asdict(a), "init": init,
         }, state_file)
 
     def train_info(val_loss: float) -> dict:
@@ -207,7 +269,7 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
             "preset": a.preset, "corpus": meta["corpus"], "corpus_sha256": meta["corpus_sha256"],
             "tokens_seen": tokens_seen, "steps": step, "wall_time_s": round(wall, 1),
             "val_loss": round(val_loss, 4), "val_loss_unit": "nats/token", "args": asdict(a),
-            "history": history,
+            "init_from": init, "history": history,
         }
 
     stop = {"now": False}
@@ -224,7 +286,7 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
                 break
             t0 = time.time()
             for g in opt.param_groups:
-                g["lr"] = lr_at(step, a)
+                g["lr"] = lr_at(step, a) * g.get("lr_mult", 1.0)
             x, y = batches.next()
             _, loss = fwd(x, y)
             opt.zero_grad(set_to_none=True)
@@ -268,7 +330,8 @@ def main(argv: list[str] | None = None) -> None:
         elif isinstance(default, bool):
             p.add_argument(flag, action="store_true")
         elif default is None:
-            p.add_argument(flag, type=float if f == "max_minutes" else (str if f == "out" else int), default=None)
+            p.add_argument(flag, type=float if f == "max_minutes" else (str if f in ("out", "init_from") else int),
+                           default=None)
         else:
             p.add_argument(flag, type=type(default), default=default)
     a = TrainArgs(**vars(p.parse_args(argv)))

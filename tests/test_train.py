@@ -260,7 +260,14 @@ def test_optimizer_uses_the_schedule(data, tmp_path):
     for group in _state(out)["optimizer"]["param_groups"]:
         assert group["lr"] == pytest.approx(lr_at(4, a))  # the lr of the last step taken (step index 4)
     groups = _state(out)["optimizer"]["param_groups"]
-    assert [g["weight_decay"] for g in groups] == [a.weight_decay, 0.0]  # norm gains are not decayed
+    assert [g["weight_decay"] for g in groups] == [a.weight_decay, 0.0, 0.0]  # norm gains are not decayed
+    assert sum(len(g["params"]) for g in groups) == len(list(GPT(replace(TINY, vocab_size=VOCAB)).parameters()))
+    # the QK-norm gains form their own group, whose lr --qk-gain-lr scales
+    out2 = tmp_path / "run2"
+    train(args(data, out2, max_steps=5, qk_gain_lr=3.0), progress=False)
+    lrs = [g["lr"] for g in _state(out2)["optimizer"]["param_groups"]]
+    assert lrs == pytest.approx([lr_at(4, a), lr_at(4, a), 3 * lr_at(4, a)])
+    assert len(_state(out2)["optimizer"]["param_groups"][2]["params"]) == 2 * TINY.n_layer
 
 
 # ---------------------------------------------------------------- (e) the checkpoint folder
@@ -298,3 +305,70 @@ def test_checkpoint_folder(data, tmp_path):
     idx = torch.randint(0, VOCAB, (2, 24), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert torch.equal(model(idx)[0], ref(idx)[0])
+
+
+# ---------------------------------------------------------------- staged recipes: --init-from, --n-layer, copy rows
+
+def test_init_from_carries_weights_tokens_and_history(data, tmp_path):
+    first = tmp_path / "first"
+    train(args(data, first), progress=False)
+    second = tmp_path / "second"
+    r = train(args(data, second, init_from=str(first), lr=0.0, tokens=4 * B * T, eval_every=2), progress=False)
+    assert r["tokens_seen"] == 12 * B * T  # 8 steps before, 4 here
+    s1, s2 = _state(first), _state(second)
+    _assert_same(s1["model"], s2["model"])  # lr 0: the weights are exactly the first run's
+    assert s2["init"]["path"] == str(first) and s2["init"]["tokens_seen"] == 8 * B * T
+    assert _without_wall(s2["history"][:2]) == _without_wall(s1["history"])
+    info = json.loads((second / "checkpoint" / "train.json").read_text())
+    assert info["init_from"]["tokens_seen"] == 8 * B * T and info["tokens_seen"] >= 10 * B * T
+    # from a checkpoint folder (the best weights) too
+    third = tmp_path / "third"
+    train(args(data, third, init_from=str(first / "checkpoint"), lr=0.0, tokens=2 * B * T), progress=False)
+    _assert_same(load_folder(first / "checkpoint")[0].state_dict(), load_folder(third / "checkpoint")[0].state_dict())
+
+
+def test_growing_a_shallow_run_keeps_its_function(data, tmp_path):
+    shallow = tmp_path / "shallow"
+    train(args(data, shallow, n_layer=1), progress=False)
+    small, _ = load_folder(shallow / "checkpoint")
+    assert small.cfg.n_layer == 1
+    grown_dir = tmp_path / "grown"
+    train(args(data, grown_dir, init_from=str(shallow / "checkpoint"), lr=0.0, tokens=2 * B * T), progress=False)
+    grown, _ = load_folder(grown_dir / "checkpoint")
+    assert grown.cfg.n_layer == TINY.n_layer == 2
+    x = torch.randint(1, VOCAB, (2, T))
+    with torch.no_grad():
+        torch.testing.assert_close(grown(x)[0], small(x)[0], atol=1e-4, rtol=1e-4)  # the new block is the identity
+    assert torch.count_nonzero(grown.blocks[1].attn.qkv.weight) > 0  # but it is trainable, not dead
+
+
+def test_init_from_a_deeper_or_wider_model_is_a_clear_error(data, tmp_path):
+    deep = tmp_path / "deep"
+    train(args(data, deep, tokens=2 * B * T), progress=False)
+    with pytest.raises(ValueError, match="more than"):
+        train(args(data, tmp_path / "x", n_layer=1, init_from=str(deep)), progress=False)
+    with pytest.raises(FileNotFoundError, match="neither"):
+        train(args(data, tmp_path / "y", init_from=str(tmp_path / "nothing")), progress=False)
+
+
+@pytest.mark.parametrize("source", ["random", "text"])
+def test_copy_rows_repeat_with_a_period(source):
+    tokens = np.arange(1, 5000, dtype=np.uint16)  # no repeats of its own
+    b = Batches(tokens, seq_len=64, batch_size=32, seed=0, copy_rows=0.5, vocab_size=300, copy_source=source)
+    x, y = b.next()
+    rows = torch.cat([x, y[:, -1:]], dim=1).numpy()
+    copied = 0
+    for row in rows:
+        periods = [p for p in range(8, 33) if np.array_equal(row[p:], row[:-p])]
+        if periods:
+            copied += 1
+            p = periods[0]
+            if source == "text":  # the repeated segment is the row's own text
+                assert np.all(np.diff(row[:p].astype(int)) == 1)
+            else:
+                assert row[:p].max() < 300 and row[:p].min() >= 1
+        else:
+            assert np.all(np.diff(row.astype(int)) == 1)  # untouched text
+    assert 8 <= copied <= 24
+    with pytest.raises(ValueError, match="copy_source"):
+        Batches(tokens, seq_len=64, batch_size=32, seed=0, copy_rows=0.5, copy_source="nonsense")
