@@ -335,7 +335,10 @@ def main(argv: list[str] | None = None) -> None:
         else:
             p.add_argument(flag, type=type(default), default=default)
     a = TrainArgs(**vars(p.parse_args(argv)))
-    print(f"{a.preset}: {GPT(preset(a.preset)).num_params():,} parameters, {a.total_steps:,} steps of "
+    cfg = preset(a.preset)
+    if a.n_layer is not None:
+        cfg.n_layer = a.n_layer
+    print(f"{a.preset} ({cfg.n_layer} blocks): {GPT(cfg).num_params():,} parameters, {a.total_steps:,} steps of "
           f"{a.batch_size}x{a.seq_len} tokens")
     print(json.dumps(train(a)))
 
