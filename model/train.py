@@ -55,6 +55,7 @@ class TrainArgs:
     name_views: bool = False  # train on the name-randomised views written by `prepare --name-views K`
     copy_rows: float = 0.0  # share of rows replaced by a segment repeating with a random period
     qk_gain_lr: float = 1.0  # learning-rate multiplier for the QK-norm gains (see TRAINING.md)
+    embed_lr: float = 1.0  # learning-rate multiplier for the (tied) embedding
     copy_source: str = "random"  # the repeated segment: "random" tokens, or the start of the row's own "text"
     n_layer: int | None = None  # train a shallower version of the preset (a first stage that --init-from grows)
     init_from: str | None = None  # start from another run's weights (its folder's state.pt, or a checkpoint
@@ -227,14 +228,17 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
         cfg.n_layer = a.n_layer
     torch.manual_seed(a.seed)
     model = GPT(cfg)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    # the embedding gets its own group only when its lr differs (so older runs' state.pt still resumes)
+    own_embed = a.embed_lr != 1.0
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and not (own_embed and n == "embed.weight")]
     # norm gains are not decayed; QK-norm gains may learn faster: they set how sharp attention can be
     qk_gains = [p for n, p in model.named_parameters() if n.endswith(("q_norm.weight", "k_norm.weight"))]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2 and all(p is not q for q in qk_gains)]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": a.weight_decay, "lr_mult": 1.0},
          {"params": no_decay, "weight_decay": 0.0, "lr_mult": 1.0},
-         {"params": qk_gains, "weight_decay": 0.0, "lr_mult": a.qk_gain_lr}],
+         {"params": qk_gains, "weight_decay": 0.0, "lr_mult": a.qk_gain_lr}]
+        + ([{"params": [model.embed.weight], "weight_decay": a.weight_decay, "lr_mult": a.embed_lr}] if own_embed else []),
         lr=a.lr, betas=(0.9, a.beta2),
     )
     batches = Batches(train_tokens, a.seq_len, a.batch_size, a.seed, a.copy_rows, cfg.vocab_size, a.copy_source)

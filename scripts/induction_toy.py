@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--every", type=int, default=50)
     p.add_argument("--fixed-period", type=int, default=None)
+    p.add_argument("--embed-lr", type=float, default=1.0, help="learning-rate multiplier for the (tied) embedding")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
@@ -71,7 +72,10 @@ def main(argv: list[str] | None = None) -> None:
     cfg = Config(vocab_size=a.vocab, context=a.seq_len + 1, n_layer=a.layers, n_head=a.heads,
                  d_model=a.d_model, d_ff=a.d_ff or 2 * a.d_model)
     model = GPT(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    embed = model.embed.weight
+    rest = [q for q in model.parameters() if q is not embed]
+    opt = torch.optim.AdamW([{"params": rest}, {"params": [embed], "lr": a.lr * a.embed_lr}],
+                            lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0)
     rng = np.random.default_rng(a.seed)
     lengths = (24, 40) + ((a.fixed_period,) if a.fixed_period else ())
     print(f"{model.num_params():,} parameters; columns: step, train loss, copying ratio at n = {lengths}, seconds")

@@ -264,9 +264,10 @@ def test_optimizer_uses_the_schedule(data, tmp_path):
     assert sum(len(g["params"]) for g in groups) == len(list(GPT(replace(TINY, vocab_size=VOCAB)).parameters()))
     # the QK-norm gains form their own group, whose lr --qk-gain-lr scales
     out2 = tmp_path / "run2"
-    train(args(data, out2, max_steps=5, qk_gain_lr=3.0), progress=False)
+    train(args(data, out2, max_steps=5, qk_gain_lr=3.0, embed_lr=5.0), progress=False)
     lrs = [g["lr"] for g in _state(out2)["optimizer"]["param_groups"]]
-    assert lrs == pytest.approx([lr_at(4, a), lr_at(4, a), 3 * lr_at(4, a)])
+    assert lrs == pytest.approx([lr_at(4, a), lr_at(4, a), 3 * lr_at(4, a), 5 * lr_at(4, a)])
+    assert len(_state(out2)["optimizer"]["param_groups"][3]["params"]) == 1  # the tied embedding
     assert len(_state(out2)["optimizer"]["param_groups"][2]["params"]) == 2 * TINY.n_layer
 
 
