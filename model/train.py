@@ -56,6 +56,7 @@ class TrainArgs:
     copy_rows: float = 0.0  # share of rows replaced by a segment repeating with a random period
     qk_gain_lr: float = 1.0  # learning-rate multiplier for the QK-norm gains (see TRAINING.md)
     embed_lr: float = 1.0  # learning-rate multiplier for the (tied) embedding
+    embed_mean: float = 0.0  # fresh runs: add one shared random direction of this norm to every embedding row
     copy_source: str = "random"  # the repeated segment: "random" tokens, or the start of the row's own "text"
     n_layer: int | None = None  # train a shallower version of the preset (a first stage that --init-from grows)
     init_from: str | None = None  # start from another run's weights (its folder's state.pt, or a checkpoint
@@ -228,6 +229,13 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
         cfg.n_layer = a.n_layer
     torch.manual_seed(a.seed)
     model = GPT(cfg)
+    if a.embed_mean:
+        # A direction every token shares lets a head's query and key be the same for every token, so
+        # attention can depend on position alone (a previous-token head); with 8,192 rarely seen tokens,
+        # training builds such a direction only slowly (see TRAINING.md, session 2).
+        with torch.no_grad():
+            c = torch.randn(cfg.d_model)
+            model.embed.weight += a.embed_mean * c / c.norm()
     # the embedding gets its own group only when its lr differs (so older runs' state.pt still resumes)
     own_embed = a.embed_lr != 1.0
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and not (own_embed and n == "embed.weight")]

@@ -35,12 +35,13 @@ def rows(rng: np.random.Generator, batch: int, length: int, alphabet: int, fixed
 
 
 @torch.no_grad()
-def copying_ratios(model: GPT, vocab: int, lengths: tuple[int, ...]) -> list[float]:
-    """Loss on copy two / copy one (positions 1..n-1 of each) of 32 fixed rows of n random tokens."""
+def copying_ratios(model: GPT, vocab: int, lengths: tuple[int, ...], high: int | None = None) -> list[float]:
+    """Loss on copy two / copy one (positions 1..n-1 of each) of 32 fixed rows of n random tokens
+    (ids 1..high-1; default the whole vocabulary)."""
     model.eval()
     out = []
     for n in lengths:
-        half = torch.randint(1, vocab, (32, n), generator=torch.Generator().manual_seed(1))
+        half = torch.randint(1, high or vocab, (32, n), generator=torch.Generator().manual_seed(1))
         x = torch.cat([half, half], 1)
         logits, _ = model(x[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, vocab), x[:, 1:].reshape(-1), reduction="none").view(32, -1)
@@ -63,6 +64,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--every", type=int, default=50)
     p.add_argument("--fixed-period", type=int, default=None)
+    p.add_argument("--embed-mean", type=float, default=0.0,
+                   help="add one shared random direction of this norm to every embedding row at init")
     p.add_argument("--embed-lr", type=float, default=1.0, help="learning-rate multiplier for the (tied) embedding")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
@@ -73,12 +76,17 @@ def main(argv: list[str] | None = None) -> None:
                  d_model=a.d_model, d_ff=a.d_ff or 2 * a.d_model)
     model = GPT(cfg)
     embed = model.embed.weight
+    if a.embed_mean:
+        with torch.no_grad():
+            c = torch.randn(a.d_model)
+            embed += a.embed_mean * c / c.norm()
     rest = [q for q in model.parameters() if q is not embed]
     opt = torch.optim.AdamW([{"params": rest}, {"params": [embed], "lr": a.lr * a.embed_lr}],
                             lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0)
     rng = np.random.default_rng(a.seed)
     lengths = (24, 40) + ((a.fixed_period,) if a.fixed_period else ())
-    print(f"{model.num_params():,} parameters; columns: step, train loss, copying ratio at n = {lengths}, seconds")
+    extra = f", the same on the alphabet" if a.alphabet else ""
+    print(f"{model.num_params():,} parameters; columns: step, train loss, copying ratio at n = {lengths}{extra}, seconds")
     t0 = time.time()
     for step in range(a.steps + 1):
         x = rows(rng, a.batch, a.seq_len + 1, a.alphabet or a.vocab, a.fixed_period)
@@ -87,7 +95,10 @@ def main(argv: list[str] | None = None) -> None:
         loss.backward()
         opt.step()
         if step % a.every == 0:
-            print(step, round(loss.item(), 3), copying_ratios(model, a.vocab, lengths), round(time.time() - t0), flush=True)
+            ratios = [copying_ratios(model, a.vocab, lengths)]
+            if a.alphabet:
+                ratios.append(copying_ratios(model, a.vocab, lengths, a.alphabet))
+            print(step, round(loss.item(), 3), *ratios, round(time.time() - t0), flush=True)
 
 
 if __name__ == "__main__":

@@ -373,3 +373,12 @@ def test_copy_rows_repeat_with_a_period(source):
     assert 8 <= copied <= 24
     with pytest.raises(ValueError, match="copy_source"):
         Batches(tokens, seq_len=64, batch_size=32, seed=0, copy_rows=0.5, copy_source="nonsense")
+
+
+def test_embed_mean_adds_one_shared_direction(data, tmp_path):
+    plain, shifted = tmp_path / "plain", tmp_path / "shifted"
+    train(args(data, plain, lr=0.0, tokens=B * T), progress=False)
+    train(args(data, shifted, lr=0.0, tokens=B * T, embed_mean=2.0), progress=False)
+    diff = _state(shifted)["model"]["embed.weight"] - _state(plain)["model"]["embed.weight"]
+    assert torch.allclose(diff, diff[0].expand_as(diff), atol=1e-6)  # the same vector added to every row
+    assert diff[0].norm().item() == pytest.approx(2.0, rel=1e-4)
