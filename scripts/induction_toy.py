@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    cfg = Config(vocab_size=a.vocab, context=a.seq_len + 1, n_layer=a.layers, n_head=a.heads,
+    lengths = (24, 40) + ((a.fixed_period,) if a.fixed_period else ())
+    cfg = Config(vocab_size=a.vocab, context=max(a.seq_len + 1, 2 * max(lengths)), n_layer=a.layers, n_head=a.heads,
                  d_model=a.d_model, d_ff=a.d_ff or 2 * a.d_model)
     model = GPT(cfg)
     embed = model.embed.weight
@@ -84,7 +85,6 @@ def main(argv: list[str] | None = None) -> None:
     opt = torch.optim.AdamW([{"params": rest}, {"params": [embed], "lr": a.lr * a.embed_lr}],
                             lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0)
     rng = np.random.default_rng(a.seed)
-    lengths = (24, 40) + ((a.fixed_period,) if a.fixed_period else ())
     extra = f", the same on the alphabet" if a.alphabet else ""
     print(f"{model.num_params():,} parameters; columns: step, train loss, copying ratio at n = {lengths}{extra}, seconds")
     t0 = time.time()
