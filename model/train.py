@@ -24,9 +24,9 @@ import torch
 from tqdm import tqdm
 
 from .augment import repeated_random_row, repeated_text_row
-from .checkpoint import save_checkpoint
+from .checkpoint import load_folder, save_checkpoint
 from .evaluation import repeated_tokens_loss_ratio
-from .model import GPT
+from .model import GPT, Config
 from .presets import PRESETS, preset
 
 
@@ -61,6 +61,13 @@ class TrainArgs:
     n_layer: int | None = None  # train a shallower version of the preset (a first stage that --init-from grows)
     init_from: str | None = None  # start from another run's weights (its folder's state.pt, or a checkpoint
     # folder); fresh optimizer and schedule; its tokens and history carry over into this run's counts
+
+    def model_config(self) -> Config:
+        """The preset's Config, with ``n_layer`` overridden when set (vocab_size as the preset says)."""
+        cfg = preset(self.preset)
+        if self.n_layer is not None:
+            cfg.n_layer = self.n_layer
+        return cfg
 
     @property
     def total_steps(self) -> int:
@@ -179,27 +186,47 @@ def _load_grown(model: GPT, sd: dict) -> None:
             block.ffn.w2.weight.zero_()
 
 
-def _load_init(model: torch.nn.Module, src: Path) -> tuple[int, int, list, dict]:
-    """Load another run's weights into ``model``; returns (its steps, its tokens, its history, a summary).
+def _load_init(model: GPT, src: Path) -> tuple[int, list, dict]:
+    """Load another run's weights into ``model``; returns (its tokens, its history, a summary of it).
 
     ``src`` is a run folder (its ``state.pt``: the last weights) or a checkpoint folder (best weights).
     """
     if (src / "state.pt").is_file():
         s = torch.load(src / "state.pt", weights_only=False)
-        _load_grown(model, s["model"])
-        prev = {"steps": s["step"], "tokens_seen": s["tokens_seen"], "history": s["history"],
-                "args": s.get("args"), "init": s.get("init")}
+        sd, steps, tokens, history, args, init = (s["model"], s["step"], s["tokens_seen"], s["history"],
+                                                  s.get("args"), s.get("init"))
     elif (src / "model.safetensors").is_file():
-        from .checkpoint import load_folder
         loaded, info = load_folder(src)
-        _load_grown(model, loaded.state_dict())
-        prev = {"steps": info.get("steps", 0), "tokens_seen": info.get("tokens_seen", 0),
-                "history": info.get("history", []), "args": info.get("args"), "init": info.get("init_from")}
+        sd, steps, tokens, history, args, init = (loaded.state_dict(), info.get("steps", 0), info.get("tokens_seen", 0),
+                                                  info.get("history", []), info.get("args"), info.get("init_from"))
     else:
         raise FileNotFoundError(f"--init-from {src}: neither a run folder with state.pt nor a checkpoint folder")
-    summary = {"path": str(src), "steps": prev["steps"], "tokens_seen": prev["tokens_seen"],
-               "args": prev["args"], "init_from": prev["init"]}
-    return prev["steps"], prev["tokens_seen"], list(prev["history"]), summary
+    _load_grown(model, sd)
+    summary = {"path": str(src), "steps": steps, "tokens_seen": tokens, "args": args, "init_from": init}
+    return tokens, list(history), summary
+
+
+def _param_groups(model: GPT, a: TrainArgs) -> list[dict]:
+    """AdamW groups, in this order: matrices (decayed), norm gains (not decayed), the QK-norm gains
+    (not decayed, lr × ``qk_gain_lr``: they set how sharp attention can be), and the embedding (lr ×
+    ``embed_lr``) only when that differs from 1, so older runs' state.pt still resumes."""
+    own_embed = a.embed_lr != 1.0
+    groups = {"decay": [], "gains": [], "qk": [], "embed": []}
+    for n, p in model.named_parameters():
+        if n.endswith(("q_norm.weight", "k_norm.weight")):
+            groups["qk"].append(p)
+        elif p.dim() < 2:
+            groups["gains"].append(p)
+        elif own_embed and n == "embed.weight":
+            groups["embed"].append(p)
+        else:
+            groups["decay"].append(p)
+    out = [{"params": groups["decay"], "weight_decay": a.weight_decay, "lr_mult": 1.0},
+           {"params": groups["gains"], "weight_decay": 0.0, "lr_mult": 1.0},
+           {"params": groups["qk"], "weight_decay": 0.0, "lr_mult": a.qk_gain_lr}]
+    if own_embed:
+        out.append({"params": groups["embed"], "weight_decay": a.weight_decay, "lr_mult": a.embed_lr})
+    return out
 
 
 def train(a: TrainArgs, progress: bool = True) -> dict:
@@ -223,10 +250,8 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
             "prepare with a larger --val-fraction or more text, or train with a smaller --seq-len"
         )
 
-    cfg = preset(a.preset)
+    cfg = a.model_config()
     cfg.vocab_size = meta["vocab_size"]
-    if a.n_layer is not None:
-        cfg.n_layer = a.n_layer
     torch.manual_seed(a.seed)
     model = GPT(cfg)
     if a.embed_mean:
@@ -236,26 +261,14 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
         with torch.no_grad():
             c = torch.randn(cfg.d_model)
             model.embed.weight += a.embed_mean * c / c.norm()
-    # the embedding gets its own group only when its lr differs (so older runs' state.pt still resumes)
-    own_embed = a.embed_lr != 1.0
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and not (own_embed and n == "embed.weight")]
-    # norm gains are not decayed; QK-norm gains may learn faster: they set how sharp attention can be
-    qk_gains = [p for n, p in model.named_parameters() if n.endswith(("q_norm.weight", "k_norm.weight"))]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2 and all(p is not q for q in qk_gains)]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": a.weight_decay, "lr_mult": 1.0},
-         {"params": no_decay, "weight_decay": 0.0, "lr_mult": 1.0},
-         {"params": qk_gains, "weight_decay": 0.0, "lr_mult": a.qk_gain_lr}]
-        + ([{"params": [model.embed.weight], "weight_decay": a.weight_decay, "lr_mult": a.embed_lr}] if own_embed else []),
-        lr=a.lr, betas=(0.9, a.beta2),
-    )
+    opt = torch.optim.AdamW(_param_groups(model, a), lr=a.lr, betas=(0.9, a.beta2))
     batches = Batches(train_tokens, a.seq_len, a.batch_size, a.seed, a.copy_rows, cfg.vocab_size, a.copy_source)
     step, tokens_seen, wall, best, history = 0, 0, 0.0, float("inf"), []
 
     state_file = out / "state.pt"
     init = None
     if a.init_from and not state_file.exists():
-        _, tokens_seen, history, init = _load_init(model, Path(a.init_from))
+        tokens_seen, history, init = _load_init(model, Path(a.init_from))
         print(f"starting from {a.init_from} ({tokens_seen:,} tokens already seen)")
     if state_file.exists():
         s = torch.load(state_file, weights_only=False)  # our own file, holding numpy RNG state
@@ -347,9 +360,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             p.add_argument(flag, type=type(default), default=default)
     a = TrainArgs(**vars(p.parse_args(argv)))
-    cfg = preset(a.preset)
-    if a.n_layer is not None:
-        cfg.n_layer = a.n_layer
+    cfg = a.model_config()
     print(f"{a.preset} ({cfg.n_layer} blocks): {GPT(cfg).num_params():,} parameters, {a.total_steps:,} steps of "
           f"{a.batch_size}x{a.seq_len} tokens")
     print(json.dumps(train(a)))
