@@ -26,6 +26,7 @@ from tqdm import tqdm
 from .augment import repeated_random_row, repeated_text_row
 from .checkpoint import load_folder, save_checkpoint
 from .evaluation import repeated_tokens_loss_ratio
+from .grow import load_grown
 from .model import GPT, Config
 from .presets import PRESETS, preset
 
@@ -60,7 +61,8 @@ class TrainArgs:
     copy_source: str = "random"  # the repeated segment: "random" tokens, or the start of the row's own "text"
     n_layer: int | None = None  # train a shallower version of the preset (a first stage that --init-from grows)
     init_from: str | None = None  # start from another run's weights (its folder's state.pt, or a checkpoint
-    # folder); fresh optimizer and schedule; its tokens and history carry over into this run's counts
+    # folder); fresh optimizer and schedule; its tokens and history carry over into this run's counts; a
+    # shallower or narrower run (a smaller preset) is grown to this size keeping its function (grow.py)
 
     def model_config(self) -> Config:
         """The preset's Config, with ``n_layer`` overridden when set (vocab_size as the preset says)."""
@@ -169,23 +171,6 @@ def _atomic_torch_save(obj: dict, path: Path) -> None:
     os.replace(tmp, path)  # a kill leaves either the old file or the new one, never half of one
 
 
-def _load_grown(model: GPT, sd: dict) -> None:
-    """Load ``sd`` into ``model``; if ``sd`` has fewer blocks, it fills the first ones and each extra
-    block starts as the identity (its two residual projections zeroed, the rest freshly initialised),
-    so the grown model computes exactly what the shallow one did and training goes on from there."""
-    have = {int(k.split(".")[1]) for k in sd if k.startswith("blocks.")}
-    n_src = max(have) + 1 if have else 0
-    if n_src > model.cfg.n_layer:
-        raise ValueError(f"--init-from has {n_src} blocks, more than this model's {model.cfg.n_layer}")
-    missing, unexpected = model.load_state_dict(sd, strict=False)
-    if unexpected or any(not k.startswith("blocks.") or int(k.split(".")[1]) < n_src for k in missing):
-        raise ValueError(f"--init-from does not fit this model: missing {missing[:4]}, unexpected {unexpected[:4]}")
-    with torch.no_grad():
-        for block in model.blocks[n_src:]:
-            block.attn.proj.weight.zero_()
-            block.ffn.w2.weight.zero_()
-
-
 def _load_init(model: GPT, src: Path) -> tuple[int, list, dict]:
     """Load another run's weights into ``model``; returns (its tokens, its history, a summary of it).
 
@@ -201,7 +186,7 @@ def _load_init(model: GPT, src: Path) -> tuple[int, list, dict]:
                                                   info.get("history", []), info.get("args"), info.get("init_from"))
     else:
         raise FileNotFoundError(f"--init-from {src}: neither a run folder with state.pt nor a checkpoint folder")
-    _load_grown(model, sd)
+    load_grown(model, sd)
     summary = {"path": str(src), "steps": steps, "tokens_seen": tokens, "args": args, "init_from": init}
     return tokens, list(history), summary
 

@@ -343,11 +343,79 @@ def test_growing_a_shallow_run_keeps_its_function(data, tmp_path):
     assert torch.count_nonzero(grown.blocks[1].attn.qkv.weight) > 0  # but it is trainable, not dead
 
 
+WIDE = Config(vocab_size=8192, context=64, n_layer=3, n_head=4, d_model=64, d_ff=96)  # TINY's head width, 16
+
+
+def _trained_like(cfg: Config, seed: int) -> GPT:
+    """A model whose every weight is random and far from init (gains too), as a trained one's are."""
+    torch.manual_seed(seed)
+    m = GPT(cfg)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn_like(p) * (0.3 if p.dim() == 2 else 1.0) + (1.0 if p.dim() == 1 else 0.0))
+    return m.eval()
+
+
+def test_growing_wider_and_deeper_keeps_the_logits():
+    from sprout_model.grow import load_grown
+    small = _trained_like(Config(**{**TINY.to_dict(), "vocab_size": VOCAB}), 0)
+    big = GPT(Config(**{**WIDE.to_dict(), "vocab_size": VOCAB})).eval()
+    load_grown(big, small.state_dict())
+    x = torch.randint(0, VOCAB, (3, 40), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(big(x)[0], small(x)[0], atol=1e-4, rtol=1e-4)
+        # nothing new reaches the stream yet, but every new weight that reads it is random, so it trains
+        assert torch.count_nonzero(big.embed.weight[:, TINY.d_model:]) == 0
+        assert torch.count_nonzero(big.blocks[0].attn.qkv.weight[TINY.d_model: WIDE.d_model]) > 0  # new heads' W_Q
+        assert torch.count_nonzero(big.blocks[2].ffn.w1.weight) > 0
+    # head h of the small model is head h of the big one: same attention pattern
+    from sprout_interp.hooked import as_hooked
+    _, c_small = as_hooked(small).run_with_cache(x, names_filter=lambda n: n.endswith("hook_pattern"))
+    _, c_big = as_hooked(big).run_with_cache(x, names_filter=lambda n: n.endswith("hook_pattern"))
+    for layer in range(TINY.n_layer):
+        key = f"blocks.{layer}.attn.hook_pattern"
+        torch.testing.assert_close(c_big[key][:, : TINY.n_head], c_small[key], atol=1e-5, rtol=1e-4)
+    # and a step of training moves the grown model off its start everywhere, new parts included
+    big.train()
+    opt = torch.optim.AdamW(big.parameters(), lr=1e-3)
+    _, loss = big(x[:, :-1], x[:, 1:])
+    loss.backward()
+    assert big.embed.weight.grad[:, TINY.d_model:].abs().sum() > 0
+    assert big.blocks[0].attn.proj.weight.grad[:, TINY.d_model:].abs().sum() > 0  # new heads' W_O
+    assert big.blocks[2].ffn.w2.weight.grad.abs().sum() > 0  # the new block's W2
+    opt.step()
+
+
+def test_init_from_a_smaller_preset_through_train(data, tmp_path, monkeypatch):
+    monkeypatch.setitem(PRESETS, "wide", WIDE)
+    small_dir = tmp_path / "small"
+    train(args(data, small_dir, tokens=4 * B * T), progress=False)
+    grown_dir = tmp_path / "grown"
+    train(args(data, grown_dir, preset="wide", init_from=str(small_dir), lr=0.0, tokens=2 * B * T), progress=False)
+    small = GPT(Config.from_dict({**TINY.to_dict(), "vocab_size": VOCAB}))
+    small.load_state_dict(_state(small_dir)["model"])
+    grown, info = load_folder(grown_dir / "checkpoint")
+    assert grown.cfg.d_model == WIDE.d_model and grown.cfg.n_layer == WIDE.n_layer
+    assert info["init_from"]["path"] == str(small_dir)
+    x = torch.randint(1, VOCAB, (2, T))
+    with torch.no_grad():
+        # not to 1e-4 here: a briefly trained embedding is still tiny (RMS ~0.02), so RMSNorm's eps, which
+        # the zero coordinates effectively double, shifts the logits by ~1e-3
+        torch.testing.assert_close(grown.eval()(x)[0], small.eval()(x)[0], atol=1e-2, rtol=1e-2)
+        assert abs(grown(x[:, :-1], x[:, 1:])[1] - small(x[:, :-1], x[:, 1:])[1]) < 1e-3
+
+
 def test_init_from_a_deeper_or_wider_model_is_a_clear_error(data, tmp_path):
     deep = tmp_path / "deep"
     train(args(data, deep, tokens=2 * B * T), progress=False)
-    with pytest.raises(ValueError, match="more than"):
+    with pytest.raises(ValueError, match="2 blocks, more than this model's 1"):
         train(args(data, tmp_path / "x", n_layer=1, init_from=str(deep)), progress=False)
+    from sprout_model.grow import load_grown
+    narrow = GPT(Config(**{**TINY.to_dict(), "vocab_size": VOCAB}))
+    with pytest.raises(ValueError, match="head width 16, this model's is 8"):
+        load_grown(GPT(Config(**{**TINY.to_dict(), "vocab_size": VOCAB, "n_head": 4})), narrow.state_dict())
+    with pytest.raises(ValueError, match="d_model"):
+        load_grown(GPT(Config(**{**TINY.to_dict(), "vocab_size": VOCAB, "d_model": 16, "n_head": 1})), narrow.state_dict())
     with pytest.raises(FileNotFoundError, match="neither"):
         train(args(data, tmp_path / "y", init_from=str(tmp_path / "nothing")), progress=False)
 
