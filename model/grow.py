@@ -95,3 +95,47 @@ def load_grown(model: GPT, sd: dict[str, Tensor]) -> None:
     for b in model.blocks[src["n_layer"]:]:  # new blocks: the identity
         b.attn.proj.weight.zero_()
         b.ffn.w2.weight.zero_()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m sprout_model.grow RUN_OR_CHECKPOINT --preset sprout``: grow the run's weights and
+    print both models' validation loss on the same held-out tokens (they should agree)."""
+    import argparse
+    from pathlib import Path
+
+    import numpy as np
+
+    from .presets import preset
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("source", help="a run folder (state.pt) or a checkpoint folder")
+    p.add_argument("--preset", default="sprout")
+    p.add_argument("--data", default="data/default")
+    p.add_argument("--rows", type=int, default=8)
+    p.add_argument("--seq-len", type=int, default=256)
+    a = p.parse_args(argv)
+    src_folder = Path(a.source)
+    if (src_folder / "state.pt").is_file():
+        sd = torch.load(src_folder / "state.pt", map_location="cpu", weights_only=False)["model"]
+    else:
+        from .checkpoint import load_folder
+        sd = load_folder(src_folder)[0].state_dict()
+    shape = source_shape(sd)
+    cfg = preset(a.preset)
+    cfg.vocab_size = shape["vocab_size"]  # as train does: the corpus's tokenizer decides
+    big = GPT(cfg)
+    load_grown(big, sd)
+    small = GPT(type(cfg).from_dict({**cfg.to_dict(), **{k: shape[k] for k in ("n_layer", "d_model", "n_head", "d_ff")}}))
+    small.load_state_dict(sd)
+    val = np.memmap(Path(a.data) / "val.bin", dtype=np.uint16, mode="r")
+    x = torch.from_numpy(val[: a.rows * (a.seq_len + 1)].astype(np.int64)).view(a.rows, a.seq_len + 1)
+    with torch.no_grad():
+        (ls, l_small), (lb, l_big) = small.eval()(x[:, :-1], x[:, 1:]), big.eval()(x[:, :-1], x[:, 1:])
+    print(f"{a.source}: {small.num_params():,} parameters, validation loss {l_small.item():.5f} nats/token "
+          f"on {a.rows} x {a.seq_len} held-out tokens")
+    print(f"grown to {a.preset}: {big.num_params():,} parameters, validation loss {l_big.item():.5f}; "
+          f"largest logit difference {(ls - lb).abs().max().item():.1e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -5,6 +5,7 @@ import functools
 import json
 import math
 import random
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -403,6 +404,19 @@ def test_init_from_a_smaller_preset_through_train(data, tmp_path, monkeypatch):
         # the zero coordinates effectively double, shifts the logits by ~1e-3
         torch.testing.assert_close(grown.eval()(x)[0], small.eval()(x)[0], atol=1e-2, rtol=1e-2)
         assert abs(grown(x[:, :-1], x[:, 1:])[1] - small(x[:, :-1], x[:, 1:])[1]) < 1e-3
+
+
+def test_grow_command_prints_both_losses(data, tmp_path, monkeypatch, capsys):
+    from sprout_model.grow import main as grow_main
+    monkeypatch.setitem(PRESETS, "wide", WIDE)
+    small_dir = tmp_path / "small"
+    train(args(data, small_dir, tokens=4 * B * T), progress=False)
+    capsys.readouterr()
+    grow_main([str(small_dir), "--preset", "wide", "--data", str(data), "--rows", "2", "--seq-len", str(T)])
+    out = capsys.readouterr().out
+    losses = [float(v) for v in re.findall(r"validation loss (\d+\.\d+)", out)]
+    assert len(losses) == 2 and abs(losses[0] - losses[1]) < 1e-3 and 0 < losses[0] < 10, out
+    assert f"{GPT(Config(**{**WIDE.to_dict(), 'vocab_size': VOCAB})).num_params():,} parameters" in out
 
 
 def test_init_from_a_deeper_or_wider_model_is_a_clear_error(data, tmp_path):
