@@ -4,7 +4,9 @@
 
 Weights are stored as float16 (half the bytes; loaded back as float32) and the tokenizer is shared by
 all shipped checkpoints as ``model/checkpoints/tokenizer.json``. The validation loss is measured again
-on the 16-bit weights, on the same windows training used, so ``train.json`` describes what ships.
+on the 16-bit weights, on every window of 256 tokens of the validation split (the same windows for
+every preset, whatever each run evaluated during training), so ``train.json`` describes what ships
+and the three shipped losses compare like with like.
 """
 from __future__ import annotations
 
@@ -20,23 +22,29 @@ from .checkpoint import SHIPPED, SHIPPED_DIR, load_folder, save_checkpoint
 from .train import evaluate
 
 
-def ship(preset: str, run: str | Path | None = None, data: str | Path | None = None) -> dict:
-    """Write the shipped folder for ``preset``; returns its train.json."""
+VAL_SEQ_LEN = 256  # the shipped validation loss: every non-overlapping window of this many tokens
+
+
+def ship(preset: str, run: str | Path | None = None, data: str | Path | None = None, root: Path = SHIPPED_DIR) -> dict:
+    """Write the shipped folder ``root/<preset>`` (and ``root/tokenizer.json``); returns its train.json."""
     src = Path(run or f"runs/{preset}") / "checkpoint"
     model, info = load_folder(src)
-    dst = SHIPPED_DIR / preset
+    dst = Path(root) / preset
     save_checkpoint(model, dst, None, info, dtype=torch.float16)
-    shutil.copyfile(src / "tokenizer.json", SHIPPED_DIR / "tokenizer.json")
+    shutil.copyfile(src / "tokenizer.json", Path(root) / "tokenizer.json")
     (dst / "tokenizer.json").unlink(missing_ok=True)  # one shared tokenizer beside the folders
     shipped, _ = load_folder(dst)
     args = info.get("args", {})
     data = Path(data or args.get("data", "data/default"))
     if (data / "val.bin").is_file():
         val = np.memmap(data / "val.bin", dtype=np.uint16, mode="r")
-        with torch.no_grad():
-            loss = evaluate(shipped, val, args.get("seq_len", 256), args.get("eval_batches", 20), args.get("batch_size", 16))
-        info["val_loss_float32"] = info.get("val_loss")
+        seq_len = min(VAL_SEQ_LEN, shipped.cfg.context)
+        windows = (len(val) - 1) // seq_len
+        with torch.no_grad():  # evaluate() spaces its windows evenly: asking for all of them takes each once
+            loss = evaluate(shipped, val, seq_len, -(-windows // 16), 16)
+        info["val_loss_training_windows"] = info.get("val_loss")  # float32, the windows this run evaluated on
         info["val_loss"] = round(loss, 4)
+        info["val_loss_windows"] = f"all {windows:,} windows of {seq_len} tokens of {data / 'val.bin'}"
         info["weights_dtype"] = "float16"
         (dst / "train.json").write_text(json.dumps(info, indent=1))
     return info
@@ -50,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     info = ship(a.preset, a.run, a.data)
     print(f"shipped {a.preset}: {info['tokens_seen']:,} tokens, validation loss {info['val_loss']} nats/token "
-          f"(float32 before rounding: {info.get('val_loss_float32')})")
+          f"over {info.get('val_loss_windows')} (during training: {info.get('val_loss_training_windows')})")
 
 
 if __name__ == "__main__":

@@ -464,3 +464,23 @@ def test_embed_mean_adds_one_shared_direction(data, tmp_path):
     diff = _state(shifted)["model"]["embed.weight"] - _state(plain)["model"]["embed.weight"]
     assert torch.allclose(diff, diff[0].expand_as(diff), atol=1e-6)  # the same vector added to every row
     assert diff[0].norm().item() == pytest.approx(2.0, rel=1e-4)
+
+
+def test_ship_writes_float16_and_the_loss_on_every_validation_window(data, tmp_path):
+    from sprout_model.ship import VAL_SEQ_LEN, ship
+    run = tmp_path / "run"
+    train(args(data, run, seq_len=16), progress=False)
+    root = tmp_path / "shipped"
+    info = ship("tiny", run, data, root=root)
+    model, saved = load_folder(root / "tiny")
+    assert saved["val_loss"] == info["val_loss"] and (root / "tokenizer.json").is_file()
+    assert not (root / "tiny" / "tokenizer.json").exists()
+    val = np.memmap(data / "val.bin", dtype=np.uint16, mode="r")
+    L = min(VAL_SEQ_LEN, TINY.context)  # 256 for the presets; the tiny model's context is 64
+    windows = (len(val) - 1) // L
+    assert f"all {windows:,} windows of {L} tokens" in info["val_loss_windows"]
+    x = torch.from_numpy(np.stack([val[i * L: (i + 1) * L + 1] for i in range(windows)]).astype(np.int64))
+    with torch.no_grad():
+        expect = model(x[:, :-1], x[:, 1:])[1].item()
+    assert abs(info["val_loss"] - expect) < 1e-4  # the mean over exactly those windows, no more, no fewer
+    assert info["val_loss_training_windows"] is not None
