@@ -3,8 +3,9 @@
     python -m sprout_model.info                 # the shipped gpt-1, gpt-4 and sprout
     python -m sprout_model.info runs/gpt-4/checkpoint --json
 
-Parameters are counted on the loaded model (the tied embedding once); tokens seen, steps and the
-validation loss come from the checkpoint's ``train.json``; perplexity is exp(validation loss).
+Parameters are counted on the loaded model (the tied embedding once); tokens seen, steps (of all
+training stages, when a run started from another with ``--init-from``) and the validation loss come
+from the checkpoint's ``train.json``; perplexity is exp(validation loss).
 The copying ratio is measured here, on the CPU, by
 ``sprout_model.evaluation.repeated_tokens_loss_ratio`` (seq_len 64, batch 32, seed 0).
 """
@@ -41,6 +42,15 @@ def resolve(name: str) -> Path:
     return SHIPPED_DIR / name.lower() if name.lower() in SHIPPED else Path(name)
 
 
+def total_steps(info: dict) -> int | None:
+    """Optimizer steps over every stage: this run's plus those of the runs it started from (``--init-from``)."""
+    steps, init = info.get("steps"), info.get("init_from")
+    while steps is not None and isinstance(init, dict):
+        steps += init.get("steps") or 0
+        init = init.get("init_from")
+    return steps
+
+
 def describe(name: str) -> dict:
     """One row: the measured and recorded figures of a checkpoint folder, or ``missing``/``error`` with a reason."""
     folder = resolve(name)
@@ -63,7 +73,7 @@ def describe(name: str) -> dict:
         "path": str(folder),
         "parameters": model.num_params(),
         "tokens_seen": info.get("tokens_seen"),
-        "steps": info.get("steps"),
+        "steps": total_steps(info),  # all stages
         "val_loss": val,
         "perplexity": math.exp(val) if isinstance(val, (int, float)) else None,
         "copy_loss_first": first,

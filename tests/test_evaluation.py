@@ -154,3 +154,9 @@ def test_info_json(ckpt, capsys):
     assert ok["parameters"] == 5_488 and 0.9 < ok["copying_ratio"] < 1.1
     assert missing["missing"] is True and "nope" in missing["reason"]
     assert "positions 1..63" in out["copying_measure"]
+
+
+def test_info_counts_the_steps_of_every_stage():
+    staged = {"steps": 100, "init_from": {"steps": 40, "init_from": {"steps": 7, "init_from": None}}}
+    assert info.total_steps(staged) == 147
+    assert info.total_steps({"steps": 5}) == 5 and info.total_steps({}) is None
