@@ -58,6 +58,7 @@ class TrainArgs:
     qk_gain_lr: float = 1.0  # learning-rate multiplier for the QK-norm gains (see TRAINING.md)
     embed_lr: float = 1.0  # learning-rate multiplier for the (tied) embedding
     embed_mean: float = 0.0  # fresh runs: add one shared random direction of this norm to every embedding row
+    real_rows: float = 0.0  # with --name-views: this share of rows comes from the real (un-renamed) text
     copy_source: str = "random"  # the repeated segment: "random" tokens, or the start of the row's own "text"
     n_layer: int | None = None  # train a shallower version of the preset (a first stage that --init-from grows)
     init_from: str | None = None  # start from another run's weights (its folder's state.pt, or a checkpoint
@@ -89,14 +90,20 @@ class Batches:
 
     ``views`` is one token array, or several versions of the training split (e.g. with names
     randomised afresh, see ``sprout_model.augment``): epoch e reads view e mod len(views).
-    A ``copy_rows`` share of rows is replaced by random tokens repeating with a random period.
+    A ``real_rows`` share of rows is instead a window of ``real`` (the un-renamed training text, so
+    a model trained on name views still sees the real names its validation text has), and a
+    ``copy_rows`` share of rows is replaced by random tokens repeating with a random period.
     The position (epoch, cursor) is all the state there is, so a resumed run sees exactly the
     batches an uninterrupted one would.
     """
 
     def __init__(self, views: np.ndarray | list[np.ndarray], seq_len: int, batch_size: int, seed: int,
-                 copy_rows: float = 0.0, vocab_size: int = 8192, copy_source: str = "random"):
+                 copy_rows: float = 0.0, vocab_size: int = 8192, copy_source: str = "random",
+                 real: np.ndarray | None = None, real_rows: float = 0.0):
         self.views = views if isinstance(views, list) else [views]
+        if real_rows and real is None:
+            raise ValueError("real_rows needs the real training text")
+        self.real, self.real_rows = real, real_rows
         self.T, self.B, self.seed = seq_len, batch_size, seed
         self.copy_rows, self.vocab_size = copy_rows, vocab_size
         if copy_source not in ("random", "text"):
@@ -129,6 +136,12 @@ class Batches:
         starts = self._order[self.cursor: self.cursor + self.B] * self.T
         self.cursor += self.B
         rows = np.stack([self.tokens[s: s + self.T + 1] for s in starts]).astype(np.int64)
+        if self.real_rows > 0:  # its own generator: runs without real rows keep their exact batches
+            r = np.random.default_rng([self.seed, self.epoch, self.cursor, 1])
+            n_real = (len(self.real) - 1) // self.T
+            for i in np.flatnonzero(r.random(self.B) < self.real_rows):
+                s = int(r.integers(n_real)) * self.T
+                rows[i] = self.real[s: s + self.T + 1]
         if self.copy_rows > 0:
             for i in np.flatnonzero(rng.random(self.B) < self.copy_rows):
                 if self.copy_source == "text":
@@ -222,7 +235,9 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     data = Path(a.data)
     meta = json.loads((data / "meta.json").read_text())
-    train_tokens = np.memmap(data / "train.bin", dtype=np.uint16, mode="r")
+    train_tokens = real_tokens = np.memmap(data / "train.bin", dtype=np.uint16, mode="r")
+    if a.real_rows and not a.name_views:
+        raise ValueError("--real-rows mixes the real text into --name-views training; without --name-views every row is real")
     if a.name_views:
         files = sorted(data.glob("train_names*.bin"))
         if not files:
@@ -247,7 +262,8 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
             c = torch.randn(cfg.d_model)
             model.embed.weight += a.embed_mean * c / c.norm()
     opt = torch.optim.AdamW(_param_groups(model, a), lr=a.lr, betas=(0.9, a.beta2))
-    batches = Batches(train_tokens, a.seq_len, a.batch_size, a.seed, a.copy_rows, cfg.vocab_size, a.copy_source)
+    batches = Batches(train_tokens, a.seq_len, a.batch_size, a.seed, a.copy_rows, cfg.vocab_size, a.copy_source,
+                      real_tokens, a.real_rows)
     step, tokens_seen, wall, best, history = 0, 0, 0.0, float("inf"), []
 
     state_file = out / "state.pt"

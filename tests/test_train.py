@@ -484,3 +484,26 @@ def test_ship_writes_float16_and_the_loss_on_every_validation_window(data, tmp_p
         expect = model(x[:, :-1], x[:, 1:])[1].item()
     assert abs(info["val_loss"] - expect) < 1e-4  # the mean over exactly those windows, no more, no fewer
     assert info["val_loss_training_windows"] is not None
+
+
+def test_real_rows_mix_the_real_text_into_name_views():
+    view = np.arange(1, 20_000, dtype=np.uint16)  # stands for a renamed view
+    real = np.arange(30_000, 50_000, dtype=np.uint16)  # the real text: values no view has
+    plain = Batches([view], seq_len=32, batch_size=64, seed=0)
+    mixed = Batches([view], seq_len=32, batch_size=64, seed=0, real=real, real_rows=0.5)
+    x_plain, _ = plain.next()
+    x, y = mixed.next()
+    from_real = (x >= 30_000).all(dim=1)
+    assert 16 < int(from_real.sum()) < 48  # about half
+    assert ((x < 20_000).all(dim=1) | from_real).all()  # every row is wholly one or the other
+    assert torch.equal(x[~from_real], x_plain[~from_real])  # the other rows are the view's, as without mixing
+    assert torch.equal(y[from_real][:, :-1], x[from_real][:, 1:])  # real rows are contiguous windows
+    again = Batches([view], seq_len=32, batch_size=64, seed=0, real=real, real_rows=0.5)
+    assert torch.equal(again.next()[0], x)  # a function of the position alone, so resuming repeats it
+    with pytest.raises(ValueError, match="real training text"):
+        Batches([view], seq_len=32, batch_size=64, seed=0, real_rows=0.5)
+
+
+def test_real_rows_without_name_views_is_a_clear_error(data, tmp_path):
+    with pytest.raises(ValueError, match="--real-rows mixes"):
+        train(args(data, tmp_path / "r", real_rows=0.5), progress=False)
