@@ -19,16 +19,34 @@ import numpy as np
 import torch
 
 from .checkpoint import SHIPPED, SHIPPED_DIR, load_folder, save_checkpoint
+from .model import GPT
 from .train import evaluate
 
 
 VAL_SEQ_LEN = 256  # the shipped validation loss: every non-overlapping window of this many tokens
 
 
-def ship(preset: str, run: str | Path | None = None, data: str | Path | None = None, root: Path = SHIPPED_DIR) -> dict:
-    """Write the shipped folder ``root/<preset>`` (and ``root/tokenizer.json``); returns its train.json."""
-    src = Path(run or f"runs/{preset}") / "checkpoint"
-    model, info = load_folder(src)
+def last_weights(run: Path) -> tuple[GPT, dict]:
+    """The run's last weights (``state.pt``) and a train.json for them: the checkpoint folder's, with the
+    steps, tokens, history and validation loss of the last step."""
+    model, info = load_folder(run / "checkpoint")
+    state = torch.load(run / "state.pt", map_location="cpu", weights_only=False)
+    last = GPT(model.cfg)
+    last.load_state_dict(state["model"])
+    info = {**info, "steps": state["step"], "tokens_seen": state["tokens_seen"], "history": state["history"],
+            "wall_time_s": round(state["wall"], 1), "weights": "last step (state.pt), not the best validation loss"}
+    if state["history"]:
+        info["val_loss"] = state["history"][-1]["val_loss"]
+    return last, info
+
+
+def ship(preset: str, run: str | Path | None = None, data: str | Path | None = None, root: Path = SHIPPED_DIR,
+         last: bool = False) -> dict:
+    """Write the shipped folder ``root/<preset>`` (and ``root/tokenizer.json``) from the run's best
+    checkpoint, or with ``last`` from its last weights; returns its train.json."""
+    run = Path(run or f"runs/{preset}")
+    src = run / "checkpoint"
+    model, info = last_weights(run) if last else load_folder(src)
     dst = Path(root) / preset
     save_checkpoint(model, dst, None, info, dtype=torch.float16)
     shutil.copyfile(src / "tokenizer.json", Path(root) / "tokenizer.json")
@@ -55,8 +73,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("preset", choices=SHIPPED)
     p.add_argument("--run", default=None)
     p.add_argument("--data", default=None)
+    p.add_argument("--last", action="store_true",
+                   help="ship the last weights (state.pt) instead of the best checkpoint, e.g. when the "
+                        "validation loss is flat at the end and the last step is the one that saw every token")
     a = p.parse_args(argv)
-    info = ship(a.preset, a.run, a.data)
+    info = ship(a.preset, a.run, a.data, last=a.last)
     print(f"shipped {a.preset}: {info['tokens_seen']:,} tokens, validation loss {info['val_loss']} nats/token "
           f"over {info.get('val_loss_windows')} (during training: {info.get('val_loss_training_windows')})")
 

@@ -507,3 +507,15 @@ def test_real_rows_mix_the_real_text_into_name_views():
 def test_real_rows_without_name_views_is_a_clear_error(data, tmp_path):
     with pytest.raises(ValueError, match="--real-rows mixes"):
         train(args(data, tmp_path / "r", real_rows=0.5), progress=False)
+
+
+def test_ship_last_takes_the_last_step(data, tmp_path):
+    from sprout_model.ship import ship
+    run = tmp_path / "run"
+    train(args(data, run, seq_len=16, eval_every=5), progress=False)  # 16 steps, evaluated every 5 and at the end
+    info = ship("tiny", run, data, root=tmp_path / "shipped", last=True)
+    state = _state(run)
+    assert info["steps"] == state["step"] == 16 and info["tokens_seen"] == state["tokens_seen"] == 16 * B * 16
+    model, _ = load_folder(tmp_path / "shipped" / "tiny")
+    for k, v in state["model"].items():
+        torch.testing.assert_close(model.state_dict()[k], v.half().float())  # the last weights, in 16 bits
