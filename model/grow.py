@@ -20,11 +20,30 @@ the small model is head h of the big one, with the same RoPE and QK-norm.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from .checkpoint import load_folder
 from .model import GPT
+
+
+def read_source(src: Path) -> tuple[dict[str, Tensor], dict]:
+    """The weights of ``src`` and what it says of itself (steps, tokens_seen, history, args, init_from).
+
+    ``src`` is a run folder (its ``state.pt``: the last weights) or a checkpoint folder (best weights).
+    """
+    if (src / "state.pt").is_file():
+        s = torch.load(src / "state.pt", map_location="cpu", weights_only=False)
+        return s["model"], {"steps": s["step"], "tokens_seen": s["tokens_seen"], "history": s["history"],
+                            "args": s.get("args"), "init_from": s.get("init")}
+    if (src / "model.safetensors").is_file():
+        loaded, info = load_folder(src)
+        return loaded.state_dict(), {"steps": info.get("steps", 0), "tokens_seen": info.get("tokens_seen", 0),
+                                     "history": info.get("history", []), "args": info.get("args"),
+                                     "init_from": info.get("init_from")}
+    raise FileNotFoundError(f"--init-from {src}: neither a run folder with state.pt nor a checkpoint folder")
 
 
 def source_shape(sd: dict[str, Tensor]) -> dict[str, int]:
@@ -101,7 +120,6 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m sprout_model.grow RUN_OR_CHECKPOINT --preset sprout``: grow the run's weights and
     print both models' validation loss on the same held-out tokens (they should agree)."""
     import argparse
-    from pathlib import Path
 
     import numpy as np
 
@@ -114,12 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rows", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=256)
     a = p.parse_args(argv)
-    src_folder = Path(a.source)
-    if (src_folder / "state.pt").is_file():
-        sd = torch.load(src_folder / "state.pt", map_location="cpu", weights_only=False)["model"]
-    else:
-        from .checkpoint import load_folder
-        sd = load_folder(src_folder)[0].state_dict()
+    sd, _ = read_source(Path(a.source))
     shape = source_shape(sd)
     cfg = preset(a.preset)
     cfg.vocab_size = shape["vocab_size"]  # as train does: the corpus's tokenizer decides

@@ -24,9 +24,9 @@ import torch
 from tqdm import tqdm
 
 from .augment import repeated_random_row, repeated_text_row
-from .checkpoint import load_folder, save_checkpoint
+from .checkpoint import save_checkpoint
 from .evaluation import repeated_tokens_loss_ratio
-from .grow import load_grown
+from .grow import load_grown, read_source
 from .model import GPT, Config
 from .presets import PRESETS, preset
 
@@ -185,23 +185,12 @@ def _atomic_torch_save(obj: dict, path: Path) -> None:
 
 
 def _load_init(model: GPT, src: Path) -> tuple[int, list, dict]:
-    """Load another run's weights into ``model``; returns (its tokens, its history, a summary of it).
-
-    ``src`` is a run folder (its ``state.pt``: the last weights) or a checkpoint folder (best weights).
-    """
-    if (src / "state.pt").is_file():
-        s = torch.load(src / "state.pt", weights_only=False)
-        sd, steps, tokens, history, args, init = (s["model"], s["step"], s["tokens_seen"], s["history"],
-                                                  s.get("args"), s.get("init"))
-    elif (src / "model.safetensors").is_file():
-        loaded, info = load_folder(src)
-        sd, steps, tokens, history, args, init = (loaded.state_dict(), info.get("steps", 0), info.get("tokens_seen", 0),
-                                                  info.get("history", []), info.get("args"), info.get("init_from"))
-    else:
-        raise FileNotFoundError(f"--init-from {src}: neither a run folder with state.pt nor a checkpoint folder")
+    """Load another run's weights into ``model`` (grown if smaller); returns (its tokens, its history,
+    a summary of it). ``src``: a run folder or a checkpoint folder (see ``grow.read_source``)."""
+    sd, prev = read_source(src)
     load_grown(model, sd)
-    summary = {"path": str(src), "steps": steps, "tokens_seen": tokens, "args": args, "init_from": init}
-    return tokens, list(history), summary
+    summary = {"path": str(src), **{k: prev[k] for k in ("steps", "tokens_seen", "args", "init_from")}}
+    return prev["tokens_seen"], list(prev["history"]), summary
 
 
 def _param_groups(model: GPT, a: TrainArgs) -> list[dict]:
