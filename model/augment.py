@@ -43,17 +43,40 @@ def invent_name(rng: random.Random) -> str:
     return s[:1].upper() + s[1:]
 
 
-def randomise_names(text: str, names: set[str], rng: random.Random, min_in_doc: int = 2) -> str:
-    """Replace every capitalised occurrence of each name that recurs in ``text`` by one invented name."""
+def common_words(texts: Iterable[str], min_count: int = 20, min_len: int = 4, max_len: int = 9) -> list[str]:
+    """Lower-case words of ``min_len``..``max_len`` letters seen at least ``min_count`` times in lower case,
+    sorted (the raw material of :func:`splice_name`)."""
+    low: collections.Counter[str] = collections.Counter(w for t in texts for w in _WORD.findall(t) if w[0].islower())
+    return sorted(w for w, c in low.items() if c >= min_count and min_len <= len(w) <= max_len)
+
+
+def splice_name(rng: random.Random, words: list[str]) -> str:
+    """The start of one common word joined to the end of another, capitalised ("Mar" + "ick").
+
+    Its pieces are ordinary word pieces, so a model cannot tell it is a name from its spelling and has to
+    copy it from context against a strong prior for the usual continuation (``Mars`` -> ``h``)."""
+    a, b = rng.sample(words, 2)
+    s = a[: rng.randint(2, len(a) - 1)] + b[rng.randint(1, len(b) - 2):]
+    return s[:1].upper() + s[1:]
+
+
+def randomise_names(text: str, names: set[str], rng: random.Random, min_in_doc: int = 2,
+                    words: list[str] | None = None, splice_share: float = 0.0) -> str:
+    """Replace every capitalised occurrence of each name that recurs in ``text`` by one invented name:
+    a :func:`splice_name` of ``words`` with probability ``splice_share``, else an :func:`invent_name`."""
     counts = collections.Counter(w.lower() for w in _WORD.findall(text) if w[0].isupper() and w.lower() in names)
     mapping: dict[str, str] = {}
     used: set[str] = set()
     for w, c in counts.items():
         if c < min_in_doc:
             continue
-        new = invent_name(rng)
+        def fresh() -> str:
+            spliced = splice_share > 0 and words and rng.random() < splice_share  # no draw at 0: old views unchanged
+            return splice_name(rng, words) if spliced else invent_name(rng)
+
+        new = fresh()
         while new.lower() in used or new.lower() in names:
-            new = invent_name(rng)
+            new = fresh()
         used.add(new.lower())
         mapping[w] = new
     if not mapping:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .augment import find_names, randomise_names
+from .augment import common_words, find_names, randomise_names
 from .corpus import corpus_hash, describe, load_documents, split_documents
 from .tokenizer import EOT, encode, train_tokenizer
 
@@ -23,7 +23,7 @@ DATA_ROOT = Path("data")
 
 
 def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction: float = 0.05, seed: int = 0,
-            name_views: int = 0) -> dict:
+            name_views: int = 0, splice_share: float = 0.0) -> dict:
     """Run the whole pipeline; returns the metadata it also writes to ``meta.json``."""
     out = Path(out) if out else DATA_ROOT / (corpus if not Path(corpus).is_dir() else Path(corpus).name)
     out.mkdir(parents=True, exist_ok=True)
@@ -49,15 +49,17 @@ def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction
         # versions of the training split with each document's recurring names replaced by invented
         # ones, fresh in every version (validation stays real text)
         names = find_names(d.text for d in train)
+        words = [w for w in common_words(d.text for d in train) if w not in names] if splice_share else None
         for k in range(name_views):
             rng = random.Random(f"{seed}-{k}")
             ids = []
             for d in train:
-                ids.extend(encode(tok, randomise_names(d.text, names, rng)))
+                ids.extend(encode(tok, randomise_names(d.text, names, rng, words=words, splice_share=splice_share)))
                 ids.append(eot)
             np.asarray(ids, dtype=np.uint16).tofile(out / f"train_names{k}.bin")
         meta["name_views"] = name_views
         meta["names_found"] = len(names)
+        meta["splice_share"] = splice_share
     meta["chars_per_token"] = round(meta["train_chars"] / meta["train_tokens"], 3)
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
     print(f"tokens: train {meta['train_tokens']:,}, validation {meta['val_tokens']:,}; "
@@ -73,8 +75,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--name-views", type=int, default=0,
                    help="also write K versions of the training split with recurring names randomised")
+    p.add_argument("--splice-share", type=float, default=0.0,
+                   help="with --name-views: share of invented names spliced from two common words (augment.splice_name)")
     a = p.parse_args(argv)
-    prepare(a.corpus, a.out, a.val_fraction, a.seed, a.name_views)
+    if not 0.0 <= a.splice_share <= 1.0:
+        p.error(f"--splice-share must be between 0 and 1, got {a.splice_share}")
+    prepare(a.corpus, a.out, a.val_fraction, a.seed, a.name_views, a.splice_share)
 
 
 if __name__ == "__main__":

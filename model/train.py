@@ -25,10 +25,11 @@ from tqdm import tqdm
 
 from .augment import repeated_random_row, repeated_text_row
 from .checkpoint import save_checkpoint
-from .evaluation import repeated_tokens_loss_ratio
+from .evaluation import NAME_TEXTS, name_copying, repeated_tokens_loss_ratio
 from .grow import load_grown, read_source
 from .model import GPT, Config
 from .presets import PRESETS, preset
+from .tokenizer import load_tokenizer
 
 
 @dataclass
@@ -233,6 +234,8 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
             raise FileNotFoundError(f"no train_names*.bin in {data}: run `python -m sprout_model.prepare --name-views 4` first")
         train_tokens = [np.memmap(f, dtype=np.uint16, mode="r") for f in files]
     val_tokens = np.memmap(data / "val.bin", dtype=np.uint16, mode="r")
+    # the invented-name copying probe of info.py, tracked at every evaluation (issue 3's target)
+    tokenizer = load_tokenizer(data / "tokenizer.json") if (data / "tokenizer.json").is_file() else None
     if len(val_tokens) < a.seq_len + 1:  # evaluate() would divide by zero at the first validation
         raise ValueError(
             f"the validation split has {len(val_tokens)} tokens, fewer than seq_len+1 = {a.seq_len + 1}: "
@@ -241,6 +244,8 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
 
     cfg = a.model_config()
     cfg.vocab_size = meta["vocab_size"]
+    if tokenizer is not None and max(len(tokenizer.encode(t).ids) for _, t in NAME_TEXTS) > cfg.context:
+        tokenizer = None  # the probe's texts do not fit this model's context: history records None
     torch.manual_seed(a.seed)
     model = GPT(cfg)
     if a.embed_mean:
@@ -317,11 +322,14 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
             if step % a.eval_every == 0 or step == a.total_steps:
                 val = evaluate(model, val_tokens, a.seq_len, a.eval_batches, a.batch_size)
                 copy = repeated_tokens_loss_ratio(model, seq_len=min(64, cfg.context // 2), batch=8, seed=0).ratio
+                model.eval()
+                names = name_copying(model, tokenizer).mean_prob if tokenizer is not None else None
                 model.train()
                 history.append({"step": step, "tokens": tokens_seen, "train_loss": round(loss.item(), 4),
-                                "val_loss": round(val, 4), "copy_ratio": round(copy, 3), "wall_s": round(wall, 1)})
+                                "val_loss": round(val, 4), "copy_ratio": round(copy, 3),
+                                "name_copying": None if names is None else round(names, 4), "wall_s": round(wall, 1)})
                 bar.write(f"step {step:,}  tokens {tokens_seen:,}  train {loss.item():.3f}  val {val:.3f}  "
-                          f"copy ratio {copy:.3f}")
+                          f"copy ratio {copy:.3f}" + ("" if names is None else f"  names {names:.1%}"))
                 if val < best:  # keep the best checkpoint by validation loss
                     best = val
                     save_checkpoint(model, out / "checkpoint", data / "tokenizer.json", train_info(val))

@@ -123,6 +123,7 @@ def test_resume_gives_identical_weights_and_optimizer(data, tmp_path):
     assert (a["step"], a["tokens_seen"], a["best_val"]) == (b["step"], b["tokens_seen"], b["best_val"])
     assert _without_wall(a["history"]) == _without_wall(b["history"])
     assert [h["step"] for h in a["history"]] == [4, 8]
+    assert all(h["name_copying"] is None for h in a["history"])  # the probe's texts exceed context 64
     # the best checkpoints agree too
     sa = load_file(str(straight / "checkpoint" / "model.safetensors"))
     sb = load_file(str(split / "checkpoint" / "model.safetensors"))
@@ -222,12 +223,16 @@ def test_corrupt_leftover_tmp_does_not_break_resume(data, tmp_path):
 
 # ---------------------------------------------------------------- (c) learning
 
-def test_loss_decreases_on_repetitive_data(data, tmp_path):
+def test_loss_decreases_on_repetitive_data(data, tmp_path, monkeypatch):
+    # a context long enough for the invented-name probe's texts (about 150 tokens with this tokenizer)
+    monkeypatch.setitem(PRESETS, "tiny", Config(**{**TINY.__dict__, "context": 256}))
     out = tmp_path / "learn"
     train(args(data, out, tokens=30 * B * T, warmup=3, eval_every=10, save_every=30), progress=False)
     hist = _state(out)["history"]
     assert [h["step"] for h in hist] == [10, 20, 30]
     assert all(math.isfinite(h["val_loss"]) for h in hist)
+    # every evaluation also records the invented-name copying probe (a probability)
+    assert all(0.0 <= h["name_copying"] <= 1.0 for h in hist)
     model, info = load_folder(out / "checkpoint")
     # a fresh model is near ln(300) = 5.7 nats; 30 steps on this repetitive text get far below
     assert hist[0]["val_loss"] > hist[-1]["val_loss"]
