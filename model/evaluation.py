@@ -109,6 +109,26 @@ NAME_TEXTS: list[tuple[str, str]] = [
 ]
 
 
+# Five more texts of the same kind, never used to choose a recipe or a checkpoint: they check that a gain
+# on NAME_TEXTS is copying in general and not a fit to five names (TRAINING.md reports both).
+HELDOUT_NAME_TEXTS: list[tuple[str, str]] = [
+    ("Dorrit Kalbeck", "The new teacher was a quiet woman named Dorrit Kalbeck. On the first morning she wrote "
+                       "a long word on the board and waited. Nobody could read it, so she sat down and waited "
+                       "longer, until a small boy at the back said the word and smiled at Dorrit Kalbeck"),
+    ("Ansel Pruvin", "A cart stood outside the inn, and the innkeeper said it belonged to Ansel Pruvin, a "
+                     "merchant from the south. All evening the travellers talked about the cart and what it "
+                     "might carry. In the morning the cart was gone, and so was Ansel Pruvin"),
+    ("Mirela Tosk", "The ship's cook was an old sailor, Mirela Tosk, who had been round the cape six times. "
+                    "When the storm came the captain lost his hat and the mate lost his nerve, but the only "
+                    "one who kept cooking was Mirela Tosk"),
+    ("Hollis Varne", "Every letter from the city ended with the same name, Hollis Varne, written in green ink. "
+                     "The girl kept them in a box under her bed. Years later, when she opened the box again, "
+                     "the green ink had faded, but she could still read Hollis Varne"),
+    ("Gideon Rusk", "They found the map in a drawer that had belonged to Gideon Rusk. It showed the river, the "
+                    "old bridge and a cross drawn in pencil near the woods. The brothers set out at dawn to "
+                    "find what had been hidden there by Gideon Rusk"),
+]
+
 class NameCopying(NamedTuple):
     mean_prob: float  # mean over texts of the mean probability of the name's later tokens, 2nd occurrence
     first_mean_prob: float  # the same tokens at the name's first occurrence (the baseline)

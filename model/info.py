@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from .checkpoint import SHIPPED, SHIPPED_DIR, load_folder, tokenizer_path
-from .evaluation import name_copying, repeated_tokens_loss_ratio
+from .evaluation import HELDOUT_NAME_TEXTS, name_copying, repeated_tokens_loss_ratio
 from .tokenizer import load_tokenizer
 
 SEQ_LEN, BATCH, SEED = 64, 32, 0
@@ -33,7 +33,8 @@ COPYING_NOTE = (
 NAME_NOTE = (
     "Name copying: mean probability of an invented two-word name's later tokens (all but its first token) at "
     "the name's second occurrence, over the five texts in sprout_model.evaluation.NAME_TEXTS; in brackets the "
-    "same tokens at the first occurrence, where nothing can be copied."
+    "same tokens at the first occurrence, where nothing can be copied. Held-out: the same measure on five "
+    "other texts (HELDOUT_NAME_TEXTS) that were never used to choose a recipe or a checkpoint."
 )
 
 
@@ -67,7 +68,9 @@ def describe(name: str) -> dict:
     first, second, ratio = repeated_tokens_loss_ratio(model, seq_len=SEQ_LEN, batch=BATCH, seed=SEED)
     val = info.get("val_loss")
     tok = tokenizer_path(folder)
-    names = name_copying(model, load_tokenizer(tok)) if tok else None
+    tokenizer = load_tokenizer(tok) if tok else None
+    names = name_copying(model, tokenizer) if tok else None
+    heldout = name_copying(model, tokenizer, HELDOUT_NAME_TEXTS) if tok else None
     return {
         "name": name,
         "path": str(folder),
@@ -81,6 +84,7 @@ def describe(name: str) -> dict:
         "copying_ratio": ratio,
         "name_copying": names.mean_prob if names else None,
         "name_copying_first": names.first_mean_prob if names else None,
+        "name_copying_heldout": heldout.mean_prob if heldout else None,
     }
 
 
@@ -90,8 +94,8 @@ def _fmt(v, spec: str) -> str:
 
 def markdown(rows: list[dict]) -> str:
     lines = [
-        "| checkpoint | parameters | tokens seen | steps | val loss (nats/token) | perplexity | copying ratio (2nd / 1st repeat) | name copying (1st) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| checkpoint | parameters | tokens seen | steps | val loss (nats/token) | perplexity | copying ratio (2nd / 1st repeat) | name copying (1st) | held-out names |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     notes = []
     for r in rows:
@@ -102,7 +106,8 @@ def markdown(rows: list[dict]) -> str:
             f"| {r['name']} | {r['parameters']:,} | {_fmt(r['tokens_seen'], ',')} | {_fmt(r['steps'], ',')} | "
             f"{_fmt(r['val_loss'], '.3f')} | {_fmt(r['perplexity'], '.1f')} | "
             f"{r['copying_ratio']:.3f} ({r['copy_loss_second']:.2f} / {r['copy_loss_first']:.2f}) | "
-            f"{_fmt(r['name_copying'], '.1%')} ({_fmt(r['name_copying_first'], '.1%')}) |"
+            f"{_fmt(r['name_copying'], '.1%')} ({_fmt(r['name_copying_first'], '.1%')}) | "
+            f"{_fmt(r['name_copying_heldout'], '.1%')} |"
         )
     out = "\n".join(lines) + "\n\n" + COPYING_NOTE + "\n\n" + NAME_NOTE
     if notes:

@@ -135,6 +135,24 @@ def test_info_row(ckpt):
     table = info.markdown([row])
     assert f"| {folder} | 5,488 | 123,456 | 78 | 2.000 | 7.4 | {expected.ratio:.3f} " in table
     assert "positions 1..63 of the second copy" in table
+    assert row["name_copying"] is None and row["name_copying_heldout"] is None  # no tokenizer in this folder
+    assert table.rstrip().splitlines()[0].endswith("| held-out names |")
+
+
+def test_name_texts_are_well_formed_with_the_shipped_tokenizer():
+    from sprout_model.checkpoint import SHIPPED_DIR
+    from sprout_model.evaluation import HELDOUT_NAME_TEXTS, NAME_TEXTS
+    from sprout_model.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(SHIPPED_DIR / "tokenizer.json")
+    assert not {n for n, _ in NAME_TEXTS} & {n for n, _ in HELDOUT_NAME_TEXTS}
+    for name, text in NAME_TEXTS + HELDOUT_NAME_TEXTS:
+        assert text.count(" " + name) == 2 and text.rstrip().endswith(name), name
+        enc = tok.encode(text, add_special_tokens=False)
+        pieces = [[t for t, (a, b) in zip(enc.tokens, enc.offsets) if a < s + len(name) + 1 and b > s]
+                  for s in (text.index(" " + name), text.rindex(" " + name))]
+        assert pieces[0] == pieces[1] and len(pieces[0]) >= 3, (name, pieces)  # the same pieces both times
+        assert len(enc.ids) <= 256  # fits every preset's context
 
 
 def test_info_missing_checkpoints_do_not_crash(ckpt, tmp_path, monkeypatch, capsys):
