@@ -52,6 +52,17 @@ def total_steps(info: dict) -> int | None:
     return steps
 
 
+def own_tokens(info: dict) -> int | None:
+    """Tokens trained at this checkpoint's own size: ``tokens_seen`` less the tokens of the first stage
+    behind it (``--init-from``) that trained a different preset, e.g. the gpt-4 a Sprout was grown from."""
+    tokens, preset, init = info.get("tokens_seen"), info.get("preset"), info.get("init_from")
+    while tokens is not None and isinstance(init, dict):
+        if (init.get("args") or {}).get("preset", preset) != preset:
+            return tokens - (init.get("tokens_seen") or 0)
+        init = init.get("init_from")
+    return tokens
+
+
 def describe(name: str) -> dict:
     """One row: the measured and recorded figures of a checkpoint folder, or ``missing``/``error`` with a reason."""
     folder = resolve(name)
@@ -77,6 +88,7 @@ def describe(name: str) -> dict:
         "parameters": model.num_params(),
         "tokens_seen": info.get("tokens_seen"),
         "steps": total_steps(info),  # all stages
+        "tokens_own_size": own_tokens(info),  # without the stages of a smaller preset it was grown from
         "val_loss": val,
         "perplexity": math.exp(val) if isinstance(val, (int, float)) else None,
         "copy_loss_first": first,

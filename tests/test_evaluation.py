@@ -178,3 +178,12 @@ def test_info_counts_the_steps_of_every_stage():
     staged = {"steps": 100, "init_from": {"steps": 40, "init_from": {"steps": 7, "init_from": None}}}
     assert info.total_steps(staged) == 147
     assert info.total_steps({"steps": 5}) == 5 and info.total_steps({}) is None
+
+
+def test_info_counts_the_tokens_trained_at_the_checkpoints_own_size():
+    gpt4 = {"tokens_seen": 20_000, "args": {"preset": "gpt-4"}, "init_from": None}
+    sprout_a = {"tokens_seen": 23_000, "args": {"preset": "sprout"}, "init_from": gpt4}
+    grown = {"preset": "sprout", "tokens_seen": 30_000, "init_from": sprout_a}
+    assert info.own_tokens(grown) == 10_000  # 3,000 + 7,000 as a Sprout, not the gpt-4's 20,000
+    assert info.own_tokens({"preset": "gpt-4", "tokens_seen": 5, "init_from": gpt4}) == 5  # same preset
+    assert info.own_tokens({"tokens_seen": 7}) == 7 and info.own_tokens({}) is None
