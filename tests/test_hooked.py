@@ -776,4 +776,6 @@ def test_shipped_checkpoint_fused_equals_explicit(name):
         logits, explicit = m.run_with_cache(toks)
         torch.testing.assert_close(logits, m(toks), atol=1e-5, rtol=1e-6)  # float32 rounding at |logit| ~ 15
     for k in fused.keys():
-        torch.testing.assert_close(fused[k], explicit[k], atol=1e-5, rtol=1e-5)
+        # float32 rounding grows with the stream's size (|resid| reaches ~60: 4 ulps there are 1.5e-5)
+        scale = explicit[k].abs().max().item()
+        torch.testing.assert_close(fused[k], explicit[k], atol=1e-5 + 1e-6 * scale, rtol=1e-5)

@@ -23,18 +23,12 @@ def test_copies_random_tokens(rows, name):
     assert r["copying_ratio"] <= 0.5, r  # loss on the second repeat of random tokens <= half the first
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param("gpt-4", marks=pytest.mark.xfail(strict=True, reason=(
-        "issue 3 is open on this: the shipped gpt-4 puts 37% on an invented name's later tokens at its "
-        "second occurrence (renamed-text training gave 38-50%, real text 31-40%; see model/TRAINING.md)"))),
-    pytest.param("sprout", marks=pytest.mark.xfail(strict=True, reason=(
-        "issue 3 is open on this: the shipped sprout puts 49.2% there, just under the 50% asked (49.9% "
-        "before its last, real-text-heavy stage, which bought the validation loss below gpt-4's)"))),
-])
+@pytest.mark.parametrize("name", ["gpt-4", "sprout"])
 def test_copies_invented_names(rows, name):
     r = rows[name]
     assert r["name_copying"] >= 0.5, r  # an invented name's later tokens at its second occurrence
     assert r["name_copying_first"] < 0.05, r  # ...which nothing but the context predicts
+    assert r["name_copying_heldout"] >= 0.5, r  # and on five texts never used to choose a recipe
 
 
 def test_gpt1_is_reported_and_cannot_copy(rows):
@@ -50,4 +44,5 @@ def test_tokens_and_sizes(rows):
     assert rows["gpt-1"]["tokens_seen"] >= 15e6
     assert rows["gpt-4"]["tokens_seen"] >= 20e6
     assert rows["sprout"]["tokens_seen"] >= 10e6
+    assert rows["sprout"]["tokens_own_size"] >= 10e6  # even without the gpt-4 stages it was grown from
     assert rows["sprout"]["parameters"] == 17_309_056
