@@ -350,3 +350,21 @@ def test_shipped_ablation_runs_on_text():
     m = si.load("gpt-4")
     res = ablate(m, ["Zorbin Plax came home.", "Zorbin Plax came home late, and Zorbin Plax slept."], [(1, 0)], kind="mean")
     assert res.logits.shape[0] == 2 and res.mean_loss > 0
+
+
+def test_sweep_macs_counts_both_methods():
+    from types import SimpleNamespace
+
+    from sprout_interp.ablation import sweep_macs
+
+    cfg = SimpleNamespace(d_model=4, d_mlp=8, d_vocab=10, n_layers=2, n_heads=2)
+    # a block at 3 positions: 3 x (4·16 + 3·4·8) matrix products + 4 x (1+2+3) x 2 causal score/value products
+    block = 3 * (64 + 96) + 4 * 3 * 4
+    naive_one = 2 * block + 3 * 4 * 10
+    tail = 3 * (16 + 96)  # W_O and the MLP of the ablated head's block
+    fast = (2 * block + 3 * 40) + 2 * (tail + block + 3 * 40) + 2 * (tail + 3 * 40)
+    got = sweep_macs(cfg, 3)
+    assert got["naive"] == 5 * naive_one and got["fast"] == fast and got["ratio"] == pytest.approx(fast / (5 * naive_one))
+    # reading fewer positions, or a shorter prefix, only lowers the fast sweep's count
+    assert sweep_macs(cfg, 3, read=1)["fast"] < fast and sweep_macs(cfg, 3, read=1, prefix=2)["fast"] < sweep_macs(cfg, 3, read=1)["fast"]
+    assert sweep_macs(cfg, 3, read=1)["naive"] == got["naive"]
