@@ -31,7 +31,7 @@ import time
 
 import torch
 
-from sprout_interp.ablation import _bind_metric, ablation_sweep, attribution_sweep, spearman, sweep_macs
+from sprout_interp.ablation import ablation_sweep, attribution_sweep, metric_reach, spearman, sweep_macs
 
 
 def _load(spec: str):
@@ -144,9 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fast vs naive: ratio of medians {med['fast'] / med['naive']:.3f} (target <= 0.5); "
           f"largest |fast - naive| over the {n_heads} heads: {err:.2e} ({a.metric})")
     print(f"attribution patching vs the exact sweep: Spearman rank correlation {rho:.3f}; time ratio {med['attribution'] / med['naive']:.3f}")
-    bound = _bind_metric(metric, toks, None)  # where the metric reads: the fast sweep's unembedding and prefix
     B, T = toks.shape
-    read, prefix = (T, T) if bound.fn is not None else (bound.pos.numel() / B, int(bound.pos.max()) + 1)
+    read, prefix = metric_reach(metric, toks)  # where the metric reads: the fast sweep's unembedding and prefix
     macs = sweep_macs(m.cfg, T, read=read, prefix=prefix)
     print(f"multiply-adds (sprout_interp.ablation.sweep_macs): naive {B * macs['naive'] / 1e9:,.0f}G, fast "
           f"{B * macs['fast'] / 1e9:,.0f}G, ratio {macs['ratio']:.3f}: the fast sweep's floor, measured {med['fast'] / med['naive']:.3f}")

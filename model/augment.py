@@ -67,13 +67,14 @@ def randomise_names(text: str, names: set[str], rng: random.Random, min_in_doc: 
     counts = collections.Counter(w.lower() for w in _WORD.findall(text) if w[0].isupper() and w.lower() in names)
     mapping: dict[str, str] = {}
     used: set[str] = set()
+
+    def fresh() -> str:
+        spliced = splice_share > 0 and words and rng.random() < splice_share  # no draw at 0: old views unchanged
+        return splice_name(rng, words) if spliced else invent_name(rng)
+
     for w, c in counts.items():
         if c < min_in_doc:
             continue
-        def fresh() -> str:
-            spliced = splice_share > 0 and words and rng.random() < splice_share  # no draw at 0: old views unchanged
-            return splice_name(rng, words) if spliced else invent_name(rng)
-
         new = fresh()
         while new.lower() in used or new.lower() in names:
             new = fresh()

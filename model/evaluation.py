@@ -129,6 +129,7 @@ HELDOUT_NAME_TEXTS: list[tuple[str, str]] = [
                     "find what had been hidden there by Gideon Rusk"),
 ]
 
+
 class NameCopying(NamedTuple):
     mean_prob: float  # mean over texts of the mean probability of the name's later tokens, 2nd occurrence
     first_mean_prob: float  # the same tokens at the name's first occurrence (the baseline)

@@ -80,8 +80,8 @@ def describe(name: str) -> dict:
     val = info.get("val_loss")
     tok = tokenizer_path(folder)
     tokenizer = load_tokenizer(tok) if tok else None
-    names = name_copying(model, tokenizer) if tok else None
-    heldout = name_copying(model, tokenizer, HELDOUT_NAME_TEXTS) if tok else None
+    names = name_copying(model, tokenizer) if tokenizer else None
+    heldout = name_copying(model, tokenizer, HELDOUT_NAME_TEXTS) if tokenizer else None
     return {
         "name": name,
         "path": str(folder),

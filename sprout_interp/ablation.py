@@ -23,7 +23,8 @@ Functions (layers 0-indexed as in code; tables also carry ``block`` = layer + 1,
 - :func:`attribution_sweep` – attribution patching: one forward and one backward give the linear
   estimate ``(replacement - z) · ∂metric/∂z`` of every head's effect; :func:`ablation_sweep` with
   ``attribution=True`` puts it beside the exact change with their Spearman rank correlation.
-- :func:`sweep_macs` – the multiply-adds of both sweep methods, the floor of their time ratio.
+- :func:`sweep_macs` – the multiply-adds of both sweep methods, the floor of their time ratio
+  (:func:`metric_reach` gives its ``read`` and ``prefix`` for a metric).
 - :func:`head_means`, :func:`default_reference`, :func:`name_copying_under_ablation`, :class:`AblatedRunner`.
 
 Metrics (``metric=``): ``"loss"`` (mean next-token loss, nats), ``"copying"`` (mean loss on the second
@@ -575,8 +576,7 @@ def ablation_sweep(
         if method == "naive":
             df = _naive_sweep(model, toks, heads, rep, bound, kind)
         else:
-            # causal: positions after the last one the metric reads change nothing it sees
-            P = toks.shape[1] if bound.fn is not None else int(bound.pos.max()) + 1
+            _, P = _reach(bound, toks)
             df = _fast_sweep(model, toks[:, :P], heads, rep, bound, kind, heads_per_batch)
         if attribution:
             est = _attribution(model, toks, heads, rep, bound)
@@ -630,6 +630,21 @@ def _fast_sweep(model: HookedSprout, toks, heads, rep: _Replacer, bound: _Bound,
             for h, v in zip(group, _metric_from_resid(model, bound, resid, G)):
                 results[(l, h)] = v
     return _sweep_frame(heads, [results[hd] for hd in heads], clean, bound.name, kind, "fast")
+
+
+def _reach(bound: _Bound, toks: Tensor) -> tuple[float, int]:
+    """(positions per row whose logits the metric reads, length of the prefix it depends on). Causal: the
+    positions after the last one the metric reads change nothing it sees. A callable metric reads all."""
+    B, T = toks.shape
+    if bound.fn is not None:
+        return float(T), T
+    return bound.pos.numel() / B, int(bound.pos.max()) + 1
+
+
+def metric_reach(metric, tokens: Tensor) -> tuple[float, int]:
+    """For ``metric`` on token ids ``(batch, pos)``: the positions per row it reads and the prefix length
+    the fast sweep runs; the ``read`` and ``prefix`` of :func:`sweep_macs`."""
+    return _reach(_bind_metric(metric, tokens, None), tokens)
 
 
 def sweep_macs(cfg, seq_len: int, read: Optional[int] = None, prefix: Optional[int] = None) -> dict[str, float]:

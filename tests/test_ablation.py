@@ -368,3 +368,12 @@ def test_sweep_macs_counts_both_methods():
     # reading fewer positions, or a shorter prefix, only lowers the fast sweep's count
     assert sweep_macs(cfg, 3, read=1)["fast"] < fast and sweep_macs(cfg, 3, read=1, prefix=2)["fast"] < sweep_macs(cfg, 3, read=1)["fast"]
     assert sweep_macs(cfg, 3, read=1)["naive"] == got["naive"]
+
+
+def test_metric_reach_is_what_the_fast_sweep_reads(toks):
+    from sprout_interp.ablation import TargetLogProb, metric_reach
+
+    B, T = toks.shape
+    assert metric_reach("loss", toks) == (float(T - 1), T - 1)  # every position that has a next token
+    target = TargetLogProb([5] * B, toks[:, 6].tolist(), rows=range(B))
+    assert metric_reach(target, toks) == (1.0, 6)  # one position per row; nothing after position 5 matters
