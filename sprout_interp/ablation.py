@@ -46,8 +46,10 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from sprout_model.model import apply_rope
+
 from .errors import AblationError
-from .hooked import HookedSprout, as_hooked
+from .hooked import HookedSprout, _is_hooked, as_hooked
 
 __all__ = [
     "KINDS", "CONVENTION", "AblationResult", "ablate", "ablation_sweep", "attribution_sweep", "head_means",
@@ -499,8 +501,9 @@ def _logprobs_from_normed(model: HookedSprout, x: Float[Tensor, "n d_model"], ta
     return out
 
 
-def _metric_from_resid(model: HookedSprout, bound: _Bound, resid: Tensor, groups: int) -> list[float]:
-    """The metric of each of ``groups`` stacked copies of the batch, from the final residual stream."""
+def _metric_from_resid(model: HookedSprout, bound: _Bound, resid: Tensor, groups: int, at: Optional[Tensor] = None) -> list[float]:
+    """The metric of each of ``groups`` stacked copies of the batch, from the final residual stream
+    ``(groups * batch, pos, d_model)``; with ``at`` (sorted positions) the stream holds only those positions."""
     B = resid.shape[0] // groups
     if bound.fn is not None:
         out = []
@@ -510,7 +513,8 @@ def _metric_from_resid(model: HookedSprout, bound: _Bound, resid: Tensor, groups
         return out
     N = bound.rows.numel()
     rows = (bound.rows[None, :] + B * torch.arange(groups, device=resid.device)[:, None]).reshape(-1)
-    x = model.model.norm(resid[rows, bound.pos.repeat(groups)])
+    pos = bound.pos if at is None else torch.searchsorted(at, bound.pos)
+    x = model.model.norm(resid[rows, pos.repeat(groups)])
     lp = _logprobs_from_normed(model, x, bound.targets.repeat(groups)).view(groups, N)
     return [float(v) for v in bound.reduce(lp)]
 
@@ -595,6 +599,48 @@ def _naive_sweep(model, toks, heads, rep, bound, kind) -> pd.DataFrame:
     return _sweep_frame(heads, values, clean, bound.name, kind, "naive")
 
 
+# the last block is run only where the metric reads when it reads at most this share of the positions
+_TRIM_SHARE = 0.75
+
+
+def _read_positions(model: HookedSprout, bound: _Bound, P: int) -> Optional[Int[Tensor, " u"]]:
+    """The sorted positions whose logits the metric reads, when few enough (and the last block unhooked)
+    for the last block to run only there; else None (the last block runs at every position)."""
+    if bound.fn is not None:
+        return None
+    at = torch.unique(bound.pos)
+    last = model.blocks[-1]
+    if at.numel() > _TRIM_SHARE * P or any(_is_hooked(m) for m in last.modules()):
+        return None
+    return at
+
+
+def _last_block_at(
+    model: HookedSprout, resid: Float[Tensor, "n pos d_model"], at: Int[Tensor, " u"]
+) -> Float[Tensor, "n u d_model"]:
+    """The last block's output at positions ``at`` only.
+
+    Nothing reads the last block's output at the other positions, so there it needs only the keys and
+    values the read positions attend to: no query, no output projection, no feed-forward. Same maths as
+    ``HookedBlock`` (and the GPT's ``Block``) at the positions it returns.
+    """
+    blk = model.blocks[-1]
+    attn = blk.attn._attn
+    n, P, C = resid.shape
+    H, dh = attn.n_head, attn.head_dim
+    x = blk.ln1(resid)
+    W = attn.qkv.weight  # rows [0:C] make q, [C:2C] k, [2C:3C] v
+    k, v = F.linear(x, W[C:]).view(n, P, 2, H, dh).permute(2, 0, 3, 1, 4)  # each (n, head, pos, d_head)
+    q = F.linear(x[:, at], W[:C]).view(n, -1, H, dh).transpose(1, 2)  # (n, head, u, d_head)
+    q, k = blk.attn.q_norm(q), blk.attn.k_norm(k)
+    cos, sin = model.model.cos, model.model.sin
+    q, k = apply_rope(q, cos[at], sin[at]), apply_rope(k, cos[:P], sin[:P])
+    causal = torch.arange(P, device=resid.device)[None, :] <= at[:, None]  # query at[i] sees keys 0..at[i]
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
+    mid = resid[:, at] + attn.proj(y.transpose(1, 2).reshape(n, -1, C))
+    return mid + blk.mlp(blk.ln2(mid))
+
+
 @torch.no_grad()
 def _fast_sweep(model: HookedSprout, toks, heads, rep: _Replacer, bound: _Bound, kind, heads_per_batch) -> pd.DataFrame:
     L = model.cfg.n_layers
@@ -605,13 +651,19 @@ def _fast_sweep(model: HookedSprout, toks, heads, rep: _Replacer, bound: _Bound,
     names.append(f"blocks.{L - 1}.hook_resid_post")
     _, cache = model.run_with_cache(toks, names_filter=names, return_type=None, return_cache_object=False)
     clean = _metric_from_resid(model, bound, cache[f"blocks.{L - 1}.hook_resid_post"], 1)[0]
+    at = _read_positions(model, bound, T)
+    sel = slice(None) if at is None else at  # positions the ablated block must produce when it is the last
     if heads_per_batch is None:
         # ~4k tokens per forward: measured on sprout (8 x 256 tokens, 2 cores), 2 heads per forward ran
         # 21% faster than 6 (medians 13.6 s vs 17.2 s): bigger batches spill the caches
         heads_per_batch = max(1, min(model.cfg.n_heads, 4096 // max(1, B * T)))
     results: dict[Head, float] = {}
     for l in layers:
+        last = l == L - 1
         resid_pre, z = cache[f"blocks.{l}.hook_resid_pre"], cache[f"blocks.{l}.attn.hook_z"]
+        if last:
+            resid_pre, z = resid_pre[:, sel], z[:, sel]
+        t = z.shape[1]
         blk = model.blocks[l]
         in_layer = [h for ll, h in heads if ll == l]
         for i in range(0, len(in_layer), heads_per_batch):
@@ -620,14 +672,19 @@ def _fast_sweep(model: HookedSprout, toks, heads, rep: _Replacer, bound: _Bound,
             zg = z.repeat(G, 1, 1, 1)  # (G*B, pos, head, d_head), a fresh contiguous copy
             for g, h in enumerate(group):
                 v = rep.value(l, h)
-                zg[g * B : (g + 1) * B, :, h] = v[:, :T] if v.dim() == 3 else v
+                zg[g * B : (g + 1) * B, :, h] = (v[:, :T][:, sel] if last else v[:, :T]) if v.dim() == 3 else v
             # the rest of block l exactly as HookedBlock runs it, from the clean stream and the patched z
-            attn_out = blk.hook_attn_out(blk.attn._attn.proj(zg.view(G * B, T, C)))
+            attn_out = blk.hook_attn_out(blk.attn._attn.proj(zg.view(G * B, t, C)))
             resid = blk.hook_resid_mid(resid_pre.repeat(G, 1, 1) + attn_out)
             resid = blk.hook_resid_post(resid + blk.hook_mlp_out(blk.mlp(blk.ln2(resid))))
-            if l + 1 < L:
-                resid = model(resid, start_at_layer=l + 1, stop_at_layer=L)
-            for h, v in zip(group, _metric_from_resid(model, bound, resid, G)):
+            if not last:
+                if at is None:
+                    resid = model(resid, start_at_layer=l + 1, stop_at_layer=L)
+                else:
+                    if l + 1 < L - 1:
+                        resid = model(resid, start_at_layer=l + 1, stop_at_layer=L - 1)
+                    resid = _last_block_at(model, resid, at)
+            for h, v in zip(group, _metric_from_resid(model, bound, resid, G, at)):
                 results[(l, h)] = v
     return _sweep_frame(heads, [results[hd] for hd in heads], clean, bound.name, kind, "fast")
 
@@ -647,7 +704,7 @@ def metric_reach(metric, tokens: Tensor) -> tuple[float, int]:
     return _reach(_bind_metric(metric, tokens, None), tokens)
 
 
-def sweep_macs(cfg, seq_len: int, read: Optional[int] = None, prefix: Optional[int] = None) -> dict[str, float]:
+def sweep_macs(cfg, seq_len: int, read: Optional[float] = None, prefix: Optional[int] = None) -> dict[str, float]:
     """Multiply-adds per sequence of a full single-head sweep (every head alone, plus the clean run), by
     the naive loop and by the fast sweep, counting the matrix products only (norms, RoPE and softmax
     are a few per element).
@@ -656,7 +713,9 @@ def sweep_macs(cfg, seq_len: int, read: Optional[int] = None, prefix: Optional[i
     positions the fast sweep runs (default ``seq_len``; a metric that reads only early positions needs
     only the prefix up to its last one). Per position a block costs ``4·d²`` (W_Q, W_K, W_V, W_O) plus
     ``3·d·d_mlp`` (SwiGLU) plus, causally, ``d`` per earlier key for scores and values; the unembedding
-    ``d·d_vocab``. The fast sweep's block of the ablated head costs only ``W_O`` and the MLP.
+    ``d·d_vocab``. The fast sweep's block of the ablated head costs only ``W_O`` and the MLP; when the
+    metric reads at most 3/4 of the positions, the fast sweep's last block costs the full block only at
+    those (counted as if each read query met all ``prefix`` keys) and ``W_K``, ``W_V`` elsewhere.
 
     Returns ``{"naive": ..., "fast": ..., "ratio": fast / naive}``: the ratio is the least time the fast
     sweep can take relative to the naive loop on a machine whose speed is set by its multiply-adds.
@@ -664,14 +723,20 @@ def sweep_macs(cfg, seq_len: int, read: Optional[int] = None, prefix: Optional[i
     d, f, V, L, H = cfg.d_model, cfg.d_mlp, cfg.d_vocab, cfg.n_layers, cfg.n_heads
     read = seq_len if read is None else read
     P = seq_len if prefix is None else prefix
+    trim = read <= _TRIM_SHARE * P
 
     def block(t: int) -> float:
         return t * (4 * d * d + 3 * d * f) + d * t * (t + 1)  # causal: query i meets i+1 keys, twice (QK, AV)
 
+    def tail(t: float) -> float:
+        return t * (d * d + 3 * d * f)  # W_O and the MLP of the ablated head's block
+
+    # the last block where the metric reads few positions: K, V everywhere, the rest only where it reads
+    last = P * 2 * d * d + read * (2 * d * d + 3 * d * f + 2 * d * P) if trim else block(P)
     naive_one = L * block(seq_len) + seq_len * d * V  # the naive loop unembeds every position
     fast_clean = L * block(P) + read * d * V
-    tail = P * (d * d + 3 * d * f)  # W_O and the MLP of the ablated head's block
-    fast_heads = sum(H * (tail + (L - 1 - l) * block(P) + read * d * V) for l in range(L))
+    fast_heads = H * (tail(read if trim else P) + read * d * V)  # heads of the last block
+    fast_heads += sum(H * (tail(P) + (L - 2 - l) * block(P) + last + read * d * V) for l in range(L - 1))
     naive = (1 + L * H) * naive_one
     fast = fast_clean + fast_heads
     return {"naive": float(naive), "fast": float(fast), "ratio": fast / naive}

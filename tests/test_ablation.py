@@ -129,8 +129,8 @@ def test_fast_sweep_equals_plain_full_forward_per_head(gpt, hooked, toks, ref, k
 @pytest.mark.parametrize(
     "metric",
     ["loss", "copying", "copying_ratio", TargetLogProb([3, 9, 12], [5, 6, 7]),
-     lambda logits, tokens: logits[:, -1, 3].mean()],
-    ids=["loss", "copying", "copying_ratio", "target", "callable"],
+     TargetLogProb([2, 14, 9, 5], [5, 6, 7, 8], rows=[0, 1, 2, 3]), lambda logits, tokens: logits[:, -1, 3].mean()],
+    ids=["loss", "copying", "copying_ratio", "target", "target_rows", "callable"],
 )
 def test_fast_equals_naive_all_metrics(hooked, toks, ref, kind, metric):
     reference = None if kind == "zero" else ref
@@ -139,6 +139,39 @@ def test_fast_equals_naive_all_metrics(hooked, toks, ref, kind, metric):
     assert fast.attrs["method"] == "fast" and naive.attrs["method"] == "naive"
     torch.testing.assert_close(torch.tensor(fast["ablated"].to_numpy()), torch.tensor(naive["ablated"].to_numpy()), atol=ATOL, rtol=0)
     assert fast["clean"].iloc[0] == pytest.approx(naive["clean"].iloc[0], abs=ATOL)
+
+
+def test_fast_sweep_runs_the_last_block_only_where_the_metric_reads(hooked, toks):
+    """The copying and target metrics read few positions, so the fast sweep trims the last block (the
+    equality tests above then cover that path); the loss reads them all, and a hook on the last block
+    turns the trimming off so that the hook sees every position."""
+    from sprout_interp.ablation import _bind_metric, _last_block_at, _read_positions
+
+    T = toks.shape[1]
+    P = T - 1
+    for metric, want in [("copying", list(range(8, 15))), (TargetLogProb([3, 9, 12], [5, 6, 7]), [3, 9, 12])]:
+        at = _read_positions(hooked, _bind_metric(metric, toks, None), P)
+        assert at is not None and at.tolist() == want
+    assert _read_positions(hooked, _bind_metric("loss", toks, None), P) is None
+    # the trimmed last block equals the full block at the positions it keeps
+    resid = hooked(toks, stop_at_layer=2)
+    full = hooked.blocks[2](resid, hooked.model.cos[:T], hooked.model.sin[:T])
+    at = torch.tensor([0, 5, 6, 15])
+    torch.testing.assert_close(_last_block_at(hooked, resid, at), full[:, at], atol=1e-5, rtol=1e-5)
+    with hooked.hooks(fwd_hooks=[("blocks.2.hook_mlp_out", lambda x, hook: x)]):
+        assert _read_positions(hooked, _bind_metric("copying", toks, None), P) is None
+    assert _read_positions(hooked, _bind_metric("copying", toks, None), P) is not None
+
+
+def test_fast_sweep_keeps_the_users_hooks(hooked, toks):
+    """A hook the user holds on the last block applies to both sweeps alike (the fast one stops trimming)."""
+    halve = [("blocks.2.hook_attn_out", lambda x, hook: 0.5 * x)]
+    with hooked.hooks(fwd_hooks=halve):
+        fast = ablation_sweep(hooked, toks, "copying")
+        naive = ablation_sweep(hooked, toks, "copying", method="naive")
+    plain = ablation_sweep(hooked, toks, "copying")
+    assert (fast["ablated"] - naive["ablated"]).abs().max() < ATOL
+    assert (fast["ablated"] - plain["ablated"]).abs().max() > 1e-3  # the hook did change the result
 
 
 def test_fast_sweep_heads_per_batch_and_subset(hooked, toks):
@@ -368,6 +401,10 @@ def test_sweep_macs_counts_both_methods():
     # reading fewer positions, or a shorter prefix, only lowers the fast sweep's count
     assert sweep_macs(cfg, 3, read=1)["fast"] < fast and sweep_macs(cfg, 3, read=1, prefix=2)["fast"] < sweep_macs(cfg, 3, read=1)["fast"]
     assert sweep_macs(cfg, 3, read=1)["naive"] == got["naive"]
+    # reading 1 of 3 positions, the last block is trimmed: W_K, W_V at 3 positions, the rest of the block at 1
+    last = 3 * 2 * 16 + 1 * (2 * 16 + 96 + 2 * 4 * 3)
+    fast_read1 = (2 * block + 40) + 2 * (tail + last + 40) + 2 * (1 * (16 + 96) + 40)
+    assert sweep_macs(cfg, 3, read=1)["fast"] == fast_read1
 
 
 def test_metric_reach_is_what_the_fast_sweep_reads(toks):
