@@ -12,7 +12,8 @@ default the mean next-token loss) and ablation (--kind, default zero):
   head's ``hook_z`` replaced, then the metric on the logits), plus the clean run;
 - fast: ``ablation_sweep(method="fast")``: the clean stream entering each block is computed once; each
   head reruns only its own block's output projection and feed-forward and the blocks after it, several
-  heads batched per forward, and the unembedding only where the metric reads;
+  heads batched per forward, and the unembedding only where the metric reads; when the metric reads at
+  most 3/4 of the positions, the last block too runs in full only there (elsewhere its keys and values);
 - attribution: ``attribution_sweep``, one forward and one backward (a linear estimate, not exact).
 
 The methods are interleaved (their order alternates every repetition) and the table gives the median,

@@ -18,7 +18,9 @@ Functions (layers 0-indexed as in code; tables also carry ``block`` = layer + 1,
   clean, change``. ``method="fast"`` (default) is exact: the stream entering the ablated block is the
   clean one, so it is computed once and only the rest of the model is rerun, several heads per forward
   (the batch is repeated once per head); it also skips the ablated block's attention (the other heads'
-  outputs are the clean ones) and computes the unembedding only where the metric looks.
+  outputs are the clean ones) and computes the unembedding only where the metric looks; when the metric
+  looks at no more than 3/4 of the positions, the last block runs in full only there too (the other
+  positions give it only their keys and values).
   ``method="naive"`` runs one full forward per head, for checking.
 - :func:`attribution_sweep` – attribution patching: one forward and one backward give the linear
   estimate ``(replacement - z) · ∂metric/∂z`` of every head's effect; :func:`ablation_sweep` with
