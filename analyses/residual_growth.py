@@ -9,8 +9,11 @@ times bigger".
 For every checkpoint: the RMS over d_model of the stream after the embedding (block 0) and after each
 block (counted from 1, as the chapter; ``blocks.{n-1}.hook_resid_post`` in code), averaged over all
 positions, on a seeded sample of held-out text (--n windows of --length tokens from the validation
-documents) and on the three ready-made texts. Writes rms.csv, claims.csv and rms_growth.html (log
-scale; PNG too where static export works) into out/residual_growth/.
+documents) and on the three ready-made texts. Beside it, what each block is worth: the rise of the
+mean loss (nats) on the held-out sample when the block stops writing to the stream
+(``sprout_interp.block_knockout``), each block alone and the later half of the blocks together. Writes
+rms.csv, claims.csv, knockout.csv and rms_growth.html (log scale; PNG too where static export works)
+into out/residual_growth/.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import time
 
 import pandas as pd
 
+from sprout_interp.block_knockout import block_knockout
 from sprout_interp.cli import held_out, print_table, script_parser, start
 from sprout_interp.plots import rms_growth_chart, save_figure
 from sprout_interp.residual import CHAPTER_GPT4_GROWTH, CHAPTER_GPT4_RMS, growth_claims, residual_rms
@@ -45,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     models, out = started
 
-    tables, claims = [], []
+    tables, claims, knockouts = [], [], []
     for nm in models:
         m = nm.model
         sets = []
@@ -54,6 +58,12 @@ def main(argv: list[str] | None = None) -> int:
             if sample is not None:
                 sets.append(("held-out", sample, None))
         sets.append(("texts", *m.to_tokens_with_mask(list(TEXTS.values()))))
+        L = m.cfg.n_layers
+        groups = [[l] for l in range(L)] + ([list(range(L // 2, L))] if L >= 4 else [])
+        k = block_knockout(m, sets[0][1], groups=groups, attention_mask=sets[0][2])
+        k.insert(0, "text_set", sets[0][0])
+        k.insert(0, "model", nm.label)
+        knockouts.append(k)
         for set_name, toks, mask in sets:
             r = residual_rms(m, toks, attention_mask=mask)
             r.insert(0, "text_set", set_name)
@@ -68,8 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     rms = pd.concat(tables, ignore_index=True)
     main_set = "held-out" if (rms["text_set"] == "held-out").any() else "texts"
     claims_df = pd.concat(claims, ignore_index=True)
+    knock = pd.concat(knockouts, ignore_index=True)
     rms.to_csv(out / "rms.csv", index=False)
     claims_df.to_csv(out / "claims.csv", index=False)
+    knock.to_csv(out / "knockout.csv", index=False)
 
     wide = rms.pivot_table(index=["block", "row"], columns=["model", "text_set"], values="rms", sort=False)
     wide = wide.reset_index().sort_values("block")
@@ -89,6 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     chapter_growth = {b: v / CHAPTER_GPT4_RMS[0] for b, v in CHAPTER_GPT4_RMS.items()}
     gtable["chapter gpt-4"] = [f"x{chapter_growth[b]:.0f}" if b in chapter_growth else "" for b in growth["block"]]
     print_table(gtable, "growth relative to the embedding row")
+
+    ktable = pd.DataFrame({
+        "model": knock["model"], "text set": knock["text_set"], "blocks knocked out (from 1)": knock["blocks"],
+        "loss (nats)": [f"{v:.3f}" for v in knock["loss"]], "rise (nats)": [f"+{v:.3f}" for v in knock["change"]],
+    })
+    print_table(ktable, "what each block is worth: the loss when it stops writing to the stream (its attention "
+                        "and feed-forward outputs zeroed), against the clean loss (sprout_interp.block_knockout)")
 
     side = claims_df[claims_df["text_set"] == main_set].copy()
     side_print = pd.DataFrame({
@@ -123,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     _, note = save_figure(fig, out / "rms_growth", png=not a.no_png)
     if note:
         print(note, file=sys.stderr)
-    print(f"\nwrote {out}/rms.csv, claims.csv, rms_growth.html in {time.time() - t0:.1f}s")
+    print(f"\nwrote {out}/rms.csv, claims.csv, knockout.csv, rms_growth.html in {time.time() - t0:.1f}s")
     return 0
 
 

@@ -178,10 +178,13 @@ def test_residual_growth_script_runs(tiny_checkpoint, tmp_path, capsys):
     assert rc == 0
     text = capsys.readouterr().out
     assert "chapter gpt-4" in text and "== verdicts ==" in text and "~0.18" in text
-    for f in ("rms.csv", "claims.csv", "rms_growth.html"):
+    for f in ("rms.csv", "claims.csv", "knockout.csv", "rms_growth.html"):
         assert (out / f).is_file(), f
     rms = pd.read_csv(out / "rms.csv")
     assert rms["block"].tolist() == [0, 1, 2] and rms["growth"].iloc[0] == 1.0
+    knock = pd.read_csv(out / "knockout.csv", dtype={"blocks": str})
+    assert knock["blocks"].tolist() == ["1", "2"] and (knock["text_set"] == "texts").all()
+    assert ((knock["change"] - (knock["loss"] - knock["clean"])).abs() < 1e-9).all() and "what each block is worth" in text
 
 
 # --- shipped checkpoints -------------------------------------------------------------------------

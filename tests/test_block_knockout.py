@@ -1,0 +1,88 @@
+"""Block knockouts: zeroing a block's attention and feed-forward outputs equals skipping the block."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sprout_model import GPT
+from sprout_interp import HookedSprout
+from sprout_interp.block_knockout import block_knockout
+from sprout_interp.errors import AblationError
+
+from conftest import tiny_config
+
+CHECKPOINTS = Path(__file__).resolve().parents[1] / "model" / "checkpoints"
+
+
+@pytest.fixture(scope="module")
+def gpt() -> GPT:
+    torch.manual_seed(0)
+    return GPT(tiny_config(n_layer=3, n_head=2)).eval()
+
+
+@pytest.fixture(scope="module")
+def toks() -> torch.Tensor:
+    return torch.randint(1, 64, (3, 12), generator=torch.Generator().manual_seed(2))
+
+
+def _loss_without(gpt: GPT, toks: torch.Tensor, skipped: set[int]) -> float:
+    """The plain GPT run with the skipped blocks left out of the loop."""
+    with torch.no_grad():
+        x = gpt.embed(toks)
+        T = toks.shape[1]
+        for i, b in enumerate(gpt.blocks):
+            if i not in skipped:
+                x = b(x, gpt.cos[:T], gpt.sin[:T])
+        logits = gpt.head(gpt.norm(x))
+    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), toks[:, 1:].reshape(-1)).item()
+
+
+def test_knockout_equals_leaving_the_block_out(gpt, toks):
+    df = block_knockout(HookedSprout(gpt), toks, groups=[0, 2, [1, 2], (0, 1, 2)])
+    assert list(df.columns) == ["layers", "blocks", "loss", "clean", "change"]
+    assert df["blocks"].tolist() == ["1", "3", "2-3", "1-3"]
+    clean = _loss_without(gpt, toks, set())
+    assert df["clean"].iloc[0] == pytest.approx(clean, abs=1e-5)
+    for row in df.itertuples():
+        assert row.loss == pytest.approx(_loss_without(gpt, toks, set(row.layers)), abs=1e-5)
+        assert row.change == pytest.approx(row.loss - clean, abs=1e-5)
+    assert df["change"].abs().max() > 1e-3  # the blocks matter, so the comparison is not vacuous
+
+
+def test_default_is_every_block_alone_and_padding_is_not_counted(gpt, toks):
+    m = HookedSprout(gpt)
+    df = block_knockout(m, toks)
+    assert df["layers"].tolist() == [(0,), (1,), (2,)]
+    mask = torch.ones_like(toks, dtype=torch.bool)
+    mask[1, 6:] = False
+    padded = toks.clone()
+    padded[~mask] = 7
+    a = block_knockout(m, toks, attention_mask=mask)
+    b = block_knockout(m, padded, attention_mask=mask)
+    assert (a["loss"] - b["loss"]).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("groups", [[3], [[]], [[0, -1]], ["1"]])
+def test_bad_groups_say_the_convention(gpt, toks, groups):
+    with pytest.raises(AblationError, match="0-indexed"):
+        block_knockout(HookedSprout(gpt), toks, groups=groups)
+
+
+@pytest.mark.integration
+def test_shipped_sprout_grown_blocks_matter_less_than_block_4():
+    if not (CHECKPOINTS / "sprout" / "model.safetensors").is_file():
+        pytest.skip("model/checkpoints/sprout is not there yet")
+    import sprout_interp as si
+    from sprout_interp.texts import held_out_for
+
+    m = si.load("sprout")
+    try:
+        toks = torch.as_tensor(held_out_for(m, 2, 128, 0))
+    except Exception as e:  # corpus packages missing
+        pytest.skip(f"held-out text unavailable: {e}")
+    df = block_knockout(m, toks, groups=[[3], [4, 5, 6, 7]]).set_index("blocks")
+    # what README and model/TRAINING.md report: the grown blocks 5-8 together are worth far less than block 4
+    assert df.loc["5-8", "change"] < 0.5 * df.loc["4", "change"]
