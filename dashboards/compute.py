@@ -10,6 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from sprout_interp import ablation, attention, compare, logit_lens, per_token, residual
+from sprout_interp.knockout import block_knockout
 from sprout_interp.errors import AblationError
 from sprout_interp.texts import TEXTS
 
@@ -51,6 +52,12 @@ def lens_three_texts(_m, key: str):
 @st.cache_data(**_CACHE)
 def rms(_m, key: str, text: str, per_position: bool = False):
     return residual.residual_rms(_m, tokens(_m, text), per_position=per_position)
+
+
+@st.cache_data(**_CACHE)
+def knockout(_m, key: str, text: str):
+    """What each block is worth on the text: the loss with it knocked out, one row per block."""
+    return block_knockout(_m, tokens(_m, text))
 
 
 # -- attention --------------------------------------------------------------------------------

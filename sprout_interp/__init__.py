@@ -13,7 +13,7 @@ from .errors import (
 )
 from . import logit_lens  # noqa: F401  (the module: si.logit_lens.logit_lens(model, tokens))
 from .ablation import ablate, ablation_sweep, attribution_sweep
-from .block_knockout import block_knockout
+from .knockout import block_knockout
 from .attention import attention_patterns, find_induction_circuit, head_scores
 from .compare import compare_models
 from .hooked import HookedSprout, SproutCache, load_hooked

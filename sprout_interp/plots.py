@@ -305,6 +305,19 @@ def token_change_chart(
     return fig
 
 
+def block_knockout_chart(df: pd.DataFrame, title: Optional[str] = None) -> go.Figure:
+    """Bars of what each group of blocks is worth: the loss rise (nats) when it stops writing to the
+    stream, one bar per row of a ``block_knockout`` table (blocks counted from 1)."""
+    x = [f"block {b}" if "-" not in str(b) and "," not in str(b) else f"blocks {b}" for b in df["blocks"]]
+    hover = [f"loss {l:.3f} (clean {c:.3f})" for l, c in zip(df["loss"], df["clean"])]
+    fig = go.Figure(go.Bar(x=x, y=df["change"], customdata=hover,
+                           hovertemplate="%{x}: +%{y:.3f} nats<br>%{customdata}<extra></extra>"))
+    fig.update_layout(title=title or "loss rise when a block stops writing to the stream (nats)",
+                      width=max(520, 70 * len(x) + 200), height=380)
+    fig.update_yaxes(title="loss rise (nats)")
+    return fig
+
+
 def save_figure(fig: go.Figure, path: str | Path, png: bool = True) -> tuple[list[Path], Optional[str]]:
     """Write ``path`` + ``.html`` (always; self-contained, opens offline) and ``.png`` when static
     export works (it needs the ``kaleido`` package and a browser it can drive).

@@ -244,8 +244,20 @@ def test_residual_per_position():
     at = ok(app("residual").run())
     at.toggle(key="rms_per_position").set_value(True)
     ok(at.run())
-    lines = [d for spec in charts(at)[1:] for d in spec["data"]]
+    per_pos = [c for c in charts(at) if "per position" in c["layout"]["title"]["text"].lower()
+               or "position" in str(c["layout"].get("xaxis", {}).get("title", {}).get("text", "")).lower()]
+    lines = [d for spec in per_pos for d in spec["data"]]
     assert len(lines) == 5 and shape(lines[0]["x"])[0] > 100
+
+
+def test_residual_block_knockouts():
+    at = ok(app("residual").run())
+    bars = [c for c in charts(at) if "stops writing" in c["layout"]["title"]["text"]]
+    assert len(bars) == 1 and shape(bars[0]["data"][0]["y"])[0] == 4  # gpt-4: one bar per block
+    table = next(d.value for d in at.dataframe if "change" in d.value.columns)
+    assert table["blocks"].tolist() == ["1", "2", "3", "4"] and (table["change"] > 0).all()
+    one = ok(app("residual", text="The").run())  # one token: no loss to measure, and the page says so
+    assert "at least two tokens" in messages(one) and charts(one)
 
 
 def test_attention_choice_and_repeated_tokens():

@@ -5,7 +5,7 @@ import streamlit as st
 
 import compute
 import state
-from sprout_interp.plots import rms_growth_chart, rms_position_chart
+from sprout_interp.plots import block_knockout_chart, rms_growth_chart, rms_position_chart
 from sprout_interp.residual import CHAPTER_GPT4_RMS, growth_claims
 
 state.header(
@@ -31,6 +31,19 @@ with c[0]:
 with c[1]:
     st.markdown("**Every row** (block: from 1, 0 = after the embedding; layer: index in code, −1 = embedding)")
     st.dataframe(rms, hide_index=True)
+
+st.subheader("What each block is worth")
+st.caption("The loss on this text (nats per token) when one block stops writing to the stream: its attention "
+           "and feed-forward outputs zeroed, so the stream passes through it unchanged. The bar is the rise over "
+           "the clean loss; blocks counted from 1. `sprout_interp.knockout.block_knockout`.")
+if toks.shape[-1] < 2:
+    st.info("A loss needs at least two tokens: type a longer text to see what each block is worth.")
+else:
+    with st.spinner("knocking out each block…"), state.shown_errors("the block knockouts"):
+        knock = compute.knockout(m, key, text)
+    st.plotly_chart(block_knockout_chart(knock, title=f"{name}: loss rise when a block stops writing (this text)"),
+                    width="content")
+    st.dataframe(knock.drop(columns=["layers"]), hide_index=True)
 
 st.subheader("Per position")
 if st.toggle("show the RMS at every position", value=False, key="rms_per_position"):

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from sprout_model import GPT
 from sprout_interp import HookedSprout
-from sprout_interp.block_knockout import block_knockout
+from sprout_interp.knockout import block_knockout
 from sprout_interp.errors import AblationError
 
 from conftest import tiny_config
@@ -86,3 +86,14 @@ def test_shipped_sprout_grown_blocks_matter_less_than_block_4():
     df = block_knockout(m, toks, groups=[[3], [4, 5, 6, 7]]).set_index("blocks")
     # what README and model/TRAINING.md report: the grown blocks 5-8 together are worth far less than block 4
     assert df.loc["5-8", "change"] < 0.5 * df.loc["4", "change"]
+
+
+def test_block_knockout_chart(gpt, toks):
+    from sprout_interp.plots import block_knockout_chart
+
+    df = block_knockout(HookedSprout(gpt), toks, groups=[0, 1, [1, 2]])
+    fig = block_knockout_chart(df)
+    bar = fig.data[0]
+    assert list(bar.x) == ["block 1", "block 2", "blocks 2-3"]
+    assert list(bar.y) == pytest.approx(df["change"].tolist())
+    assert "nats" in fig.layout.yaxis.title.text
