@@ -311,7 +311,7 @@ def block_knockout_chart(df: pd.DataFrame, title: Optional[str] = None) -> go.Fi
     x = [f"block {b}" if "-" not in str(b) and "," not in str(b) else f"blocks {b}" for b in df["blocks"]]
     hover = [f"loss {l:.3f} (clean {c:.3f})" for l, c in zip(df["loss"], df["clean"])]
     fig = go.Figure(go.Bar(x=x, y=df["change"], customdata=hover,
-                           hovertemplate="%{x}: +%{y:.3f} nats<br>%{customdata}<extra></extra>"))
+                           hovertemplate="%{x}: %{y:+.3f} nats<br>%{customdata}<extra></extra>"))
     fig.update_layout(title=title or "loss rise when a block stops writing to the stream (nats)",
                       width=max(520, 70 * len(x) + 200), height=380)
     fig.update_yaxes(title="loss rise (nats)")
