@@ -17,6 +17,7 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
+from .ablation import prepare_tokens
 from .errors import AblationError
 from .hooked import HookedSprout, as_hooked
 
@@ -61,7 +62,7 @@ def block_knockout(
     """Mean next-token loss with each group of blocks knocked out (attention and feed-forward outputs zeroed).
 
     Args:
-        tokens: token ids ``(batch, pos)`` (or ``(pos,)``).
+        tokens: token ids ``(batch, pos)`` (or ``(pos,)``), a text or a list of texts (right-padded).
         groups: the blocks knocked out together, one run per group, each a layer or a list of layers
             (0-indexed); default: every block alone.
         attention_mask: True at real tokens (right padding); padded targets are not counted.
@@ -72,7 +73,7 @@ def block_knockout(
         (= loss − clean, nats: what the blocks were worth).
     """
     model = as_hooked(model)
-    toks = model._check_tokens(tokens)
+    toks, attention_mask = prepare_tokens(model, tokens, attention_mask)
     if toks.shape[1] < 2:
         raise AblationError("a next-token loss needs at least 2 tokens per row")
     groups = _check_groups(model, groups)

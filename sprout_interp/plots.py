@@ -308,7 +308,7 @@ def token_change_chart(
 def block_knockout_chart(df: pd.DataFrame, title: Optional[str] = None) -> go.Figure:
     """Bars of what each group of blocks is worth: the loss rise (nats) when it stops writing to the
     stream, one bar per row of a ``block_knockout`` table (blocks counted from 1)."""
-    x = [f"block {b}" if "-" not in str(b) and "," not in str(b) else f"blocks {b}" for b in df["blocks"]]
+    x = [f"{'block' if len(l) == 1 else 'blocks'} {b}" for l, b in zip(df["layers"], df["blocks"])]
     hover = [f"loss {l:.3f} (clean {c:.3f})" for l, c in zip(df["loss"], df["clean"])]
     fig = go.Figure(go.Bar(x=x, y=df["change"], customdata=hover,
                            hovertemplate="%{x}: %{y:+.3f} nats<br>%{customdata}<extra></extra>"))

@@ -244,8 +244,7 @@ def test_residual_per_position():
     at = ok(app("residual").run())
     at.toggle(key="rms_per_position").set_value(True)
     ok(at.run())
-    per_pos = [c for c in charts(at) if "per position" in c["layout"]["title"]["text"].lower()
-               or "position" in str(c["layout"].get("xaxis", {}).get("title", {}).get("text", "")).lower()]
+    per_pos = [c for c in charts(at) if "at each position" in c["layout"]["title"]["text"]]
     lines = [d for spec in per_pos for d in spec["data"]]
     assert len(lines) == 5 and shape(lines[0]["x"])[0] > 100
 
