@@ -27,6 +27,7 @@ from torch import Tensor
 
 from .checkpoint import load_folder
 from .model import GPT
+from .run_state import read_state
 
 
 def read_source(src: Path) -> tuple[dict[str, Tensor], dict]:
@@ -35,7 +36,7 @@ def read_source(src: Path) -> tuple[dict[str, Tensor], dict]:
     ``src`` is a run folder (its ``state.pt``: the last weights) or a checkpoint folder (best weights).
     """
     if (src / "state.pt").is_file():
-        s = torch.load(src / "state.pt", map_location="cpu", weights_only=False)
+        s = read_state(src / "state.pt")
         return s["model"], {"steps": s["step"], "tokens_seen": s["tokens_seen"], "history": s["history"],
                             "args": s.get("args"), "init_from": s.get("init")}
     if (src / "model.safetensors").is_file():

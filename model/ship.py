@@ -20,6 +20,7 @@ import torch
 
 from .checkpoint import SHIPPED, SHIPPED_DIR, load_folder, save_checkpoint
 from .model import GPT
+from .run_state import read_state
 from .train import evaluate
 
 
@@ -30,7 +31,7 @@ def last_weights(run: Path) -> tuple[GPT, dict]:
     """The run's last weights (``state.pt``) and a train.json for them: the checkpoint folder's, with the
     steps, tokens, history and validation loss of the last step."""
     model, info = load_folder(run / "checkpoint")
-    state = torch.load(run / "state.pt", map_location="cpu", weights_only=False)
+    state = read_state(run / "state.pt")
     last = GPT(model.cfg)
     last.load_state_dict(state["model"])
     info = {**info, "steps": state["step"], "tokens_seen": state["tokens_seen"], "history": state["history"],

@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import random
 import signal
 import time
 from dataclasses import asdict, dataclass
@@ -29,6 +27,7 @@ from .evaluation import NAME_TEXTS, name_copying, repeated_tokens_loss_ratio
 from .grow import load_grown, read_source
 from .model import GPT, Config
 from .presets import PRESETS, preset
+from .run_state import read_state, rng_state, set_rng_state, write_state
 from .tokenizer import load_tokenizer
 
 
@@ -169,22 +168,6 @@ def evaluate(model: torch.nn.Module, val: np.ndarray, seq_len: int, n_batches: i
     return sum(losses) / len(idx)
 
 
-def _rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-
-
-def _set_rng_state(s: dict) -> None:
-    torch.set_rng_state(s["torch"])
-    np.random.set_state(s["numpy"])
-    random.setstate(s["python"])
-
-
-def _atomic_torch_save(obj: dict, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)  # a kill leaves either the old file or the new one, never half of one
-
-
 def _load_init(model: GPT, src: Path) -> tuple[int, list, dict]:
     """Load another run's weights into ``model`` (grown if smaller); returns (its tokens, its history,
     a summary of it). ``src``: a run folder or a checkpoint folder (see ``grow.read_source``)."""
@@ -266,11 +249,11 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
         tokens_seen, history, init = _load_init(model, Path(a.init_from))
         print(f"starting from {a.init_from} ({tokens_seen:,} tokens already seen)")
     if state_file.exists():
-        s = torch.load(state_file, weights_only=False)  # our own file, holding numpy RNG state
+        s = read_state(state_file)
         model.load_state_dict(s["model"])
         opt.load_state_dict(s["optimizer"])
         batches.load_state(s["data"])
-        _set_rng_state(s["rng"])
+        set_rng_state(s["rng"])
         step, tokens_seen, wall, best, history = s["step"], s["tokens_seen"], s["wall"], s["best_val"], s["history"]
         init = s.get("init")
         print(f"resumed {out} at step {step:,} ({tokens_seen:,} tokens)")
@@ -278,8 +261,8 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
     fwd = torch.compile(model) if a.compile else model
 
     def save_state() -> None:
-        _atomic_torch_save({
-            "model": model.state_dict(), "optimizer": opt.state_dict(), "data": batches.state(), "rng": _rng_state(),
+        write_state({
+            "model": model.state_dict(), "optimizer": opt.state_dict(), "data": batches.state(), "rng": rng_state(),
             "step": step, "tokens_seen": tokens_seen, "wall": wall, "best_val": best, "history": history,
             "args": asdict(a), "init": init,
         }, state_file)

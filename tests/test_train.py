@@ -18,6 +18,7 @@ import sprout_model.prepare as prepare_mod
 from sprout_model import GPT, Config
 from sprout_model.checkpoint import load_folder
 from sprout_model.presets import PRESETS
+from sprout_model.run_state import RunStateError, read_state
 from sprout_model.tokenizer import EOT, load_tokenizer, train_tokenizer
 from sprout_model.train import Batches, TrainArgs, lr_at, train
 
@@ -63,7 +64,7 @@ def args(data: Path, out: Path, **kw) -> TrainArgs:
 
 
 def _state(out: Path) -> dict:
-    return torch.load(out / "state.pt", weights_only=False)
+    return read_state(out / "state.pt")
 
 
 def _assert_same(a, b, path="") -> None:
@@ -198,8 +199,8 @@ def test_kill_while_saving_leaves_a_good_state(data, tmp_path, monkeypatch):
 
     # state.pt is the complete one from step 2; the half-written file is only ever the .tmp
     assert (out / "state.pt.tmp").exists()
-    with pytest.raises(Exception):
-        torch.load(out / "state.pt.tmp", weights_only=False)
+    with pytest.raises(RunStateError, match="not a torch zip archive"):
+        read_state(out / "state.pt.tmp")
     assert _state(out)["step"] == 2
 
     r = train(args(data, out), progress=False)  # resume, with the corrupt .tmp still lying there
