@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from sprout_interp import ablation, attention, compare, logit_lens, per_token, residual
+from sprout_interp import ablation, attention, compare, per_token, residual
+from sprout_interp.logit_lens import embedding_echo_rate, logit_lens
 from sprout_interp.knockout import block_knockout
 from sprout_interp.errors import AblationError
 from sprout_interp.texts import TEXTS
@@ -35,15 +36,15 @@ def str_tokens(_m, key: str, text: str) -> list[str]:
 @st.cache_data(**_CACHE)
 def lens(_m, key: str, text: str):
     """(LogitLens, summary table, cells table with token strings, embedding echo rate)."""
-    ll = logit_lens.logit_lens(_m, tokens(_m, text), k=5)
-    return ll, ll.summary(), ll.cells(_m.to_str_tokens), logit_lens.embedding_echo_rate(ll)
+    ll = logit_lens(_m, tokens(_m, text), k=5)
+    return ll, ll.summary(), ll.cells(_m.to_str_tokens), embedding_echo_rate(ll)
 
 
 @st.cache_data(**_CACHE)
 def lens_three_texts(_m, key: str):
     """Summary of the lens over the three ready-made texts together (how the chapter measured Sprout)."""
     toks, mask = _m.to_tokens_with_mask(list(TEXTS.values()), truncate=True)
-    return logit_lens.logit_lens(_m, toks, k=1, attention_mask=mask).summary()
+    return logit_lens(_m, toks, k=1, attention_mask=mask).summary()
 
 
 # -- residual stream --------------------------------------------------------------------------

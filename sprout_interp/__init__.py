@@ -4,6 +4,7 @@ from .errors import (
     CheckpointNotFoundError,
     ContextLengthError,
     HookNameError,
+    HookOutputError,
     NotACheckpointError,
     SproutError,
     StateDictMismatchError,
@@ -11,7 +12,8 @@ from .errors import (
     UnsafeCheckpointError,
     VocabularyMismatchError,
 )
-from . import logit_lens  # noqa: F401  (the module: si.logit_lens.logit_lens(model, tokens))
+from .logit_lens import logit_lens  # the function; the module: `from sprout_interp.logit_lens import ...`
+from .attribution import direct_logit_attribution, head_token_effects
 from .ablation import ablate, ablation_sweep, attribution_sweep
 from .knockout import block_knockout
 from .attention import attention_patterns, find_induction_circuit, head_scores
@@ -24,8 +26,10 @@ load = load_hooked  # si.load("gpt-4") -> HookedSprout
 
 __all__ = [
     "load", "load_hooked", "HookedSprout", "SproutCache", "load_checkpoint", "LoadedCheckpoint",
+    "logit_lens", "direct_logit_attribution", "head_token_effects",
     "residual_rms", "attention_patterns", "head_scores", "find_induction_circuit",
     "ablate", "ablation_sweep", "attribution_sweep", "block_knockout", "compare_models",
     "SproutError", "AblationError", "CheckpointNotFoundError", "NotACheckpointError", "UnsafeCheckpointError",
     "StateDictMismatchError", "VocabularyMismatchError", "ContextLengthError", "HookNameError", "TokenizationError",
+    "HookOutputError",
 ]

@@ -74,20 +74,8 @@ _REF_N, _REF_LEN, _REF_SEED = 16, 256, 4321  # default reference: 16 held-out wi
 def prepare_tokens(
     model: HookedSprout, input, attention_mask=None
 ) -> tuple[Int[Tensor, "batch pos"], Optional[Bool[Tensor, "batch pos"]]]:
-    """``(tokens (batch, pos), mask or None)`` for a text, a list of texts, or token ids (``(pos,)`` or ``(batch, pos)``)."""
-    if isinstance(input, str) or (isinstance(input, (list, tuple)) and input and all(isinstance(t, str) for t in input)):
-        toks, mask = model.to_tokens_with_mask(input)
-        if attention_mask is None and not bool(mask.all()):
-            attention_mask = mask
-    else:
-        if hasattr(input, "__array__") and not isinstance(input, Tensor):
-            input = torch.as_tensor(input)
-        toks = model._check_tokens(input)
-    if attention_mask is not None:
-        attention_mask = model._check_mask(attention_mask, toks)
-        if bool(attention_mask.all()):
-            attention_mask = None
-    return toks, attention_mask
+    """``(tokens (batch, pos), mask or None)`` for a text, a list of texts, or token ids: ``HookedSprout.prepare_input``."""
+    return as_hooked(model).prepare_input(input, attention_mask)
 
 
 def all_heads(model) -> list[Head]:
@@ -630,7 +618,7 @@ def _last_block_at(
     attn = blk.attn._attn
     n, P, C = resid.shape
     H, dh = attn.n_head, attn.head_dim
-    x = blk.ln1(resid)
+    x = blk.ln1.with_gain(resid)
     W = attn.qkv.weight  # rows [0:C] make q, [C:2C] k, [2C:3C] v
     k, v = F.linear(x, W[C:]).view(n, P, 2, H, dh).permute(2, 0, 3, 1, 4)  # each (n, head, pos, d_head)
     q = F.linear(x[:, at], W[:C]).view(n, -1, H, dh).transpose(1, 2)  # (n, head, u, d_head)
@@ -640,7 +628,7 @@ def _last_block_at(
     causal = torch.arange(P, device=resid.device)[None, :] <= at[:, None]  # query at[i] sees keys 0..at[i]
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
     mid = resid[:, at] + attn.proj(y.transpose(1, 2).reshape(n, -1, C))
-    return mid + blk.mlp(blk.ln2(mid))
+    return mid + blk.mlp(blk.ln2.with_gain(mid))
 
 
 @torch.no_grad()
@@ -676,7 +664,7 @@ def _fast_sweep(model: HookedSprout, toks, heads, rep: _Replacer, bound: _Bound,
             # the rest of block l exactly as HookedBlock runs it, from the clean stream and the patched z
             attn_out = blk.hook_attn_out(blk.attn._attn.proj(zg.view(G * B, t, C)))
             resid = blk.hook_resid_mid(resid_pre.repeat(G, 1, 1) + attn_out)
-            resid = blk.hook_resid_post(resid + blk.hook_mlp_out(blk.mlp(blk.ln2(resid))))
+            resid = blk.hook_resid_post(resid + blk.hook_mlp_out(blk.mlp(blk.ln2.with_gain(resid))))
             if l < L - 1:
                 stop = L if at is None else L - 1  # with `at`, the last block runs trimmed
                 if l + 1 < stop:

@@ -47,3 +47,7 @@ class TokenizationError(SproutError, ValueError):
 
 class AblationError(SproutError, ValueError):
     """A (layer, head) the model does not have, or an ablation / sweep / head-score argument that cannot work."""
+
+
+class HookOutputError(SproutError, ValueError):
+    """A hook function returned something other than a tensor of the activation's shape and dtype."""

@@ -253,13 +253,18 @@ def to_transformer_lens(
     tokenizer: Tokenizer | str | Path | None = None,
     *,
     device: str | torch.device | None = None,
+    compatibility_mode: bool = True,
 ) -> "TransformerBridge":
     """Sprout as a TransformerLens 4.x ``TransformerBridge`` over its Hugging Face Qwen3 export, fully offline.
 
     The bridge is booted with ``TransformerBridge.boot_transformers`` around a freshly exported model and
-    tokenizer (``hf_model=``/``tokenizer=``), so nothing is read from the Hub or the disk. It runs the raw
-    weights (no LayerNorm folding or centring; call ``bridge.enable_compatibility_mode()`` for that), with
-    eager attention so that ``hook_pattern``/``hook_attn_scores`` fire. ``blocks.{l}.hook_resid_post`` is the
+    tokenizer (``hf_model=``/``tokenizer=``), so nothing is read from the Hub or the disk. By default the
+    bridge is in TransformerLens's compatibility mode with the norms' gains folded into the weights
+    (``enable_compatibility_mode(center_unembed=False)``): its ``W_Q``, ``W_U`` ... equal HookedSprout's,
+    ``ActivationCache`` methods with ``apply_ln=True`` and ``logit_attrs`` are exact, and its logits are
+    still the model's (the unembedding is not centred). ``compatibility_mode=False`` returns the raw
+    bridge, whose unfolded weights make direct logit attribution wrong: use it for hooks only. Attention
+    runs eagerly so that ``hook_pattern``/``hook_attn_scores`` fire. ``blocks.{l}.hook_resid_post`` is the
     residual stream after block ``l``. Without a tokenizer the bridge is built by the same loader-agnostic
     builder ``boot_transformers`` uses, and takes token tensors only, not strings.
     """
@@ -306,4 +311,6 @@ def to_transformer_lens(
             "this transformer-lens version may not support Qwen3ForCausalLM"
         ) from e
     bridge.eval()
+    if compatibility_mode:
+        bridge.enable_compatibility_mode(disable_warnings=True, center_unembed=False)
     return bridge

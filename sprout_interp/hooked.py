@@ -10,9 +10,10 @@ Hook points (layers are **0-indexed in code**: the chapter's "layer 2" is ``bloc
 
     hook_embed                              (batch, pos, d_model)  token embedding (Sprout has no position embedding)
     blocks.{l}.hook_resid_pre               (batch, pos, d_model)  stream entering block l (= resid_post of block l-1, same tensor)
-    blocks.{l}.ln1.hook_normalized          (batch, pos, d_model)  norm1 output, gain applied: the attention's input
-    blocks.{l}.attn.hook_q / hook_k / hook_v (batch, pos, head, d_head)  raw projections, before QK-norm and RoPE
-    blocks.{l}.attn.q_norm.hook_normalized  (batch, pos, head, d_head)  q after per-head QK-norm (gain applied), before RoPE
+    blocks.{l}.ln1.hook_scale               (batch, pos, 1)        sqrt(mean(resid_pre²) + eps), the RMS norm's divisor
+    blocks.{l}.ln1.hook_normalized          (batch, pos, d_model)  resid_pre / scale, before the gain (TransformerLens's meaning)
+    blocks.{l}.attn.hook_q / hook_k / hook_v (batch, pos, head, d_head)  raw projections (= ln1.hook_normalized @ W_Q[l]), before QK-norm and RoPE
+    blocks.{l}.attn.q_norm.hook_normalized  (batch, pos, head, d_head)  q after per-head QK-norm, gain applied (Sprout only), before RoPE
     blocks.{l}.attn.k_norm.hook_normalized  (batch, pos, head, d_head)  k likewise
     blocks.{l}.attn.hook_rot_q / hook_rot_k (batch, pos, head, d_head)  after QK-norm and RoPE: what the dot products use
     blocks.{l}.attn.hook_attn_scores        (batch, head, query, key)   q·k / sqrt(d_head), future keys set to -inf
@@ -20,17 +21,21 @@ Hook points (layers are **0-indexed in code**: the chapter's "layer 2" is ``bloc
     blocks.{l}.attn.hook_z                  (batch, pos, head, d_head)  pattern-weighted values, before W_O
     blocks.{l}.hook_attn_out                (batch, pos, d_model)  attention output (= Σ_h z[h] @ W_O[l, h])
     blocks.{l}.hook_resid_mid               (batch, pos, d_model)  resid_pre + attn_out
-    blocks.{l}.ln2.hook_normalized          (batch, pos, d_model)  norm2 output: the feed-forward's input
-    blocks.{l}.mlp.hook_pre                 (batch, pos, d_mlp)    x @ W_gate (Sprout's w1), the SiLU's input
-    blocks.{l}.mlp.hook_pre_linear          (batch, pos, d_mlp)    x @ W_in (Sprout's w3), the linear branch
+    blocks.{l}.ln2.hook_scale / hook_normalized                   the feed-forward's norm, as ln1
+    blocks.{l}.mlp.hook_pre                 (batch, pos, d_mlp)    ln2.hook_normalized @ W_gate[l] (Sprout's w1), the SiLU's input
+    blocks.{l}.mlp.hook_pre_linear          (batch, pos, d_mlp)    ln2.hook_normalized @ W_in[l] (Sprout's w3), the linear branch
     blocks.{l}.mlp.hook_post                (batch, pos, d_mlp)    silu(pre) * pre_linear, the input of W_out (w2)
     blocks.{l}.hook_mlp_out                 (batch, pos, d_model)  feed-forward output
     blocks.{l}.hook_resid_post              (batch, pos, d_model)  resid_mid + mlp_out
-    ln_final.hook_normalized                (batch, pos, d_model)  final norm output; logits = this @ W_U
+    ln_final.hook_scale / hook_normalized                         the final norm, as ln1; logits = ln_final.hook_normalized @ W_U
 
-``hook_normalized`` is the norm's *output* (after the learned gain), i.e. exactly what the next
-matrix reads. TransformerLens fires it before the gain, which coincides with ours only when the
-gain is folded into the next weights (``fold_ln``); Sprout's weights are never folded.
+Names, shapes and meanings are TransformerLens's. Its norms fire ``hook_normalized`` before the
+gain and its weights come with the gains folded in (``fold_ln``); HookedSprout presents Sprout the
+same way (``W_Q``/``W_K``/``W_V``, ``W_gate``/``W_in`` and ``W_U`` carry the gain of the norm that
+feeds them), so ``ActivationCache`` methods with ``apply_ln=True``, ``logit_attrs`` and
+``tokens_to_residual_directions`` give exact answers. The one Sprout-only name is the QK-norm's
+``hook_normalized``, which holds the output *after* its gain. Every forward hook must return
+``None`` or a tensor of the activation's shape and dtype (:class:`HookOutputError` otherwise).
 
 Threads: PyTorch module hooks are global state on the model. Every forward, ``run_with_hooks``,
 ``run_with_cache``, ``hooks()`` block and ``generate`` holds one re-entrant lock for its whole
@@ -67,6 +72,7 @@ from . import tokens as _tok
 from .errors import (
     ContextLengthError,
     HookNameError,
+    HookOutputError,
     SproutError,
     VocabularyMismatchError,
 )
@@ -81,9 +87,44 @@ HookList = Sequence[tuple[Union[str, Callable[[str], bool]], HookFn]]
 # helpers
 
 
-def _hook_point(pos_dim: int) -> HookPoint:
-    """A HookPoint that knows which axis of its activation is the (query) position."""
-    hp = HookPoint()
+class CheckedHookPoint(HookPoint):
+    """A HookPoint whose forward hooks must return ``None`` or a tensor of the activation's shape and dtype.
+
+    PyTorch would broadcast a wrong-shaped replacement (one head's pattern for three) or silently
+    shorten the output (a ``hook_embed`` hook returning fewer positions); here such a hook raises
+    :class:`HookOutputError` naming the hook point, the expected and the returned shape.
+    """
+
+    def add_hook(self, hook, dir: Literal["fwd", "bwd"] = "fwd", *args: Any, **kwargs: Any):
+        if dir == "fwd":
+            hook = _checked(hook)
+        return super().add_hook(hook, dir, *args, **kwargs)
+
+
+def _checked(fn: HookFn) -> HookFn:
+    def checked(act: Tensor, hook: HookPoint) -> Optional[Tensor]:
+        out = fn(act, hook=hook)
+        if out is None or out is act:
+            return out
+        if not isinstance(out, Tensor):
+            raise HookOutputError(
+                f"the hook on {hook.name!r} returned a {type(out).__name__}; return None or a tensor of shape "
+                f"{tuple(act.shape)} ({act.dtype})"
+            )
+        if out.shape != act.shape or out.dtype != act.dtype:
+            raise HookOutputError(
+                f"the hook on {hook.name!r} returned shape {tuple(out.shape)} ({out.dtype}) where the activation "
+                f"has shape {tuple(act.shape)} ({act.dtype}); a hook must return the activation's shape and dtype"
+            )
+        return out
+
+    checked.__wrapped__ = fn  # type: ignore[attr-defined]
+    return checked
+
+
+def _hook_point(pos_dim: Optional[int]) -> HookPoint:
+    """A shape-checked HookPoint that knows which axis of its activation is the (query) position."""
+    hp = CheckedHookPoint()
     hp.pos_dim = pos_dim
     return hp
 
@@ -172,16 +213,20 @@ class HookedSproutConfig:
 
 
 class HookedRMSNorm(nn.Module):
-    """Calls a Sprout ``RMSNorm``; ``hook_normalized`` fires on its output (gain applied).
+    """A Sprout ``RMSNorm`` split the way TransformerLens splits its norms.
 
-    With ``heads_first`` (the per-head QK-norms) the input is (batch, head, pos, d_head) and the
-    hook sees (batch, pos, head, d_head), like every other per-head hook.
+    ``hook_scale`` fires on ``sqrt(mean(x²) + eps)`` (batch, pos, 1) and ``hook_normalized`` on
+    ``x / scale``, *before* the learned gain ``w``: TransformerLens's meaning of both names.
+    Calling the module returns ``x / scale`` (like TransformerLens's ``RMSNormPre`` after
+    ``fold_ln``); :meth:`with_gain` gives the full norm, ``w * x / scale``, which is what the next
+    matrix reads. HookedSprout's ``W_Q``/``W_K``/``W_V``, ``W_gate``/``W_in`` and ``W_U`` have the
+    gains folded in, so ``hook_normalized @ W`` is exactly what the model computes.
     """
 
-    def __init__(self, norm: RMSNorm, heads_first: bool = False):
+    def __init__(self, norm: RMSNorm):
         super().__init__()
         object.__setattr__(self, "_norm", norm)
-        self.heads_first = heads_first
+        self.hook_scale = _hook_point(1)
         self.hook_normalized = _hook_point(1)
 
     @property
@@ -189,9 +234,49 @@ class HookedRMSNorm(nn.Module):
         """The learned gain (TransformerLens's ``ln.w``)."""
         return self._norm.weight
 
-    def forward(self, x: Float[Tensor, "... d"]) -> Float[Tensor, "... d"]:
-        y = self._norm(x)
-        return _heads_hook(self.hook_normalized, y) if self.heads_first else self.hook_normalized(y)
+    @property
+    def eps(self) -> float:
+        return self._norm.eps
+
+    def hooked(self) -> bool:
+        """True when a hook sits on this norm's scale or output, so they must be computed apart."""
+        return _is_hooked(self.hook_scale) or _is_hooked(self.hook_normalized)
+
+    def forward(self, x: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d"]:
+        xf = x.float()  # float32 inside, as the GPT's RMSNorm
+        inv = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self._norm.eps)
+        scale = 1.0 / inv
+        hooked_scale = self.hook_scale(scale)
+        # x * rsqrt(...) is F.rms_norm's own arithmetic, so an unchanged scale gives the GPT's bits
+        normed = xf * inv if hooked_scale is scale else xf / hooked_scale
+        return self.hook_normalized(normed.type_as(x))
+
+    def with_gain(self, x: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d"]:
+        """The whole norm, ``w * x / scale``; with nothing hooked, the GPT's own RMSNorm (bit for bit)."""
+        if not self.hooked():
+            return self._norm(x)
+        return self(x) * self._norm.weight
+
+
+class HookedHeadNorm(nn.Module):
+    """A per-head QK-norm (Sprout's ``q_norm``/``k_norm``, no TransformerLens counterpart).
+
+    The input is (batch, head, pos, d_head); ``hook_normalized`` shows (batch, pos, head, d_head)
+    *after* the gain, since that gain sits before RoPE and cannot be folded into a matrix.
+    """
+
+    def __init__(self, norm: RMSNorm):
+        super().__init__()
+        object.__setattr__(self, "_norm", norm)
+        self.hook_normalized = _hook_point(1)
+
+    @property
+    def w(self) -> Float[Tensor, " d_head"]:
+        """The learned gain, shared by all heads of the layer."""
+        return self._norm.weight
+
+    def forward(self, x: Float[Tensor, "batch head pos d_head"]) -> Float[Tensor, "batch head pos d_head"]:
+        return _heads_hook(self.hook_normalized, self._norm(x))
 
 
 class HookedAttention(nn.Module):
@@ -201,25 +286,27 @@ class HookedAttention(nn.Module):
     computation is the GPT's own; every per-head hook sees (batch, pos, head, d_head).
     """
 
-    def __init__(self, attn: Attention):
+    def __init__(self, attn: Attention, ln: RMSNorm):
         super().__init__()
         object.__setattr__(self, "_attn", attn)
+        object.__setattr__(self, "_ln", ln)
         self.n_heads = attn.n_head
         self.d_head = attn.head_dim
         self.hook_q = _hook_point(1)
         self.hook_k = _hook_point(1)
         self.hook_v = _hook_point(1)
-        self.q_norm = HookedRMSNorm(attn.q_norm, heads_first=True)
-        self.k_norm = HookedRMSNorm(attn.k_norm, heads_first=True)
+        self.q_norm = HookedHeadNorm(attn.q_norm)
+        self.k_norm = HookedHeadNorm(attn.k_norm)
         self.hook_rot_q = _hook_point(1)
         self.hook_rot_k = _hook_point(1)
         self.hook_attn_scores = _hook_point(2)
         self.hook_pattern = _hook_point(2)
         self.hook_z = _hook_point(1)
 
-    # weights, TransformerLens layout (one layer)
+    # weights, TransformerLens layout (one layer), ln1's gain folded in as TransformerLens's fold_ln does
     @property
     def W_Q(self) -> Float[Tensor, "head d_model d_head"]:
+        """``hook_q[..., h, :] = ln1.hook_normalized @ W_Q[h]`` (the ln1 gain folded into the rows)."""
         return self._qkv_part(0)
 
     @property
@@ -235,10 +322,22 @@ class HookedAttention(nn.Module):
         w = self._attn.proj.weight  # (d_model_out, head*d_head): out = z_flat @ w.T
         return w.view(w.shape[0], self.n_heads, self.d_head).permute(1, 2, 0)
 
+    @property
+    def b_Q(self) -> Float[Tensor, "head d_head"]:
+        """Zeros: Sprout has no biases (kept so TransformerLens code that adds them runs)."""
+        return self._attn.qkv.weight.new_zeros(self.n_heads, self.d_head)
+
+    b_K = b_Q
+    b_V = b_Q
+
+    @property
+    def b_O(self) -> Float[Tensor, " d_model"]:
+        return self._attn.proj.weight.new_zeros(self._attn.proj.weight.shape[0])
+
     def _qkv_part(self, i: int) -> Float[Tensor, "head d_model d_head"]:
         w = self._attn.qkv.weight  # (3*d_model, d_model): rows [i*C:(i+1)*C] make q, k or v
         C = w.shape[1]
-        return w[i * C : (i + 1) * C].view(self.n_heads, self.d_head, C).transpose(1, 2)
+        return w[i * C : (i + 1) * C].view(self.n_heads, self.d_head, C).transpose(1, 2) * self._ln.weight[:, None]
 
     def needs_pattern(self) -> bool:
         """True when something hooks the scores or the pattern, so they must be materialised."""
@@ -276,20 +375,33 @@ class HookedAttention(nn.Module):
 class HookedMLP(nn.Module):
     """Sprout's SwiGLU feed-forward: ``w2(silu(w1 x) * w3 x)``, with TransformerLens's gated-MLP hooks."""
 
-    def __init__(self, ffn: FeedForward):
+    def __init__(self, ffn: FeedForward, ln: RMSNorm):
         super().__init__()
         object.__setattr__(self, "_ffn", ffn)
+        object.__setattr__(self, "_ln", ln)
         self.hook_pre = _hook_point(1)
         self.hook_pre_linear = _hook_point(1)
         self.hook_post = _hook_point(1)
 
     @property
     def W_gate(self) -> Float[Tensor, "d_model d_mlp"]:
-        return self._ffn.w1.weight.T
+        """``hook_pre = ln2.hook_normalized @ W_gate`` (Sprout's ``w1``, the ln2 gain folded in)."""
+        return self._ffn.w1.weight.T * self._ln.weight[:, None]
 
     @property
     def W_in(self) -> Float[Tensor, "d_model d_mlp"]:
-        return self._ffn.w3.weight.T
+        """``hook_pre_linear = ln2.hook_normalized @ W_in`` (Sprout's ``w3``, the ln2 gain folded in)."""
+        return self._ffn.w3.weight.T * self._ln.weight[:, None]
+
+    @property
+    def b_in(self) -> Float[Tensor, " d_mlp"]:
+        return self._ffn.w3.weight.new_zeros(self._ffn.w3.weight.shape[0])
+
+    b_gate = b_in
+
+    @property
+    def b_out(self) -> Float[Tensor, " d_model"]:
+        return self._ffn.w2.weight.new_zeros(self._ffn.w2.weight.shape[0])
 
     @property
     def W_out(self) -> Float[Tensor, "d_mlp d_model"]:
@@ -305,16 +417,18 @@ class HookedMLP(nn.Module):
 class HookedBlock(nn.Module):
     """One pre-norm Sprout block: ``x + attn(norm1 x)``, then ``+ ffn(norm2 x)``."""
 
+    hook_out_is_single_residual_stream = True  # TransformerLens's logit tools check this
+
     def __init__(self, block: Block):
         super().__init__()
         # registration order = firing order, so hook_dict lists hooks in the order they run
         self.hook_resid_pre = _hook_point(1)
         self.ln1 = HookedRMSNorm(block.norm1)
-        self.attn = HookedAttention(block.attn)
+        self.attn = HookedAttention(block.attn, block.norm1)
         self.hook_attn_out = _hook_point(1)
         self.hook_resid_mid = _hook_point(1)
         self.ln2 = HookedRMSNorm(block.norm2)
-        self.mlp = HookedMLP(block.ffn)
+        self.mlp = HookedMLP(block.ffn, block.norm2)
         self.hook_mlp_out = _hook_point(1)
         self.hook_resid_post = _hook_point(1)
 
@@ -322,10 +436,29 @@ class HookedBlock(nn.Module):
         self, resid: Float[Tensor, "batch pos d_model"], cos: Tensor, sin: Tensor
     ) -> Float[Tensor, "batch pos d_model"]:
         resid = self.hook_resid_pre(resid)
-        attn_out = self.hook_attn_out(self.attn(self.ln1(resid), cos, sin))
+        attn_out = self.hook_attn_out(self.attn(self.ln1.with_gain(resid), cos, sin))
         resid = self.hook_resid_mid(resid + attn_out)
-        mlp_out = self.hook_mlp_out(self.mlp(self.ln2(resid)))
+        mlp_out = self.hook_mlp_out(self.mlp(self.ln2.with_gain(resid)))
         return self.hook_resid_post(resid + mlp_out)
+
+
+class HookedUnembed(nn.Module):
+    """``x @ W_U + b_U`` for ``x = ln_final.hook_normalized`` (TransformerLens's ``unembed``)."""
+
+    def __init__(self, model: GPT):
+        super().__init__()
+        object.__setattr__(self, "_model", model)
+
+    @property
+    def W_U(self) -> Float[Tensor, "d_model d_vocab"]:
+        return self._model.head.weight.T * self._model.norm.weight[:, None]
+
+    @property
+    def b_U(self) -> Float[Tensor, " d_vocab"]:
+        return self._model.head.weight.new_zeros(self._model.head.weight.shape[0])
+
+    def forward(self, x: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_vocab"]:
+        return self._model.head(x * self._model.norm.weight)
 
 
 # --------------------------------------------------------------------------------------------
@@ -434,6 +567,7 @@ class HookedSprout(HookedRootModule):
         self.hook_embed = _hook_point(1)
         self.blocks = nn.ModuleList(HookedBlock(b) for b in model.blocks)
         self.ln_final = HookedRMSNorm(model.norm)
+        self.unembed = HookedUnembed(model)
         self.tokenizer = tokenizer
         self.info = dict(info or {})
         self.name = name
@@ -487,15 +621,27 @@ class HookedSprout(HookedRootModule):
 
     # -- weights (TransformerLens layout) ------------------------------------------------------
 
+    # Weights as TransformerLens presents them after ``fold_ln``: each norm's gain is folded into
+    # the matrices that read that norm (W_Q/W_K/W_V: ln1; W_gate/W_in: ln2; W_U: ln_final), so
+    # ``cache[".. hook_normalized"] @ W`` is exactly what the model computes. The GPT's own,
+    # unfolded weights are ``m.model``'s parameters. The per-head QK-norm gains sit before RoPE
+    # and cannot be folded: ``QK`` is the bilinear form on the raw projections (before QK-norm
+    # and RoPE), as TransformerLens reports it for every rotary model.
+
     @property
     def W_E(self) -> Float[Tensor, "d_vocab d_model"]:
-        """Token embedding (tied: the same matrix as ``W_U.T``)."""
+        """Token embedding: ``hook_embed = W_E[tokens]``. (Tied: ``W_U`` is ``W_E.T`` with ln_final's gain folded in.)"""
         return self.model.embed.weight
 
     @property
     def W_U(self) -> Float[Tensor, "d_model d_vocab"]:
-        """Unembedding; logits = ``ln_final.hook_normalized @ W_U`` (no bias)."""
-        return self.model.head.weight.T
+        """Unembedding with ln_final's gain folded in: ``logits = ln_final.hook_normalized @ W_U + b_U``."""
+        return self.model.head.weight.T * self.model.norm.weight[:, None]
+
+    @property
+    def b_U(self) -> Float[Tensor, " d_vocab"]:
+        """Zeros: Sprout's head has no bias."""
+        return self.model.head.weight.new_zeros(self.cfg.d_vocab)
 
     @property
     def W_Q(self) -> Float[Tensor, "n_layers n_heads d_model d_head"]:
@@ -504,16 +650,30 @@ class HookedSprout(HookedRootModule):
 
     @property
     def W_K(self) -> Float[Tensor, "n_layers n_heads d_model d_head"]:
+        """Key weights: ``hook_k[..., h, :] = ln1.hook_normalized @ W_K[l, h]``."""
         return torch.stack([b.attn.W_K for b in self.blocks])
 
     @property
     def W_V(self) -> Float[Tensor, "n_layers n_heads d_model d_head"]:
+        """Value weights: ``hook_v[..., h, :] = ln1.hook_normalized @ W_V[l, h]``."""
         return torch.stack([b.attn.W_V for b in self.blocks])
 
     @property
     def W_O(self) -> Float[Tensor, "n_layers n_heads d_head d_model"]:
         """Output weights: ``hook_attn_out = Σ_h hook_z[..., h, :] @ W_O[l, h]``."""
         return torch.stack([b.attn.W_O for b in self.blocks])
+
+    @property
+    def b_Q(self) -> Float[Tensor, "n_layers n_heads d_head"]:
+        """Zeros (no biases in Sprout); likewise ``b_K``, ``b_V``."""
+        return torch.stack([b.attn.b_Q for b in self.blocks])
+
+    b_K = b_Q
+    b_V = b_Q
+
+    @property
+    def b_O(self) -> Float[Tensor, "n_layers d_model"]:
+        return torch.stack([b.attn.b_O for b in self.blocks])
 
     @property
     def W_gate(self) -> Float[Tensor, "n_layers d_model d_mlp"]:
@@ -531,9 +691,26 @@ class HookedSprout(HookedRootModule):
         return torch.stack([b.mlp.W_out for b in self.blocks])
 
     @property
+    def b_in(self) -> Float[Tensor, "n_layers d_mlp"]:
+        return torch.stack([b.mlp.b_in for b in self.blocks])
+
+    @property
+    def b_out(self) -> Float[Tensor, "n_layers d_model"]:
+        return torch.stack([b.mlp.b_out for b in self.blocks])
+
+    @property
+    def QK(self) -> FactoredMatrix:
+        """``W_Q @ W_K.T`` per layer and head (n_layers, n_heads, d_model, d_model), before QK-norm and RoPE."""
+        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
+
+    @property
     def OV(self) -> FactoredMatrix:
         """``W_V @ W_O`` per layer and head, as a TransformerLens FactoredMatrix (n_layers, n_heads, d_model, d_model)."""
         return FactoredMatrix(self.W_V, self.W_O)
+
+    def accumulated_bias(self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True) -> Float[Tensor, " d_model"]:
+        """The biases written to the stream before ``layer``: zeros, as Sprout has none (TransformerLens API)."""
+        return self.model.embed.weight.new_zeros(self.cfg.d_model)
 
     # -- hook names ----------------------------------------------------------------------------
 
@@ -729,6 +906,40 @@ class HookedSprout(HookedRootModule):
             raise SproutError(f"{what}={i} is out of range for a model with {L} blocks (0..{L}, or negative from the end)")
         return j
 
+    def prepare_input(
+        self, input, attention_mask=None
+    ) -> tuple[Int[Tensor, "batch pos"], Optional[Bool[Tensor, "batch pos"]]]:
+        """``(tokens (batch, pos), mask or None)`` for a text, a list of texts, or token ids.
+
+        The one way every analysis turns its input into model input: texts are tokenized (a list is
+        right-padded and gets a mask, False at padding), ids are checked (integers, inside the
+        vocabulary and the context; ``(pos,)`` becomes ``(1, pos)``). A mask that keeps every
+        token is returned as None. Raises SproutError subclasses for bad input.
+        """
+        if isinstance(input, str) or (
+            isinstance(input, (list, tuple)) and input and all(isinstance(t, str) for t in input)
+        ):
+            toks, mask = self.to_tokens_with_mask(input)
+            if attention_mask is None and not bool(mask.all()):
+                attention_mask = mask
+        else:
+            if hasattr(input, "__array__") and not isinstance(input, Tensor):
+                input = torch.as_tensor(input)
+            toks = self.check_tokens(input)
+        if attention_mask is not None:
+            attention_mask = self.check_mask(attention_mask, toks)
+            if bool(attention_mask.all()):
+                attention_mask = None
+        return toks, attention_mask
+
+    def check_tokens(self, tokens) -> Int[Tensor, "batch pos"]:
+        """Token ids as a (batch, pos) long tensor on the model's device; SproutError subclasses for bad ids."""
+        return self._check_tokens(tokens)
+
+    def check_mask(self, mask, tokens: Tensor) -> Bool[Tensor, "batch pos"]:
+        """An attention mask as a bool (batch, pos) tensor matching ``tokens`` (right padding only)."""
+        return self._check_mask(mask, tokens)
+
     def _check_tokens(self, tokens) -> Int[Tensor, "batch pos"]:
         if not isinstance(tokens, Tensor):
             tokens = torch.as_tensor(tokens)
@@ -842,7 +1053,7 @@ class HookedSprout(HookedRootModule):
                 resid = block(resid, cos, sin)
             if stop is not None:
                 return resid
-            normed = self.ln_final(resid)
+            normed = self.ln_final.with_gain(resid)
             if return_type is None:
                 return None
             logits = self.model.head(normed)
@@ -927,12 +1138,16 @@ class HookedSprout(HookedRootModule):
         return ids[0]
 
     def tokens_to_residual_directions(self, tokens: Union[str, int, Int[Tensor, "..."]]) -> Float[Tensor, "... d_model"]:
-        """The unembedding direction(s) ``W_U[:, token]`` of a token, as TransformerLens defines them."""
+        """The unembedding direction(s) ``W_U[:, token]`` of a token (ln_final's gain folded in), shape ``(..., d_model)``.
+
+        ``ln_final.hook_normalized @ direction`` is the token's logit, so direct logit attribution
+        (``cache.logit_attrs``) sums to the true logit.
+        """
         if isinstance(tokens, str):
             tokens = self.to_single_token(tokens)
         if isinstance(tokens, int):
-            return self.W_U[:, tokens]
-        return self.W_U[:, tokens.to(self.device)].movedim(0, -1)
+            return self.model.head.weight[tokens] * self.model.norm.weight
+        return self.model.head.weight[torch.as_tensor(tokens, device=self.device)] * self.model.norm.weight
 
     # -- generation ----------------------------------------------------------------------------
 
@@ -980,11 +1195,15 @@ class HookedSprout(HookedRootModule):
 
         return to_hf(self.model, self.tokenizer)
 
-    def to_transformer_lens(self):
-        """A TransformerLens 4.x ``TransformerBridge`` over the exported Qwen3 model, built offline."""
+    def to_transformer_lens(self, compatibility_mode: bool = True):
+        """A TransformerLens 4.x ``TransformerBridge`` over the exported Qwen3 model, built offline.
+
+        In compatibility mode (the default) its weights, caches and attributions equal this model's;
+        see ``sprout_interp.export.to_transformer_lens``.
+        """
         from .export import to_transformer_lens
 
-        return to_transformer_lens(self.model, self.tokenizer)
+        return to_transformer_lens(self.model, self.tokenizer, compatibility_mode=compatibility_mode)
 
 class _Runner:
     """Duck-types the bits of ``GPT`` that ``GPT.generate`` uses, running HookedSprout's forward."""

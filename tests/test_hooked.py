@@ -28,6 +28,7 @@ from sprout_model.tokenizer import train_tokenizer
 
 BLOCK_HOOKS = [
     "hook_resid_pre",
+    "ln1.hook_scale",
     "ln1.hook_normalized",
     "attn.hook_q",
     "attn.hook_k",
@@ -41,6 +42,7 @@ BLOCK_HOOKS = [
     "attn.hook_z",
     "hook_attn_out",
     "hook_resid_mid",
+    "ln2.hook_scale",
     "ln2.hook_normalized",
     "mlp.hook_pre",
     "mlp.hook_pre_linear",
@@ -55,7 +57,7 @@ def expected_hook_names(n_layers: int) -> list[str]:
     names = ["hook_embed"]
     for l in range(n_layers):
         names += [f"blocks.{l}.{h}" for h in BLOCK_HOOKS]
-    return names + ["ln_final.hook_normalized"]
+    return names + ["ln_final.hook_scale", "ln_final.hook_normalized"]
 
 
 @pytest.fixture
@@ -112,7 +114,7 @@ def test_hook_shapes(hooked, toks):
         "attn.hook_rot_q": heads, "attn.hook_rot_k": heads, "attn.hook_attn_scores": attn,
         "attn.hook_pattern": attn, "attn.hook_z": heads, "hook_attn_out": resid, "hook_resid_mid": resid,
         "ln2.hook_normalized": resid, "mlp.hook_pre": mlp, "mlp.hook_pre_linear": mlp, "mlp.hook_post": mlp,
-        "hook_mlp_out": resid, "hook_resid_post": resid,
+        "hook_mlp_out": resid, "hook_resid_post": resid, "ln1.hook_scale": (B, T, 1), "ln2.hook_scale": (B, T, 1),
     }
     for l in range(c.n_layers):
         for h, s in shape.items():
@@ -130,7 +132,9 @@ def test_cfg_and_weight_shapes(hooked, tiny_model):
     assert c.context == 32 and c.sprout is tiny_model.cfg
     assert hooked.model is tiny_model
     assert hooked.W_E.shape == (64, 16) and hooked.W_U.shape == (16, 64)
-    assert torch.equal(hooked.W_U, hooked.W_E.T)
+    # TransformerLens's fold_ln: the final norm's gain is folded into the (tied) unembedding
+    torch.testing.assert_close(hooked.W_U, hooked.W_E.T * tiny_model.norm.weight[:, None], atol=0, rtol=0)
+    assert torch.equal(hooked.W_U, hooked.unembed.W_U) and not hooked.b_U.any()
     for W in (hooked.W_Q, hooked.W_K, hooked.W_V):
         assert W.shape == (2, 2, 16, 8)
     assert hooked.W_O.shape == (2, 2, 8, 16)

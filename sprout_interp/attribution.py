@@ -1,0 +1,185 @@
+"""Direct logit attribution: how much each part of the model writes towards one token's logit.
+
+Sprout's logits are ``ln_final.hook_normalized @ W_U`` with ``hook_normalized = resid / scale``
+(RMSNorm has no centring, and HookedSprout's ``W_U`` carries the final gain), and the final stream
+is the sum of what the embedding, every attention head and every feed-forward wrote. Dividing each
+part by the same cached ``scale`` and projecting it on ``W_U[:, answer] - W_U[:, wrong]`` splits the
+logit difference *exactly*: the rows of every table below sum to the model's own logit difference
+(``check``). This is what TransformerLens's ``cache.logit_attrs(cache.decompose_resid(...))``
+computes, and the tests check both against each other.
+
+Units: logits (for a difference of two tokens, nats of log-odds). Tables use the project's
+conventions: ``layer`` 0-indexed as in code, ``block`` = layer + 1 as the chapter counts, ``head``
+0-indexed, ``pos`` the 0-based input index of the prediction, ``src_pos`` the position a head reads.
+"""
+from __future__ import annotations
+
+from typing import Literal, Optional, Union
+
+import pandas as pd
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from .errors import SproutError
+from .hooked import HookedSprout, as_hooked
+
+__all__ = ["direct_logit_attribution", "head_token_effects", "token_id", "head_label"]
+
+TokenLike = Union[str, int]
+
+
+def head_label(layer: int, head: int) -> str:
+    """The people's label of a head: ``"block {layer+1} head {head}"`` (blocks counted from 1)."""
+    return f"block {layer + 1} head {head}"
+
+
+def token_id(model: HookedSprout, token: TokenLike) -> int:
+    """The id of ``token``: an int id, or a string that is exactly one token (else SproutError saying its pieces)."""
+    if isinstance(token, bool) or not isinstance(token, (int, str)):
+        raise SproutError(f"a token is a string of one token or an int id, got {token!r}")
+    if isinstance(token, int):
+        if not 0 <= token < model.cfg.d_vocab:
+            raise SproutError(f"token id {token} is outside the vocabulary (0..{model.cfg.d_vocab - 1})")
+        return token
+    return model.to_single_token(token)
+
+
+def _token_strings(model: HookedSprout, ids: list[int]) -> list[str]:
+    """Each id's text, or the id itself written out when the model has no tokenizer."""
+    if model.tokenizer is None:
+        return [f"#{i}" for i in ids]
+    return list(model.to_str_tokens(torch.tensor(ids)))
+
+
+def _run(model: HookedSprout, input, pos: int, need_pattern: bool):
+    toks, mask = model.prepare_input(input)
+    if toks.shape[0] != 1:
+        raise SproutError(f"direct logit attribution reads one text at a time, got a batch of {toks.shape[0]}")
+    T = toks.shape[1]
+    p = pos + T if pos < 0 else pos
+    if not 0 <= p < T:
+        raise SproutError(f"pos={pos} is outside the text's {T} tokens (0..{T - 1}, or negative from the end)")
+    L = model.cfg.n_layers
+    names = {"hook_embed", "ln_final.hook_scale"}
+    for l in range(L):
+        names |= {f"blocks.{l}.attn.hook_z", f"blocks.{l}.hook_mlp_out"}
+        if need_pattern:
+            names |= {f"blocks.{l}.attn.hook_pattern", f"blocks.{l}.attn.hook_v"}
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(toks, names_filter=lambda n: n in names)
+    return toks[0], p, logits[0, p], cache
+
+
+@torch.no_grad()
+def direct_logit_attribution(
+    model,
+    input: Union[str, Int[Tensor, "pos"], Int[Tensor, "1 pos"]],
+    answer: TokenLike,
+    wrong: Optional[TokenLike] = None,
+    pos: int = -1,
+    by: Literal["component", "head", "source"] = "head",
+) -> pd.DataFrame:
+    """What each part of the model adds to ``logit[answer] - logit[wrong]`` at position ``pos``.
+
+    Args:
+        model: a HookedSprout (``si.load(...)``) or a ``sprout_model.GPT``.
+        input: one text, or its token ids.
+        answer, wrong: tokens (a one-token string or an id). Without ``wrong`` the attribution is to
+            ``logit[answer]`` alone.
+        pos: the prediction position (0-based input index; negative counts from the end).
+        by: ``"component"``: the embedding, then each block's attention and feed-forward;
+            ``"head"``: the embedding, each head and each feed-forward; ``"source"``: each head
+            split by the position it reads (``pattern[q, k] · v[k] @ W_O``), so a head's rows sum
+            to its ``"head"`` row.
+
+    Returns:
+        A DataFrame, one row per part: ``component`` (a label), ``kind`` (embed / attn / head /
+        mlp), ``layer`` (0-indexed; -1 for the embedding), ``block`` (layer + 1; 0 for the
+        embedding), ``head`` (-1 where not a head), ``pos``, ``src_pos`` (``by="source"`` only),
+        ``src_token`` (``by="source"``), ``attribution`` (logits). ``df.attrs["logit_diff"]`` is the
+        model's own value and ``df.attrs["total"]`` the sum of the rows; they agree to float
+        rounding (for ``by="source"`` the feed-forward and embedding rows are included once each).
+    """
+    model = as_hooked(model)
+    if by not in ("component", "head", "source"):
+        raise SproutError(f"by must be 'component', 'head' or 'source', got {by!r}")
+    a = token_id(model, answer)
+    w = None if wrong is None else token_id(model, wrong)
+    toks, p, logits, cache = _run(model, input, pos, need_pattern=by == "source")
+    direction = model.tokens_to_residual_directions(a)
+    if w is not None:
+        direction = direction - model.tokens_to_residual_directions(w)
+    scale = cache["ln_final.hook_scale"][0, p]  # (1,)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+
+    def onto(x: Float[Tensor, "... d_model"]) -> Float[Tensor, "..."]:
+        return (x / scale) @ direction
+
+    rows: list[dict] = [dict(component="embedding", kind="embed", layer=-1, block=0, head=-1,
+                             attribution=float(onto(cache["hook_embed"][0, p])))]
+    for l in range(L):
+        W_O = model.blocks[l].attn.W_O  # (head, d_head, d_model)
+        if by == "component":
+            attn = torch.einsum("hd,hdm->m", cache[f"blocks.{l}.attn.hook_z"][0, p], W_O)
+            rows.append(dict(component=f"block {l + 1} attention", kind="attn", layer=l, block=l + 1, head=-1,
+                             attribution=float(onto(attn))))
+        elif by == "head":
+            per_head = torch.einsum("hd,hdm->hm", cache[f"blocks.{l}.attn.hook_z"][0, p], W_O)
+            vals = onto(per_head)
+            rows += [dict(component=head_label(l, h), kind="head", layer=l, block=l + 1, head=h,
+                          attribution=float(vals[h])) for h in range(H)]
+        else:
+            pattern = cache[f"blocks.{l}.attn.hook_pattern"][0, :, p, : p + 1]  # (head, src)
+            v = cache[f"blocks.{l}.attn.hook_v"][0, : p + 1]  # (src, head, d_head)
+            per_src = torch.einsum("hs,shd,hdm->hsm", pattern, v, W_O)
+            vals = onto(per_src)  # (head, src)
+            src_tokens = _token_strings(model, toks[: p + 1].tolist())
+            for h in range(H):
+                rows += [dict(component=head_label(l, h), kind="head", layer=l, block=l + 1, head=h,
+                              src_pos=s, src_token=src_tokens[s],
+                              attribution=float(vals[h, s])) for s in range(p + 1)]
+        rows.append(dict(component=f"block {l + 1} feed-forward", kind="mlp", layer=l, block=l + 1, head=-1,
+                         attribution=float(onto(cache[f"blocks.{l}.hook_mlp_out"][0, p]))))
+    df = pd.DataFrame(rows)
+    df.insert(5, "pos", p)
+    if by != "source":
+        df = df.drop(columns=[c for c in ("src_pos", "src_token") if c in df])
+    else:
+        df["src_pos"] = df["src_pos"].fillna(-1).astype(int)
+        df["src_token"] = df["src_token"].fillna("")
+    true = logits[a] - (logits[w] if w is not None else 0.0)
+    df.attrs.update(logit_diff=float(true), total=float(df["attribution"].sum()), answer=a, wrong=w, pos=p,
+                    units="logits", convention="layer 0-indexed; block = layer + 1; pos 0-based input index")
+    return df
+
+
+@torch.no_grad()
+def head_token_effects(
+    model, input: Union[str, Int[Tensor, "pos"]], layer: int, head: int, pos: int = -1, k: int = 10
+) -> pd.DataFrame:
+    """The tokens whose logits one head's output at ``pos`` raises most (promoted) and lowers most (suppressed).
+
+    The head's write ``z[pos, head] @ W_O[layer, head]``, divided by the final norm's scale at
+    ``pos``, projected on every token's unembedding direction: its direct effect on each logit.
+    Returns ``k`` promoted then ``k`` suppressed rows: ``effect`` ("promoted" / "suppressed"),
+    ``rank`` (1 = strongest), ``token_id``, ``token``, ``logit`` (the direct effect, in logits),
+    plus ``layer``, ``block``, ``head``, ``pos``.
+    """
+    model = as_hooked(model)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    if not (0 <= layer < L and 0 <= head < H):
+        raise SproutError(f"no head {head} in layer {layer}: layers 0..{L - 1} (block = layer + 1), heads 0..{H - 1}")
+    toks, p, _, cache = _run(model, input, pos, need_pattern=False)
+    write = cache[f"blocks.{layer}.attn.hook_z"][0, p, head] @ model.blocks[layer].attn.W_O[head]
+    effect = (write / cache["ln_final.hook_scale"][0, p]) @ model.W_U  # (d_vocab,)
+    k = max(1, min(k, effect.shape[0] // 2))
+    rows = []
+    for kind, (vals, ids) in (("promoted", effect.topk(k)), ("suppressed", (-effect).topk(k))):
+        names = _token_strings(model, ids.tolist())
+        for r, (v, i) in enumerate(zip(vals.tolist(), ids.tolist())):
+            rows.append(dict(effect=kind, rank=r + 1, token_id=i, token=names[r], logit=v if kind == "promoted" else -v))
+    df = pd.DataFrame(rows)
+    df["layer"], df["block"], df["head"], df["pos"] = layer, layer + 1, head, p
+    df.attrs.update(units="logits (direct effect through the final norm)", pos=p)
+    return df
