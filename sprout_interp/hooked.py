@@ -1162,6 +1162,7 @@ class HookedSprout(HookedRootModule):
         seed: Optional[int] = None,
         stop_at_eot: bool = True,
         prepend_bos: bool = False,
+        use_cache: bool = True,
     ) -> Union[str, Int[Tensor, "batch pos_plus_new"]]:
         """Sample a continuation with ``sprout_model.GPT.generate``'s sampler, through this model's forward.
 
@@ -1171,12 +1172,17 @@ class HookedSprout(HookedRootModule):
         reproducible without touching the global random state; with ``stop_at_eot`` (batch 1 only)
         sampling stops after ``<|endoftext|>``. Prompts longer than the context raise
         ContextLengthError; the continuation itself may run past it (the window slides).
+        ``use_cache`` keeps each block's keys and values between steps, so a new token costs one
+        position instead of the whole context; it is used only while no hook is active (a hook
+        sees every step's full forward) and gives the uncached tokens under greedy decoding.
         """
         text_in = isinstance(input, str)
         idx = self.to_tokens(input, prepend_bos=prepend_bos) if text_in else self._check_tokens(input)
         stop = {_tok.eot_id(self.tokenizer)} if stop_at_eot and idx.shape[0] == 1 else None
-        runner = _Runner(self)
         with self._lock:
+            hooked = any(_is_hooked(hp) for hp in self.hook_dict.values())
+            # hooks see every step's full forward, as documented; without hooks the keys and values are kept
+            runner = _KVRunner(self.model) if use_cache and not hooked else _Runner(self)
             if seed is None:
                 out = GPT.generate(runner, idx, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, stop=stop)
             else:
@@ -1185,7 +1191,6 @@ class HookedSprout(HookedRootModule):
                     torch.manual_seed(seed)
                     out = GPT.generate(runner, idx, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, stop=stop)
         return self.to_string(out[0]) if text_in else out
-
 
     # -- exports -------------------------------------------------------------------------------
 
@@ -1214,6 +1219,50 @@ class _Runner:
 
     def __call__(self, idx: Tensor) -> tuple[Tensor, None]:
         return self.hooked(idx), None
+
+
+class _KVRunner:
+    """Like :class:`_Runner`, but keeps every block's keys and values so each new token costs one position.
+
+    ``GPT.generate`` calls it with the whole sequence so far (cropped to the context) and reads only
+    the last position's logits. When the call extends the previous one by one token, only that token
+    runs, against the stored keys and values; otherwise (the first call, or once the window slides
+    past the context) the sequence is run in full and the store rebuilt. The arithmetic is the GPT's
+    own modules, so greedy decoding gives the same tokens as the uncached forward.
+    """
+
+    def __init__(self, gpt: GPT):
+        self.gpt = gpt
+        self.cfg = gpt.cfg
+        self.seen: Optional[Tensor] = None
+        self.kv: list[tuple[Tensor, Tensor]] = []
+
+    def _block(self, i: int, blk: Block, x: Tensor, start: int, fresh: bool) -> Tensor:
+        T = x.shape[1]
+        cos, sin = self.gpt.cos[start : start + T], self.gpt.sin[start : start + T]
+        q, k, v = blk.attn.heads(blk.norm1(x))
+        q, k = apply_rope(blk.attn.q_norm(q), cos, sin), apply_rope(blk.attn.k_norm(k), cos, sin)
+        if fresh:
+            self.kv.append((k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            k_all, v_all = (torch.cat((old, new), dim=2) for old, new in zip(self.kv[i], (k, v)))
+            self.kv[i] = (k_all, v_all)
+            y = F.scaled_dot_product_attention(q, k_all, v_all)  # one query: it sees every stored key
+        x = x + blk.attn.proj(y.transpose(1, 2).reshape(x.shape))
+        return x + blk.ffn(blk.norm2(x))
+
+    def __call__(self, idx: Tensor) -> tuple[Tensor, None]:
+        prev = self.seen
+        step = prev is not None and idx.shape[1] == prev.shape[1] + 1 and torch.equal(idx[:, :-1], prev)
+        start = prev.shape[1] if step else 0
+        x = self.gpt.embed(idx[:, start:])
+        if not step:
+            self.kv = []
+        for i, blk in enumerate(self.gpt.blocks):
+            x = self._block(i, blk, x, start, fresh=not step)
+        self.seen = idx
+        return self.gpt.head(self.gpt.norm(x[:, -1:])), None
 
 
 def as_hooked(model) -> "HookedSprout":

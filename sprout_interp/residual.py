@@ -53,20 +53,21 @@ def _mask(tokens: Tensor, attention_mask: Tensor | None) -> Tensor:
 
 
 @torch.no_grad()
-def residual_stack(model, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "row batch pos d_model"]:
+def residual_stack(model, tokens) -> Float[Tensor, "row batch pos d_model"]:
     """The stream after the embedding and after each block, stacked (row 0 = embedding, row r = after block r).
 
-    ``tokens`` are ids ``(batch, pos)`` (or ``(pos,)``). Right padding is harmless (attention is causal);
-    pass the mask to the functions that average.
+    ``tokens``: a text, a list of texts, or ids ``(batch, pos)`` / ``(pos,)``. Right padding is harmless
+    (attention is causal); the functions that average leave it out.
     """
     model = as_hooked(model)
+    tokens, _ = model.prepare_input(tokens)
     names = stream_names(model.cfg.n_layers)
     _, cache = model.run_with_cache(tokens, names_filter=names, return_type=None)
     return torch.stack([cache[n] for n in names])
 
 
 @torch.no_grad()
-def stream_rms(model, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "row batch pos"]:
+def stream_rms(model, tokens) -> Float[Tensor, "row batch pos"]:
     """RMS over d_model of every stream row at every position: ``sqrt(mean_i x_i²)`` (the chapter's RMS(x), no ε)."""
     return residual_stack(model, tokens).float().pow(2).mean(-1).sqrt()
 
@@ -74,11 +75,13 @@ def stream_rms(model, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "row ba
 @torch.no_grad()
 def residual_rms(
     model,
-    tokens: Int[Tensor, "batch pos"],
+    tokens: str | list[str] | Int[Tensor, "batch pos"],
     attention_mask: Bool[Tensor, "batch pos"] | None = None,
     per_position: bool = False,
 ) -> pd.DataFrame:
     """RMS over d_model of the stream after the embedding and after each block.
+
+    ``tokens``: a text, a list of texts (right-padded; the padding is left out), or token ids.
 
     The RMS of every position's vector is averaged over the real (unpadded, ``attention_mask`` True)
     positions of all sequences. Returns one row per stream row with columns ``row`` (label),
@@ -90,8 +93,8 @@ def residual_rms(
     relative to the embedding at the same position).
     """
     model = as_hooked(model)
-    tokens = tokens if tokens.dim() == 2 else tokens.unsqueeze(0)
-    mask = _mask(tokens, attention_mask.unsqueeze(0) if attention_mask is not None and attention_mask.dim() == 1 else attention_mask)
+    tokens, attention_mask = model.prepare_input(tokens, attention_mask)
+    mask = _mask(tokens, attention_mask)
     rms = stream_rms(model, tokens)  # (row, batch, pos)
     w = mask.to(rms.dtype)
     labels = row_labels(model.cfg.n_layers)

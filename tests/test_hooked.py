@@ -783,3 +783,19 @@ def test_shipped_checkpoint_fused_equals_explicit(name):
         # float32 rounding grows with the stream's size (|resid| reaches ~60: 4 ulps there are 1.5e-5)
         scale = explicit[k].abs().max().item()
         torch.testing.assert_close(fused[k], explicit[k], atol=1e-5 + 1e-6 * scale, rtol=1e-5)
+
+
+def test_cached_generation_equals_the_uncached_forward(hooked, toks):
+    """Keys and values kept between steps: the same greedy tokens, also once the window slides past the context."""
+    prompt = toks[:1, :10]
+    n = hooked.cfg.n_ctx + 8  # crosses the 32-token context
+    cached = hooked.generate(prompt, max_new_tokens=n, top_k=1, stop_at_eot=False)
+    plain = hooked.generate(prompt, max_new_tokens=n, top_k=1, stop_at_eot=False, use_cache=False)
+    assert cached.shape == (1, 10 + n) and torch.equal(cached, plain)
+    batch = hooked.generate(toks[:, :5], max_new_tokens=6, top_k=1, stop_at_eot=False)
+    assert torch.equal(batch, hooked.generate(toks[:, :5], max_new_tokens=6, top_k=1, stop_at_eot=False, use_cache=False))
+    # with a hook active every step runs the full forward, so the hook sees the whole sequence
+    seen = []
+    with hooked.hooks(fwd_hooks=[("hook_embed", lambda x, hook: seen.append(x.shape[1]))]):
+        hooked.generate(prompt, max_new_tokens=3, top_k=1, stop_at_eot=False)
+    assert seen == [10, 11, 12]
