@@ -29,3 +29,19 @@ def test_readme_notebook_example_runs():
     assert sum(line.startswith("block ") for line in printed.splitlines()) == 4  # one RMS line per block
     change = float(printed.strip().splitlines()[-1].split(":")[-1])
     assert change > 0  # zeroing a head changes the logits
+
+
+def attribution_block() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### TransformerLens's cache methods and direct logit attribution"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.mark.integration
+def test_readme_attribution_example_runs_and_sums():
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(attribution_block(), "README.md", "exec"), {})
+    first = out.getvalue().splitlines()[0].split()
+    assert first[:3] == ["sum", "of", "parts"]
+    assert abs(float(first[3]) - float(first[-1])) < 1e-3
