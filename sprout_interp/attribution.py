@@ -74,7 +74,7 @@ def _run(model: HookedSprout, input, pos: int, need_pattern: bool):
 @torch.no_grad()
 def direct_logit_attribution(
     model,
-    input: Union[str, Int[Tensor, "pos"], Int[Tensor, "1 pos"]],
+    input: Union[str, Int[Tensor, " pos"], Int[Tensor, "1 pos"]],
     answer: TokenLike,
     wrong: Optional[TokenLike] = None,
     pos: int = -1,
@@ -156,7 +156,7 @@ def direct_logit_attribution(
 
 @torch.no_grad()
 def head_token_effects(
-    model, input: Union[str, Int[Tensor, "pos"]], layer: int, head: int, pos: int = -1, k: int = 10
+    model, input: Union[str, Int[Tensor, " pos"]], layer: int, head: int, pos: int = -1, k: int = 10
 ) -> pd.DataFrame:
     """The tokens whose logits one head's output at ``pos`` raises most (promoted) and lowers most (suppressed).
 
