@@ -815,3 +815,27 @@ def spearman(a: Iterable[float], b: Iterable[float]) -> float:
     if len(x) < 2 or x.std() == 0 or y.std() == 0:
         return float("nan")
     return float(x.corr(y))
+
+
+# --------------------------------------------------------------------------------------------
+# ablating around other code
+
+
+def ablated(model, heads, kind: Kind = "mean", reference=None):
+    """A context manager inside which every forward of ``model`` runs with ``heads`` ablated.
+
+    ``with ablated(m, [(0, 0)], "mean", means): ...`` lets any code that runs ``m`` (attention
+    scores, ``name_copying``, a loss) see the model without those heads. ``kind``: "zero" or
+    "mean" (``reference`` as in :func:`ablate`: token ids or :func:`head_means`, computed once here);
+    resample ablation depends on the batch, so it is only offered by :func:`ablate`. The hooks are
+    removed, and the model's lock released, when the block ends.
+    """
+    model = as_hooked(model)
+    heads = check_heads(model, heads)
+    if _check_kind(kind) == "resample":
+        raise AblationError("resample ablation takes each head's output from another row of the same batch: use ablate(...)")
+    rep = _Replacer(model, torch.zeros(1, 1, dtype=torch.long, device=model.device), heads, kind, reference)
+    return model.hooks(fwd_hooks=_ablation_hooks(heads, rep))
+
+
+__all__ += ["ablated"]

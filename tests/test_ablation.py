@@ -414,3 +414,22 @@ def test_metric_reach_is_what_the_fast_sweep_reads(toks):
     assert metric_reach("loss", toks) == (float(T - 1), T - 1)  # every position that has a next token
     target = TargetLogProb([5] * B, toks[:, 6].tolist(), rows=range(B))
     assert metric_reach(target, toks) == (1.0, 6)  # one position per row; nothing after position 5 matters
+
+
+def test_ablated_context_runs_any_code_with_the_heads_ablated(hooked, toks, ref):
+    from sprout_interp.ablation import ablated
+
+    heads = [(0, 1), (2, 0)]
+    with torch.no_grad():
+        clean = hooked(toks)
+        for kind, reference in (("zero", None), ("mean", ref), ("mean", head_means(hooked, ref))):
+            with ablated(hooked, heads, kind, reference):
+                inside = hooked(toks)
+            torch.testing.assert_close(inside, ablate(hooked, toks, heads, kind, ref).logits, atol=ATOL, rtol=0)
+            assert not torch.allclose(inside, clean, atol=1e-3)
+        torch.testing.assert_close(hooked(toks), clean, atol=0, rtol=0)  # the hooks are gone afterwards
+    assert all(not hp._forward_hooks for hp in hooked.hook_dict.values())
+    with pytest.raises(AblationError, match="resample"):
+        ablated(hooked, heads, "resample")
+    with pytest.raises(AblationError, match="no head"):
+        ablated(hooked, [(5, 0)], "zero")
