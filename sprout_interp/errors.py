@@ -51,3 +51,23 @@ class AblationError(SproutError, ValueError):
 
 class HookOutputError(SproutError, ValueError):
     """A hook function returned something other than a tensor of the activation's shape and dtype."""
+
+
+class NotAPathError(SproutError, TypeError):
+    """The model argument is neither a shipped name nor a path (for example a number or None)."""
+
+
+class UnreadablePathError(SproutError, OSError):
+    """A file or folder that exists but cannot be read: no permission, a symlink loop, an I/O error."""
+
+
+class InvalidConfigError(SproutError, ValueError):
+    """A config (``config.json`` or a ``.pt``'s ``config``) with a value of the wrong type or out of range."""
+
+
+class InvalidWeightsError(SproutError, ValueError):
+    """Weights that are not usable numbers: NaN or infinite values, or integer, bool or complex tensors."""
+
+
+class MissingTokenizerError(CheckpointNotFoundError):
+    """Weights without a tokenizer of their own, and none passed: the token ids would mean nothing."""

@@ -189,7 +189,7 @@ def test_top_level_exports():
 def test_explicit_tokenizer_wins(folder, tmp_path):
     other = make_tokenizer(tmp_path / "other" / "tokenizer.json", vocab=64)
     c = load_checkpoint(folder, tokenizer=other)
-    assert c.tokenizer.token_to_id("t5") == 5 and "tokenizer_note" not in c.info
+    assert c.tokenizer.token_to_id("t5") == 5 and not c.warnings and "warnings" not in c.info  # the same as its own
     c2 = load_checkpoint(folder, tokenizer=other.parent)  # a folder holding one
     assert c2.tokenizer.get_vocab_size() == 64
     tok = Tokenizer.from_file(str(other))
@@ -201,16 +201,35 @@ def test_tokenizer_from_the_folder_above(tmp_path, tiny_model):
     f = save_checkpoint(tiny_model, tmp_path / "shared" / "gpt-x", None, {})
     assert not (f / "tokenizer.json").exists()
     c = load_checkpoint(f)
-    assert c.tokenizer.get_vocab_size() == 64 and "tokenizer_note" not in c.info
+    assert c.tokenizer.get_vocab_size() == 64 and not c.warnings
 
 
-def test_shipped_tokenizer_is_assumed_with_a_note(tmp_path, tiny_model, no_shipped):
+def test_weights_without_their_own_tokenizer_are_refused(tmp_path, tiny_model, no_shipped):
+    """Never the shipped tokenizer silently: the same size with other merges would mean other words."""
     make_tokenizer(no_shipped / "tokenizer.json")
     (tmp_path / "deep" / "er").mkdir(parents=True)
     torch.save(tiny_model.state_dict(), tmp_path / "deep" / "er" / "m.pt")
-    c = load_checkpoint(tmp_path / "deep" / "er" / "m.pt")
-    assert "assumed the shipped tokenizer" in c.info["tokenizer_note"]
-    assert str(no_shipped / "tokenizer.json") in c.info["tokenizer_note"]
+    with pytest.raises(si.CheckpointNotFoundError) as e:
+        load_checkpoint(tmp_path / "deep" / "er" / "m.pt")
+    msg = str(e.value)
+    assert "no tokenizer.json beside the weights" in msg and "tokenizer=" in msg
+    assert str(no_shipped / "tokenizer.json") in msg  # says where the shipped one is, without assuming it
+
+
+def test_a_tokenizer_passed_for_weights_without_one_loads_with_a_warning(tmp_path, tiny_model, no_shipped):
+    tok = make_tokenizer(no_shipped / "tokenizer.json")
+    (tmp_path / "deep" / "er").mkdir(parents=True)
+    torch.save(tiny_model.state_dict(), tmp_path / "deep" / "er" / "m.pt")
+    c = load_checkpoint(tmp_path / "deep" / "er" / "m.pt", tokenizer=tok)
+    assert len(c.warnings) == 1 and "could not be checked against the weights" in c.warnings[0]
+    assert c.info["warnings"] == c.warnings  # kept where HookedSprout.info and the dashboard see it
+    assert si.load(tmp_path / "deep" / "er" / "m.pt", tokenizer=tok).info["warnings"] == c.warnings
+
+
+def test_a_tokenizer_other_than_its_own_loads_with_a_warning(folder, tmp_path):
+    other = Tokenizer(models.WordLevel({f"w{i}": i for i in range(64)}, unk_token="w0"))
+    c = load_checkpoint(folder, tokenizer=other)
+    assert c.tokenizer is other and "differs from the tokenizer.json beside the weights" in c.warnings[0]
 
 
 def test_no_tokenizer_anywhere(tmp_path, tiny_model):
@@ -234,13 +253,13 @@ def test_vocabulary_mismatch(folder, tmp_path):
     assert "tokenizer=" in str(e.value)
 
 
-def test_vocabulary_mismatch_says_the_tokenizer_was_assumed(tmp_path, tiny_model, no_shipped):
-    make_tokenizer(no_shipped / "tokenizer.json", vocab=8192)
+def test_vocabulary_mismatch_says_the_tokenizer_was_not_its_own(tmp_path, tiny_model, no_shipped):
+    shipped = make_tokenizer(no_shipped / "tokenizer.json", vocab=8192)
     (tmp_path / "x" / "y").mkdir(parents=True)
     torch.save(tiny_model.state_dict(), tmp_path / "x" / "y" / "m.pt")
     with pytest.raises(si.VocabularyMismatchError) as e:
-        load_checkpoint(tmp_path / "x" / "y" / "m.pt")
-    assert "8,192" in str(e.value) and "64" in str(e.value) and "assumed the shipped tokenizer" in str(e.value)
+        load_checkpoint(tmp_path / "x" / "y" / "m.pt", tokenizer=shipped)
+    assert "8,192" in str(e.value) and "64" in str(e.value) and "could not be checked" in str(e.value)
 
 
 # --- shipped names -------------------------------------------------------------------------------
@@ -252,7 +271,7 @@ def test_shipped_name_resolution(tiny_model, no_shipped):
     for spelling in ("gpt-4", "GPT-4", " Gpt-4 "):
         c = load_checkpoint(spelling)
         assert c.name == "gpt-4" and c.source == str(no_shipped / "gpt-4") and c.info == {"preset": "gpt-4"}
-        assert "tokenizer_note" not in c.info
+        assert not c.warnings
     assert torch.equal(logits(c.model), logits(tiny_model))
 
 
@@ -462,7 +481,7 @@ def test_shipped_checkpoint_loads(name, monkeypatch):
     assert c.model.num_params() == SHIPPED_PARAMS[name]
     assert c.model.cfg.vocab_size == c.tokenizer.get_vocab_size() == 8192
     assert all(p.dtype == torch.float32 for p in c.model.parameters()) and not c.model.training
-    assert "tokenizer_note" not in c.info
+    assert not c.warnings and "warnings" not in c.info  # the tokenizer shared beside the shipped folders
     assert c.info["tokens_seen"] > 0 and c.info["val_loss"] > 0
     ids = c.tokenizer.encode("The old man came home.").ids
     with torch.no_grad():
