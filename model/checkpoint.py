@@ -5,12 +5,15 @@ stored in 16-bit to keep the repository small; they are always loaded as float32
 """
 from __future__ import annotations
 
+import ctypes
 import json
+import math
 import os
 import shutil
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from .model import GPT, Config
@@ -26,21 +29,57 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two existing paths in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``); False where the
+    system or file system cannot, and nothing has changed then."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
 def save_checkpoint(
     model: GPT, folder: str | Path, tokenizer_file: str | Path | None, train_info: dict, dtype: torch.dtype = torch.float32
 ) -> Path:
-    """Write a checkpoint folder atomically file by file; returns the folder."""
+    """Write a checkpoint folder atomically as a whole; returns the folder.
+
+    Everything is written into a temporary folder beside it (``.<name>.tmp-<pid>``), which then takes the
+    folder's place in one rename (an atomic exchange when the folder already exists), so a kill at any
+    moment leaves the old folder or the new one, never a folder missing its tokenizer. Files of the old
+    folder that are not rewritten (its tokenizer.json when ``tokenizer_file`` is None, anything else)
+    are carried over.
+    """
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    sd = {k: v.detach().to(dtype).contiguous().clone() for k, v in model.state_dict().items() if k != TIED}
-    tmp = folder / "model.safetensors.tmp"
-    save_file(sd, str(tmp), metadata={"format": "pt", "dtype": str(dtype)})
-    os.replace(tmp, folder / "model.safetensors")
-    atomic_write_bytes(folder / "config.json", json.dumps(model.cfg.to_dict(), indent=1).encode())
-    atomic_write_bytes(folder / "train.json", json.dumps(train_info, indent=1).encode())
-    if tokenizer_file is not None and Path(tokenizer_file).resolve() != (folder / "tokenizer.json").resolve():
-        shutil.copyfile(tokenizer_file, folder / "tokenizer.json.tmp")
-        os.replace(folder / "tokenizer.json.tmp", folder / "tokenizer.json")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    for stale in folder.parent.glob(f".{folder.name}.tmp-*"):  # left by a writer that was killed
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+    tmp.mkdir()
+    try:
+        sd = {k: v.detach().to(dtype).contiguous().clone() for k, v in model.state_dict().items() if k != TIED}
+        save_file(sd, str(tmp / "model.safetensors"), metadata={"format": "pt", "dtype": str(dtype)})
+        (tmp / "config.json").write_text(json.dumps(model.cfg.to_dict(), indent=1))
+        (tmp / "train.json").write_text(json.dumps(train_info, indent=1))
+        if tokenizer_file is not None:
+            shutil.copyfile(tokenizer_file, tmp / "tokenizer.json")
+        if folder.is_dir():
+            for f in folder.iterdir():
+                if f.is_file() and not f.name.endswith(".tmp") and not (tmp / f.name).exists():
+                    shutil.copyfile(f, tmp / f.name)
+            if _exchange(tmp, folder):
+                shutil.rmtree(tmp)  # now the old folder
+                return folder
+            old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
+            os.rename(folder, old)  # without an atomic exchange: for a moment there is no folder, never half of one
+            os.rename(tmp, folder)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return folder
 
 
@@ -53,15 +92,65 @@ def tokenizer_path(folder: str | Path) -> Path | None:
     return None
 
 
+class CheckpointFolderError(ValueError):
+    """A checkpoint folder that cannot be loaded: a file missing or damaged, or a config that does not fit."""
+
+
+def _config(d: object, where: Path) -> Config:
+    """The Config in ``d`` after checking its types: positive whole numbers, d_model a multiple of n_head
+    with an even head width, a finite positive rope_base. Raises CheckpointFolderError."""
+    if not isinstance(d, dict):
+        raise CheckpointFolderError(f"{where} holds a JSON {type(d).__name__}, not an object")
+    cfg = Config.from_dict(d)
+    for k, v in cfg.to_dict().items():
+        number = isinstance(v, (int, float)) and not isinstance(v, bool)
+        if k == "rope_base":
+            ok = number and math.isfinite(v) and v > 0
+        else:
+            ok = number and isinstance(v, int) and 0 < v <= (65_536 if k == "context" else 1 << 20)
+        if not ok:
+            raise CheckpointFolderError(f"{k} in {where} is {v!r:.40}; it must be a positive {'number' if k == 'rope_base' else 'whole number'}")
+    if cfg.d_model % cfg.n_head or cfg.head_dim % 2:
+        raise CheckpointFolderError(f"{where}: d_model {cfg.d_model} / n_head {cfg.n_head} is not a whole, even head width")
+    return cfg
+
+
 def load_folder(folder: str | Path) -> tuple[GPT, dict]:
-    """A GPT in float32 from a checkpoint folder, with its train.json (empty if absent). No error wrapping."""
+    """A GPT in float32 from a checkpoint folder, with its train.json (empty if absent).
+
+    The config is checked against the tensors' sizes in the safetensors header before the model is built,
+    so a config asking for a huge model costs nothing. Raises CheckpointFolderError (a ValueError) saying
+    what is wrong; ``sprout_interp.load_checkpoint`` checks far more and is what to use on others' files.
+    """
     folder = Path(folder)
-    cfg = Config.from_dict(json.loads((folder / "config.json").read_text()))
-    model = GPT(cfg)
-    sd = {k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()}
-    sd.setdefault(TIED, sd["embed.weight"])
-    model.load_state_dict(sd, strict=True)
+    for name in ("config.json", "model.safetensors"):
+        if not (folder / name).is_file():
+            raise CheckpointFolderError(
+                f"{folder} is not a checkpoint folder: it has no {name} (sprout_model.train writes one to <run>/checkpoint)"
+            )
+    try:
+        cfg = _config(json.loads((folder / "config.json").read_text(encoding="utf-8")), folder / "config.json")
+        with safe_open(str(folder / "model.safetensors"), "pt") as f:
+            stored = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+        d, hd = cfg.d_model, cfg.head_dim
+        wanted = cfg.vocab_size * d + d + cfg.n_layer * (4 * d * d + 2 * hd + 2 * d + 3 * d * cfg.d_ff)
+        if stored != wanted:
+            raise CheckpointFolderError(
+                f"{folder / 'config.json'} describes a model of {wanted:,} parameters but model.safetensors holds "
+                f"{stored:,}: the config and the weights are from different models"
+            )
+        model = GPT(cfg)
+        sd = {k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()}
+        sd.setdefault(TIED, sd["embed.weight"])
+        model.load_state_dict(sd, strict=True)
+        info_file = folder / "train.json"
+        info = json.loads(info_file.read_text(encoding="utf-8")) if info_file.is_file() else {}
+    except CheckpointFolderError:
+        raise
+    except (ValueError, RecursionError, KeyError, RuntimeError, OSError, SafetensorError) as e:
+        detail = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise CheckpointFolderError(
+            f"{folder} cannot be loaded ({type(e).__name__}: {detail}); it is damaged or not a Sprout checkpoint folder"
+        ) from None
     model.eval()
-    info_file = folder / "train.json"
-    info = json.loads(info_file.read_text()) if info_file.is_file() else {}
     return model, info

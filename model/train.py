@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from .augment import repeated_random_row, repeated_text_row
 from .checkpoint import save_checkpoint
+from .cli import input_errors_exit
 from .evaluation import NAME_TEXTS, name_copying, repeated_tokens_loss_ratio
 from .grow import load_grown, read_source
 from .model import GPT, Config
@@ -75,6 +76,51 @@ class TrainArgs:
     @property
     def total_steps(self) -> int:
         return max(1, int(self.tokens // (self.batch_size * self.seq_len)))
+
+
+class TrainArgsError(ValueError):
+    """Training options that cannot work together or with the run folder being resumed."""
+
+
+def check_args(a: TrainArgs) -> None:
+    """Raise TrainArgsError (one line: what is wrong, what to pass instead) for options that cannot work."""
+    def need(ok: bool, msg: str) -> None:
+        if not ok:
+            raise TrainArgsError(msg)
+
+    for name in ("batch_size", "seq_len", "eval_every", "eval_batches", "save_every"):
+        v = getattr(a, name)
+        need(v >= 1, f"--{name.replace('_', '-')} must be 1 or more, got {v}")
+    need(math.isfinite(a.tokens) and a.tokens > 0, f"--tokens must be a number above 0 (such as 8e6), got {a.tokens:g}")
+    need(math.isfinite(a.lr) and a.lr >= 0, f"--lr must be a finite number of 0 or more, got {a.lr}")
+    need(a.warmup >= 0, f"--warmup must be 0 or more, got {a.warmup}")
+    need(math.isfinite(a.grad_clip) and a.grad_clip > 0, f"--grad-clip must be above 0, got {a.grad_clip}")
+    for name in ("min_lr_frac", "copy_rows", "real_rows"):
+        v = getattr(a, name)
+        need(0.0 <= v <= 1.0, f"--{name.replace('_', '-')} must be between 0 and 1, got {v}")
+    need(0.0 <= a.beta2 < 1.0, f"--beta2 must be at least 0 and below 1, got {a.beta2}")
+    need(a.n_layer is None or a.n_layer >= 1, f"--n-layer must be 1 or more, got {a.n_layer}")
+    need(a.threads is None or a.threads >= 1, f"--threads must be 1 or more, got {a.threads}")
+    need(a.max_steps is None or a.max_steps >= 0, f"--max-steps must be 0 or more, got {a.max_steps}")
+    need(a.preset in PRESETS, f"--preset {a.preset!r} is not one of {', '.join(sorted(PRESETS))}")
+    context = a.model_config().context
+    need(a.seq_len <= context, f"--seq-len {a.seq_len} is longer than the {a.preset} model's context of {context} "
+                               f"tokens; pass --seq-len {context} or less")
+
+
+RESUME_MUST_MATCH = ("preset", "n_layer", "batch_size", "seq_len")  # a resumed run keeps its shapes and batches
+
+
+def check_resume(saved: dict | None, a: TrainArgs, out: Path) -> None:
+    """Raise TrainArgsError when ``a`` differs from the saved run's options in what exact resuming needs."""
+    saved = saved or {}
+    for k in RESUME_MUST_MATCH:
+        if k in saved and saved[k] != getattr(a, k):
+            flag = "--" + k.replace("_", "-")
+            raise TrainArgsError(
+                f"{out} was started with {flag} {saved[k]}; resuming it with {flag} {getattr(a, k)} would not continue "
+                f"the same run. Pass {flag} {saved[k]} to resume, or --out a new folder for a new run"
+            )
 
 
 def lr_at(step: int, a: TrainArgs) -> float:
@@ -202,12 +248,27 @@ def _param_groups(model: GPT, a: TrainArgs) -> list[dict]:
 
 def train(a: TrainArgs, progress: bool = True) -> dict:
     """Train (or resume) a run; returns its summary (also in ``<out>/checkpoint/train.json``)."""
+    check_args(a)
     if a.threads:
         torch.set_num_threads(a.threads)
     out = Path(a.out or f"runs/{a.preset}")
-    out.mkdir(parents=True, exist_ok=True)
     data = Path(a.data)
-    meta = json.loads((data / "meta.json").read_text())
+    missing = [f for f in ("meta.json", "train.bin", "val.bin", "tokenizer.json") if not (data / f).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"{data} is not a prepared corpus (no {', '.join(missing)}): run `python -m sprout_model.prepare "
+            "--out FOLDER` first and pass --data FOLDER"
+        )
+    try:
+        meta = json.loads((data / "meta.json").read_text(encoding="utf-8"))
+        meta["vocab_size"] = int(meta["vocab_size"])
+    except (ValueError, KeyError, TypeError, RecursionError) as e:
+        raise TrainArgsError(f"{data / 'meta.json'} is damaged ({type(e).__name__}: {e}); run sprout_model.prepare again") from None
+    state_file = out / "state.pt"
+    s = read_state(state_file) if state_file.exists() else None  # checked before anything is written
+    if s is not None:
+        check_resume(s.get("args"), a, out)
+    out.mkdir(parents=True, exist_ok=True)
     train_tokens = real_tokens = np.memmap(data / "train.bin", dtype=np.uint16, mode="r")
     if a.real_rows and not a.name_views:
         raise ValueError("--real-rows mixes the real text into --name-views training; without --name-views every row is real")
@@ -218,7 +279,7 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
         train_tokens = [np.memmap(f, dtype=np.uint16, mode="r") for f in files]
     val_tokens = np.memmap(data / "val.bin", dtype=np.uint16, mode="r")
     # the invented-name copying probe of info.py, tracked at every evaluation (issue 3's target)
-    tokenizer = load_tokenizer(data / "tokenizer.json") if (data / "tokenizer.json").is_file() else None
+    tokenizer = load_tokenizer(data / "tokenizer.json")
     if len(val_tokens) < a.seq_len + 1:  # evaluate() would divide by zero at the first validation
         raise ValueError(
             f"the validation split has {len(val_tokens)} tokens, fewer than seq_len+1 = {a.seq_len + 1}: "
@@ -243,13 +304,11 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
                       real_tokens, a.real_rows)
     step, tokens_seen, wall, best, history = 0, 0, 0.0, float("inf"), []
 
-    state_file = out / "state.pt"
     init = None
-    if a.init_from and not state_file.exists():
+    if a.init_from and s is None:
         tokens_seen, history, init = _load_init(model, Path(a.init_from))
         print(f"starting from {a.init_from} ({tokens_seen:,} tokens already seen)")
-    if state_file.exists():
-        s = read_state(state_file)
+    if s is not None:
         model.load_state_dict(s["model"])
         opt.load_state_dict(s["optimizer"])
         batches.load_state(s["data"])
@@ -327,6 +386,7 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
     return {"step": step, "tokens_seen": tokens_seen, "best_val": best, "done": step >= a.total_steps}
 
 
+@input_errors_exit
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for f, default in asdict(TrainArgs()).items():
@@ -341,6 +401,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             p.add_argument(flag, type=type(default), default=default)
     a = TrainArgs(**vars(p.parse_args(argv)))
+    check_args(a)
     cfg = a.model_config()
     print(f"{a.preset} ({cfg.n_layer} blocks): {GPT(cfg).num_params():,} parameters, {a.total_steps:,} steps of "
           f"{a.batch_size}x{a.seq_len} tokens")
