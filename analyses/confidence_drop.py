@@ -10,7 +10,7 @@ For every checkpoint: mean top-1 probability ("confidence"), top-1 accuracy, cro
 KL(final ‖ row) per row of the stream, on the three ready-made texts (sprout_interp.texts.TEXTS) and on
 a seeded sample of held-out text (--n windows of --length tokens from the validation documents).
 Rows: after the embedding (block 0), then after block 1 … (blocks counted from 1, as the chapter).
-Writes by_layer.csv, claims.csv, first_correct.csv, by_layer.html and lens_grid_<model>.html
+Writes by_layer.csv, claims.csv, first_correct.csv, by_layer.html, lens_grid_<model>.html and plotly.min.js (shared by the figures)
 (PNG too where static export works) into out/confidence_drop/.
 """
 from __future__ import annotations
@@ -20,9 +20,9 @@ import time
 
 import pandas as pd
 
-from sprout_interp.cli import held_out, pct, print_table, script_parser, start
+from sprout_interp.cli import held_out, pct, print_table, save_figure, script_parser, start
 from sprout_interp.logit_lens import CHAPTER_SPROUT_CONFIDENCE, embedding_echo_rate, logit_lens, penultimate_vs_final
-from sprout_interp.plots import layer_metrics_chart, logit_lens_grid, save_figure
+from sprout_interp.plots import layer_metrics_chart, logit_lens_grid
 from sprout_interp.texts import TEXTS
 
 CH_PEN, CH_FIN = CHAPTER_SPROUT_CONFIDENCE[7], CHAPTER_SPROUT_CONFIDENCE[8]

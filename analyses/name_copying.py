@@ -10,7 +10,7 @@ Our tokenizer splits the name differently from the chapter's (" Z" "or" "b" "in"
 Z / or / bin / Plax), so a chapter piece's probability is the product of its tokens' probabilities (the
 chance of producing the whole piece). The texts are this project's (sprout_model.evaluation.NAME_TEXTS:
 "Zorbin Plax" and four more invented names, each twice); the chapter's own text is not published.
-Writes name_tokens.csv, zorbin_pieces.csv, compare_zorbin.csv, names.html and compare_zorbin.html into
+Writes name_tokens.csv, zorbin_pieces.csv, compare_zorbin.csv, names.html, compare_zorbin.html and plotly.min.js (shared by the figures) into
 out/name_copying/.
 """
 from __future__ import annotations
@@ -21,10 +21,9 @@ import time
 import pandas as pd
 
 from sprout_model.evaluation import NAME_TEXTS
-from sprout_interp.cli import pct, print_table, script_parser, start
+from sprout_interp.cli import pct, print_table, save_figure, script_parser, start
 from sprout_interp.compare import compare_models, name_copying_table, piece_probabilities
 from sprout_interp.errors import SproutError
-from sprout_interp.plots import save_figure
 from sprout_interp.plots_heads import compare_models_figure, name_copying_figure
 
 NAME = "Zorbin Plax"

@@ -12,7 +12,7 @@ positions, on a seeded sample of held-out text (--n windows of --length tokens f
 documents) and on the three ready-made texts. Beside it, what each block is worth: the rise of the
 mean loss (nats) on the held-out sample when the block stops writing to the stream
 (``sprout_interp.knockout.block_knockout``), each block alone and the later half of the blocks together. Writes
-rms.csv, claims.csv, knockout.csv and rms_growth.html (log scale; PNG too where static export works)
+rms.csv, claims.csv, knockout.csv and rms_growth.html (log scale; PNG too where static export works; it loads plotly.min.js from the same folder)
 into out/residual_growth/.
 """
 from __future__ import annotations
@@ -23,8 +23,8 @@ import time
 import pandas as pd
 
 from sprout_interp.knockout import block_knockout
-from sprout_interp.cli import held_out, print_table, script_parser, start
-from sprout_interp.plots import rms_growth_chart, save_figure
+from sprout_interp.cli import held_out, print_table, save_figure, script_parser, start
+from sprout_interp.plots import rms_growth_chart
 from sprout_interp.residual import CHAPTER_GPT4_GROWTH, CHAPTER_GPT4_RMS, growth_claims, residual_rms
 from sprout_interp.texts import TEXTS
 

@@ -374,7 +374,8 @@ def _effect_row(condition: str, role: str, heads: Sequence[Head], r: dict, clean
     ci, ai = clean["induction_score"], r["induction_score"]
     single = len(heads) == 1
     return dict(
-        role=role, condition=condition, heads=heads_label(heads), n_heads=len(heads),
+        role=role, condition=condition, heads=heads_label(heads), head_pairs=[(int(l), int(h)) for l, h in heads],
+        n_heads=len(heads),
         layer=int(heads[0][0]) if single else pd.NA, block=int(heads[0][0]) + 1 if single else pd.NA,
         head=int(heads[0][1]) if single else pd.NA,
         copying_first=r["copying_first"], copying_second=r["copying_second"], copying_removed=removed,
@@ -426,8 +427,8 @@ def ablation_effects(
         repeated: repeated random tokens (``repeated_tokens_batch``); None: 8 rows of 64 tokens, twice.
 
     Returns:
-        One row per condition: ``role, condition, heads`` (labels), ``n_heads, layer, block, head``
-        (single heads only), ``copying_first, copying_second`` (mean probabilities at the first and
+        One row per condition: ``role, condition, heads`` (label), ``head_pairs`` (``[(layer, head), ...]``),
+        ``n_heads, layer, block, head`` (single heads only), ``copying_first, copying_second`` (mean probabilities at the first and
         second occurrence), ``copying_removed`` (share of the clean copying gain, second minus first,
         that the ablation removes; 1 = all), ``loss`` and ``loss_change`` (held-out, nats/token),
         ``loss_share`` and ``specificity`` (see :func:`specificity`), ``induction_score`` and
@@ -522,8 +523,10 @@ class InductionCircuit:
         return head_label(self.induction_layer, self.induction_head)
 
     def heads(self) -> list[Head]:
-        """The circuit's heads ``[(layer, head), ...]``, 0-indexed, for ``ablate``: previous-token head(s), then the induction head."""
-        prev = self.prev_tokens or [(self.prev_layer, self.prev_head)]
+        """The circuit's heads ``[(layer, head), ...]``, 0-indexed, for ``ablate``: previous-token head(s), then the
+        induction head. Confirmed: the previous-token heads the ablations confirmed (none when none was);
+        from scores only: the best-scoring previous-token head."""
+        prev = self.prev_tokens if self.confirmed else [(self.prev_layer, self.prev_head)]
         return [*prev, (self.induction_layer, self.induction_head)]
 
     def row(self, condition: str) -> Optional[pd.Series]:
@@ -611,6 +614,14 @@ class InductionCircuit:
                 f"{_effect_text(pe, measure)}{each}")
         return {"previous-token": prev, "induction": ind}
 
+    def verdict(self) -> str:
+        """The circuit as a whole: "REPRODUCED" only when both parts are (:meth:`verdicts`), "PARTLY" when
+        both are at least partly established, else "NOT reproduced"."""
+        words = [w for w, _ in self.verdicts().values()]
+        if all(w == "REPRODUCED" for w in words):
+            return "REPRODUCED"
+        return "PARTLY" if "NOT established" not in words else "NOT reproduced"
+
     def summary(self) -> str:
         """One line a person reads: blocks counted from 1 as in the chapter, code layers in brackets."""
         name = self.model or "model"
@@ -681,7 +692,8 @@ def find_induction_circuit(
     random tokens and on natural text (a head that looks back one token only on random tokens is not
     a previous-token head). ``on="random"``/``"text"`` rank by one of them.
 
-    Confirmation (``confirm``, default: when a model is given): heads scoring at least ``threshold``
+    Confirmation (``confirm``, default: when a model is given; nothing is confirmed when the model does
+    not copy, a clean gain below ``NO_COPYING``): heads scoring at least ``threshold``
     as induction heads (at most ``max_candidates``, at least the best) are ablated alone; the induction
     head is the one whose ablation removes the largest share of the copying gain while being specific
     (``min_specificity``, see :func:`specificity`) and removing at least ``min_share``. Then each head
@@ -769,8 +781,9 @@ def find_induction_circuit(
     for ix in cand_i:
         r = _effect_row(head_label(*key[ix]), "induction candidate", [key[ix]], meas.run([key[ix]]), clean0, d_vocab)
         ind_rows.append(with_scores(r, ix))
-    ok = [r for r, ix in zip(ind_rows, cand_i)
-          if irank[ix] >= threshold and _is_specific(r["specificity"], min_specificity) and r["copying_removed"] >= min_share]
+    copies = clean0["copying_second"] - clean0["copying_first"] >= NO_COPYING  # else there is no copying to remove
+    ok = [r for r, ix in zip(ind_rows, cand_i) if copies and irank[ix] >= threshold
+          and _is_specific(r["specificity"], min_specificity) and r["copying_removed"] >= min_share]
     if ok:
         best = max(ok, key=lambda r: r["copying_removed"])
         bi = cand_i[ind_rows.index(best)]
@@ -795,7 +808,7 @@ def find_induction_circuit(
         prev_rows.append(with_scores(r, ix))
 
     def feeds(r: dict) -> bool:
-        return r["copying_removed"] >= min_share or r["induction_drop"] >= min_share
+        return copies and (r["copying_removed"] >= min_share or r["induction_drop"] >= min_share)
 
     scored = [(r, ix) for r, ix in zip(prev_rows, cand_p) if prank[ix] >= threshold]
     chosen = sorted([(r, ix) for r, ix in scored if feeds(r) and _is_specific(r["specificity"], min_specificity)],
@@ -815,7 +828,7 @@ def find_induction_circuit(
             chosen = sorted(scored, key=lambda t: -t[0]["copying_removed"])
     circ.prev_tokens = [key[ix] for _, ix in chosen]
     if len(chosen) > 1:
-        same = [r for r in set_rows if set(r["heads"].split(" + ")) == {head_label(*h) for h in circ.prev_tokens}]
+        same = [r for r in set_rows if set(r["head_pairs"]) == set(circ.prev_tokens)]
         if same:
             same[0]["condition"] = PREV_SET
         else:
@@ -829,7 +842,7 @@ def find_induction_circuit(
         circ.prev_earlier = True
     clean_row = _effect_row("clean", "clean", [], clean, clean, d_vocab)
     rows = [with_scores(clean_row, None), *ind_rows, *prev_rows, *set_rows]
-    chosen_heads = {*circ.prev_tokens, ind_head}
+    chosen_heads = {*circ.prev_tokens, *([ind_head] if ok else [])}
     for r in rows:
         r["chosen"] = r["n_heads"] == 1 and (int(r["layer"]), int(r["head"])) in chosen_heads
     circ.evidence = _effects_frame(rows, clean, meas, ind_head)

@@ -1,9 +1,11 @@
 """Small helpers shared by the ``analyses/`` scripts: loading the models a script was asked for
 (skipping missing shipped checkpoints with a clear message), recognising which of the chapter's
-models a checkpoint is, and formatting tables. No tensor maths here.
+models a checkpoint is, formatting tables and writing figures (one plotly.js per output folder).
+No tensor maths here.
 """
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,11 +14,15 @@ from typing import Optional, Sequence
 import pandas as pd
 
 from sprout_model.checkpoint import SHIPPED
+from sprout_model.info import total_steps
 from sprout_model.presets import PRESETS
 
 from .errors import CheckpointNotFoundError, SproutError
 
-__all__ = ["SHIPPED", "NamedModel", "preset_of", "load_models", "held_out", "out_dir", "print_table", "pct"]
+__all__ = [
+    "SHIPPED", "NamedModel", "preset_of", "load_models", "held_out", "mean_reference", "out_dir", "print_table",
+    "pct", "save_figure", "plotly_js", "PLOTLY_JS", "evidence_table",
+]
 
 
 @dataclass
@@ -27,12 +33,17 @@ class NamedModel:
     spec: str = ""  # what the user passed
 
     def describe(self) -> str:
-        """'gpt-4 = runs/gpt-4/checkpoint: 4 blocks, 1,234,567 parameters, 400 steps, 1.6M tokens, val loss 5.06'."""
+        """'gpt-4 = runs/gpt-4/checkpoint: 4 blocks, 1,234,567 parameters, 400 steps, 1.6M tokens, val loss 5.06'.
+
+        Steps are those of every training stage (``sprout_model.info.total_steps``: this run's and those of
+        the runs it started from), the number ``python -m sprout_model.info`` prints.
+        """
         m = self.model
         info = getattr(m, "info", None) or {}
         bits = [f"{m.cfg.n_layers} block{'' if m.cfg.n_layers == 1 else 's'}", f"{m.model.num_params():,} parameters"]
-        if "steps" in info:
-            bits.append(f"{info['steps']:,} steps")
+        steps = total_steps(info)
+        if steps is not None:
+            bits.append(f"{steps:,} steps")
         if "tokens_seen" in info:
             bits.append(f"{info['tokens_seen'] / 1e6:.1f}M tokens")
         if "val_loss" in info:
@@ -99,6 +110,18 @@ def held_out(model, args, stream=None):
         return None
 
 
+def mean_reference(model, n: int, length: int, seed: int, stream=None):
+    """Head means (``sprout_interp.ablation.head_means``) over the held-out sample ``(n, length, seed)``, the
+    mean-ablation reference of the scripts; over the three ready-made texts when the corpus is not installed."""
+    from types import SimpleNamespace
+
+    from .ablation import head_means
+    from .texts import TEXTS
+
+    ref = held_out(model, SimpleNamespace(n=n, length=length, seed=seed), stream)
+    return head_means(model, ref if ref is not None else list(TEXTS.values()))
+
+
 def out_dir(script: str, out: Optional[str] = None) -> Path:
     """``out`` or ``out/<script>/`` (created)."""
     p = Path(out) if out else Path("out") / script
@@ -150,3 +173,85 @@ def start(name: str, args) -> Optional[tuple[list[NamedModel], Path]]:
     for nm in models:
         print(f"  {nm.describe()}")
     return models, out
+
+
+# --------------------------------------------------------------------------------------------
+# figures: plotly.js written once per folder, each figure's HTML refers to it
+
+
+PLOTLY_JS = "plotly.min.js"
+
+
+@functools.lru_cache(maxsize=1)
+def _plotly_source() -> str:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()
+
+
+def plotly_js(folder) -> Path:
+    """``folder/plotly.min.js``, the plotly.js bundled with the installed plotly (no CDN: figures open
+    offline); written when missing or different, so a folder of figures holds it once."""
+    js = _plotly_source()
+    path = Path(folder) / PLOTLY_JS
+    if not path.is_file() or path.stat().st_size != len(js.encode("utf-8")) or path.read_text(encoding="utf-8") != js:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(js, encoding="utf-8")
+    return path
+
+
+def save_figure(fig, path, png: bool = False) -> tuple[list[Path], Optional[str]]:
+    """Write ``path`` + ``.html``, which loads ``plotly.min.js`` from its own folder (:func:`plotly_js`;
+    keep the two together), and ``.png`` when asked and static export works (``kaleido`` and a browser).
+
+    Returns (written files, a note saying why the PNG was skipped, or None).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    plotly_js(path.parent)
+    html = path.with_suffix(".html")
+    fig.write_html(html, include_plotlyjs=PLOTLY_JS)
+    written, note = [html], None
+    if png:
+        try:
+            import kaleido  # noqa: F401
+        except ImportError:
+            return written, "PNG skipped: static export needs the kaleido package (and a Chrome it can drive)"
+        try:
+            fig.write_image(path.with_suffix(".png"))
+            written.append(path.with_suffix(".png"))
+        except Exception as e:  # kaleido present but no browser, or export failed
+            note = f"PNG skipped: static export failed ({type(e).__name__}: {str(e).splitlines()[0][:160]})"
+    return written, note
+
+
+# --------------------------------------------------------------------------------------------
+# the induction circuit's evidence, as a person reads it
+
+
+def evidence_table(circuit) -> pd.DataFrame:
+    """The ablations behind an ``InductionCircuit`` (``circuit.evidence``), one row per condition, formatted:
+    which heads, their scores, name copying at both occurrences, the share of the copying gain removed,
+    the held-out loss change (nats/token), specificity, and the induction head's induction score."""
+    ev = circuit.evidence
+    copy = "name copying" if circuit.copying == "names" else "copying"
+
+    def num(v, spec):
+        return "-" if v is None or v != v else format(v, spec)
+
+    def pair(a: str, b: str) -> list[str]:
+        nan = [float("nan")] * len(ev)
+        return [f"{num(x, '.2f')} / {num(y, '.2f')}" for x, y in zip(ev[a] if a in ev else nan, ev[b] if b in ev else nan)]
+
+    return pd.DataFrame({
+        "ablated": ev["condition"].where(ev["n_heads"] != 1, ev["role"]),
+        "heads": ev["heads"],
+        "prev-token score random / text": pair("prev_token_random", "prev_token_text"),
+        "induction score random / text": pair("induction_random", "induction_text"),
+        f"{copy} 2nd (1st)": [f"{pct(b, 1)} ({pct(a, 1)})" for a, b in zip(ev["copying_first"], ev["copying_second"])],
+        "gain removed": [pct(v, 1) for v in ev["copying_removed"]],
+        "held-out loss change": [num(v, "+.3f") for v in ev["loss_change"]],
+        "specificity": [num(v, ".1f") for v in ev["specificity"]],
+        "induction head's score": [num(v, ".2f") for v in ev["induction_score"]],
+        "chosen": ["yes" if c else "" for c in ev["chosen"]],
+    })

@@ -1,0 +1,108 @@
+"""The helpers every analysis script shares (steps as sprout_model.info counts them, figures that share one
+plotly.js) and the two circuit scripts end to end on a tiny checkpoint: each part of the circuit gets its
+own verdict line."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+
+import plotly.graph_objects as go
+import pytest
+import torch
+from plotly.offline import get_plotlyjs
+
+from sprout_model import GPT
+from sprout_model.checkpoint import save_checkpoint
+from sprout_model.evaluation import NAME_TEXTS
+from sprout_model.info import total_steps
+from sprout_model.tokenizer import train_tokenizer
+from sprout_interp import cli
+from sprout_interp.cli import PLOTLY_JS, NamedModel, load_models, plotly_js, save_figure
+from sprout_interp.texts import TEXTS
+
+from conftest import tiny_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(f"_analysis_{name}", ROOT / "analyses" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_describe_counts_the_steps_of_every_stage():
+    staged = {"steps": 732, "init_from": {"steps": 5000, "init_from": {"steps": 67}}, "tokens_seen": 2_000_000}
+    fake = SimpleNamespace(cfg=SimpleNamespace(n_layers=4), model=SimpleNamespace(num_params=lambda: 1234), info=staged,
+                           source="/x")
+    line = NamedModel(label="gpt-4", preset="gpt-4", model=fake).describe()
+    assert "5,799 steps" in line and "732 steps" not in line and "2.0M tokens" in line
+    fake.info = {}
+    assert "steps" not in NamedModel(label="x", preset=None, model=fake).describe()
+
+
+def test_figures_share_one_plotly_js(tmp_path):
+    fig = go.Figure(go.Bar(x=[1, 2], y=[3, 4]))
+    written, note = save_figure(fig, tmp_path / "a")
+    save_figure(fig, tmp_path / "b")
+    js = tmp_path / PLOTLY_JS
+    assert written == [tmp_path / "a.html"] and note is None
+    assert js.read_text(encoding="utf-8") == get_plotlyjs()  # the installed plotly's own bundle: opens offline
+    for name in ("a", "b"):
+        html = (tmp_path / f"{name}.html").read_text(encoding="utf-8")
+        assert f'src="{PLOTLY_JS}"' in html and "cdn" not in html.lower()
+        assert len(html) < 50_000 < js.stat().st_size  # tens of kilobytes, not the 4.8 MB bundle
+    stamp = js.stat().st_mtime_ns
+    save_figure(fig, tmp_path / "c")
+    assert js.stat().st_mtime_ns == stamp  # written once per folder
+    js.write_text("stale", encoding="utf-8")
+    assert plotly_js(tmp_path).read_text(encoding="utf-8") == get_plotlyjs()  # a wrong copy is replaced
+    save_figure(fig, tmp_path / "sub" / "d")
+    assert (tmp_path / "sub" / PLOTLY_JS).is_file()  # beside every figure that refers to it
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("ckpt")
+    tok = train_tokenizer([*TEXTS.values(), *(t for _, t in NAME_TEXTS)] * 3, vocab_size=300)
+    tok.save(str(tmp / "tokenizer.json"))
+    torch.manual_seed(0)
+    g = GPT(tiny_config(vocab_size=300, context=1024)).eval()
+    return save_checkpoint(g, tmp / "tiny", tmp / "tokenizer.json", {"steps": 3, "init_from": {"steps": 4}})
+
+
+@pytest.fixture
+def no_corpus(monkeypatch):
+    """The scripts fall back to the three ready-made texts, as without the corpus packages (fast and offline)."""
+    monkeypatch.setattr(cli, "held_out", lambda *a, **k: None)
+
+
+@pytest.mark.parametrize("name, extra", [("head_ablation", ["--seq-len", "16", "--batch", "2"]),
+                                         ("induction_heads", ["--seq-len", "16", "--batch", "2"])])
+def test_circuit_scripts_judge_each_part(name, extra, tiny_checkpoint, tmp_path, capsys, no_corpus):
+    mod = _script(name)
+    mod.held_out = cli.held_out  # the script imported it by name
+    out = tmp_path / "out"
+    assert mod.main(["--models", str(tiny_checkpoint), "--out", str(out), *extra]) == 0
+    text = capsys.readouterr().out
+    assert "7 steps" in text  # every stage, as sprout_model.info counts
+    verdicts = text[text.index("== verdicts =="):]
+    assert "previous-token part" in verdicts and "induction part" in verdicts
+    assert "NOT established" in verdicts  # a random tiny model copies nothing: no part is established
+    assert "REPRODUCED" not in verdicts.split("\n", 1)[1].replace("one block cannot", "")
+    htmls = list(out.glob("*.html"))
+    assert htmls and (out / PLOTLY_JS).is_file() and all(h.stat().st_size < 200_000 for h in htmls)
+    assert "layer" in text and "block 1 head 0 (layer 0)" in text
+
+
+@pytest.mark.integration
+def test_scripts_print_the_steps_sprout_model_info_prints():
+    from sprout_interp.loading import SHIPPED_DIR
+
+    if not (Path(SHIPPED_DIR) / "gpt-4" / "model.safetensors").is_file():
+        pytest.skip("the shipped gpt-4 checkpoint is not installed")
+    (nm,) = load_models(["gpt-4"])
+    assert f"{total_steps(nm.model.info):,} steps" in nm.describe()
+    assert total_steps(nm.model.info) != nm.model.info["steps"]  # gpt-4 was trained in stages
