@@ -174,6 +174,7 @@ class HookedSproutConfig:
     final_rms: bool = True
     tie_word_embeddings: bool = True
     default_prepend_bos: bool = False
+    n_key_value_heads: Optional[int] = None  # every head has its own keys and values
     original_architecture: str = "Sprout"
     model_name: str = ""
     device: Optional[torch.device] = None

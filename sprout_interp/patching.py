@@ -1,0 +1,477 @@
+"""Activation patching: where in the model the information that decides a prediction lives.
+
+Two inputs of the same length, *clean* and *corrupted*, differ in one detail (a name that appeared
+before, and the same text with that first occurrence renamed). One activation is copied from one
+run into the other and the model is run on: *denoising* (the default) patches a clean activation
+into the corrupted run and asks how much of the clean behaviour comes back; *noising* patches a
+corrupted activation into the clean run and asks how much is lost. ``score`` normalises the
+metric: 0 = the corrupted run's value, 1 = the clean run's, in both directions.
+
+What can be patched (``site``) and how it is split (``by``):
+
+============================================  =======================  ==================================
+site                                          hook                     by
+============================================  =======================  ==================================
+``resid_pre`` / ``resid_mid`` / ``resid_post``  ``blocks.{l}.hook_...``  ``"layer_pos"`` (default), ``"layer"``
+``attn_out`` / ``mlp_out``                    ``blocks.{l}.hook_...``  ``"layer_pos"``, ``"layer"``
+``z`` (each head's output, before W_O)        ``blocks.{l}.attn.hook_z``  ``"head"`` (all positions), ``"head_pos"``
+``q`` / ``k`` / ``v`` / ``pattern``            ``blocks.{l}.attn.hook_...``  ``"head"`` (all positions)
+============================================  =======================  ==================================
+
+Exact and fast: everything before the patched layer is taken from the run being patched (never
+recomputed); a patch at position ``p`` changes nothing before ``p`` (attention is causal), so the
+later blocks run only from ``p`` on, reading the earlier positions' keys and values from that run;
+the logits are computed only where the metric reads; and every position (or head) of a layer runs
+in one batched forward. The result equals one full forward per patch with a hook, the loop that
+``transformer_lens.patching`` runs (the tests check both to 1e-5). With a hook of the user's own on
+the model, every patch runs that full forward instead, so the hook is honoured.
+
+Tables: ``layer`` (0-indexed as in code), ``block`` (= layer + 1, the chapter's count), ``head``,
+``pos`` (0-based input index), ``value`` (the metric, in its own units) and ``score``.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal, Optional, Union
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from sprout_model.model import apply_rope
+
+from .errors import SproutError
+from .hooked import HookedSprout, _is_hooked, as_hooked
+
+__all__ = [
+    "PatchingError", "LogitDiff", "LogProb", "Loss", "activation_patch", "naive_patch", "SITES",
+]
+
+Site = Literal["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "q", "k", "v", "pattern"]
+By = Literal["layer_pos", "layer", "head", "head_pos"]
+SITES: dict[str, tuple[str, ...]] = {
+    "resid_pre": ("layer_pos", "layer"), "resid_mid": ("layer_pos", "layer"), "resid_post": ("layer_pos", "layer"),
+    "attn_out": ("layer_pos", "layer"), "mlp_out": ("layer_pos", "layer"),
+    "z": ("head", "head_pos"), "q": ("head",), "k": ("head",), "v": ("head",), "pattern": ("head",),
+}
+_HOOK = {
+    "resid_pre": "blocks.{l}.hook_resid_pre", "resid_mid": "blocks.{l}.hook_resid_mid",
+    "resid_post": "blocks.{l}.hook_resid_post", "attn_out": "blocks.{l}.hook_attn_out",
+    "mlp_out": "blocks.{l}.hook_mlp_out", "z": "blocks.{l}.attn.hook_z", "q": "blocks.{l}.attn.hook_q",
+    "k": "blocks.{l}.attn.hook_k", "v": "blocks.{l}.attn.hook_v", "pattern": "blocks.{l}.attn.hook_pattern",
+}
+_CHUNK = 16  # positions patched per batched forward: each chunk runs from its first position on
+
+
+class PatchingError(SproutError, ValueError):
+    """Inputs or arguments that activation patching cannot use (lengths differ, nothing to tell apart ...)."""
+
+
+# --------------------------------------------------------------------------------------------
+# metrics: each says where it reads and turns logits there into one value per row
+
+
+@dataclass(frozen=True)
+class LogitDiff:
+    """``logit[answer] - logit[wrong]`` at ``pos`` (logits; nats of log-odds), averaged over the batch.
+
+    ``answer``/``wrong``: one id for every row, or one per row (a list or a 1-d tensor).
+    """
+
+    answer: Union[int, Sequence[int], Tensor]
+    wrong: Union[int, Sequence[int], Tensor]
+    pos: int = -1
+    name: str = "logit difference"
+
+    def positions(self, T: int) -> list[int]:
+        return [self.pos % T]
+
+    def rows(self, logits: Float[Tensor, "n r vocab"], targets: Int[Tensor, "n t"]) -> Float[Tensor, " n"]:
+        a, w = _ids(self.answer, logits), _ids(self.wrong, logits)
+        last = logits[:, 0]
+        return last.gather(1, a[:, None])[:, 0] - last.gather(1, w[:, None])[:, 0]
+
+
+@dataclass(frozen=True)
+class LogProb:
+    """``log p(target)`` at ``pos`` (nats), averaged over the batch."""
+
+    target: Union[int, Sequence[int], Tensor]
+    pos: int = -1
+    name: str = "log-probability"
+
+    def positions(self, T: int) -> list[int]:
+        return [self.pos % T]
+
+    def rows(self, logits: Float[Tensor, "n r vocab"], targets: Int[Tensor, "n t"]) -> Float[Tensor, " n"]:
+        t = _ids(self.target, logits)
+        return F.log_softmax(logits[:, 0].float(), -1).gather(1, t[:, None])[:, 0]
+
+
+@dataclass(frozen=True)
+class Loss:
+    """Mean next-token cross-entropy (nats/token) of the patched run on its own input tokens."""
+
+    name: str = "loss"
+
+    def positions(self, T: int) -> list[int]:
+        return list(range(T - 1))
+
+    def rows(self, logits: Float[Tensor, "n r vocab"], targets: Int[Tensor, "n t"]) -> Float[Tensor, " n"]:
+        lp = F.log_softmax(logits.float(), -1).gather(2, targets[:, 1:, None])[..., 0]
+        return -lp.mean(1)
+
+
+class _Callable:
+    """A user metric ``fn(logits (batch, pos, vocab)) -> scalar``, as TransformerLens's patching takes."""
+
+    def __init__(self, fn: Callable[[Tensor], Tensor]):
+        self.fn = fn
+        self.name = getattr(fn, "__name__", "metric")
+
+    def positions(self, T: int) -> list[int]:
+        return list(range(T))
+
+
+def _ids(x, logits: Tensor) -> Tensor:
+    n = logits.shape[0]
+    t = torch.as_tensor(x, device=logits.device, dtype=torch.long).reshape(-1)
+    if t.numel() == 1:
+        return t.expand(n)
+    return t.repeat(n // t.numel())  # one id per batch row, repeated for every patch
+
+
+Metric = Union[LogitDiff, LogProb, Loss, Callable[[Tensor], Tensor]]
+
+
+def _as_metric(metric) -> Union[LogitDiff, LogProb, Loss, _Callable]:
+    if isinstance(metric, (LogitDiff, LogProb, Loss)):
+        return metric
+    if callable(metric):
+        return _Callable(metric)
+    raise PatchingError(
+        "metric must be LogitDiff(answer, wrong), LogProb(target), Loss() or a function of the logits "
+        f"(batch, pos, vocab) returning a scalar; got {metric!r}"
+    )
+
+
+def _value(metric, logits: Tensor, targets: Tensor, B: int) -> Tensor:
+    """One value per patch: ``logits`` are (n*B, r, vocab) at the metric's positions, patch-major."""
+    if isinstance(metric, _Callable):
+        return torch.stack([torch.as_tensor(metric.fn(logits[i : i + B])).float().reshape(())
+                            for i in range(0, logits.shape[0], B)])
+    return metric.rows(logits, targets).float().view(-1, B).mean(1)
+
+
+# --------------------------------------------------------------------------------------------
+# inputs
+
+
+def _inputs(model: HookedSprout, clean, corrupted) -> tuple[Tensor, Tensor]:
+    c, _ = model.prepare_input(clean)
+    x, _ = model.prepare_input(corrupted)
+    if c.shape != x.shape:
+        raise PatchingError(
+            f"clean is {tuple(c.shape)} tokens and corrupted {tuple(x.shape)}: patching swaps activations position "
+            "by position, so both must tokenize to the same length (change a name for another of the same length)"
+        )
+    return c, x
+
+
+def _check_site(site: str, by: str) -> None:
+    if site not in SITES:
+        raise PatchingError(f"site must be one of {', '.join(SITES)}; got {site!r}")
+    if by not in SITES[site]:
+        raise PatchingError(f"site {site!r} is patched by {' or '.join(repr(b) for b in SITES[site])}, not {by!r}")
+
+
+def _patches(model: HookedSprout, site: str, by: str, T: int) -> list[tuple[int, Optional[int], Optional[int]]]:
+    """Every (layer, head or None, pos or None) to patch, layer-major."""
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    if by == "layer_pos":
+        return [(l, None, p) for l in range(L) for p in range(T)]
+    if by == "layer":
+        return [(l, None, None) for l in range(L)]
+    if by == "head":
+        return [(l, h, None) for l in range(L) for h in range(H)]
+    return [(l, h, p) for l in range(L) for p in range(T) for h in range(H)]
+
+
+# --------------------------------------------------------------------------------------------
+# the naive loop: one full forward with one hook per patch (the reference the fast path equals)
+
+
+def _setter(site: str, head: Optional[int], pos: Optional[int], src: Tensor) -> Callable:
+    def hook(act: Tensor, hook) -> Tensor:
+        act = act.clone()
+        if site == "pattern":  # (batch, head, query, key)
+            act[:, head] = src[:, head]
+        elif head is None and pos is None:
+            act[:] = src
+        elif head is None:
+            act[:, pos] = src[:, pos]
+        elif pos is None:
+            act[:, :, head] = src[:, :, head]
+        else:
+            act[:, pos, head] = src[:, pos, head]
+        return act
+
+    return hook
+
+
+@torch.no_grad()
+def naive_patch(model, clean, corrupted, metric: Metric, site: Site = "resid_pre", by: By = "layer_pos",
+                direction: Literal["denoise", "noise"] = "denoise") -> pd.DataFrame:
+    """The same table as :func:`activation_patch`, from one full forward with a hook per patch (slow; the reference)."""
+    return activation_patch(model, clean, corrupted, metric, site, by, direction, method="naive")
+
+
+def _naive_values(model, base, src_cache, metric, site, patches, B) -> list[float]:
+    T = base.shape[1]
+    read = metric.positions(T)
+    out = []
+    for l, h, p in patches:
+        name = _HOOK[site].format(l=l)
+        logits = model.run_with_hooks(base, fwd_hooks=[(name, _setter(site, h, p, src_cache[name]))])
+        out.append(float(_value(metric, logits[:, read], base, B)[0]))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# the fast path
+
+
+class _Run:
+    """What the fast path reads from the run being patched: per layer the stream and each head's keys and values."""
+
+    def __init__(self, model: HookedSprout, tokens: Tensor, site: str):
+        L = model.cfg.n_layers
+        want = {"hook_resid_pre", "hook_resid_mid", "hook_resid_post", "attn.hook_rot_k", "attn.hook_v", "attn.hook_z"}
+        if site in ("q", "k", "v", "pattern"):
+            want |= {"attn.hook_rot_q"}
+        names = {f"blocks.{l}.{w}" for l in range(L) for w in want}
+        logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names, return_cache_object=False)
+        self.logits = logits
+        self.cache = cache
+        self.k = [cache[f"blocks.{l}.attn.hook_rot_k"].transpose(1, 2) for l in range(L)]  # (batch, head, pos, d_head)
+        self.v = [cache[f"blocks.{l}.attn.hook_v"].transpose(1, 2) for l in range(L)]
+
+    def __getitem__(self, name: str) -> Tensor:
+        return self.cache[name]
+
+
+def _attention(blk, x: Tensor, run: _Run, l: int, s0: int, n: int, cos: Tensor, sin: Tensor) -> Tensor:
+    """Block ``l``'s attention output for positions ``s0..`` of ``n`` patched copies; earlier keys/values from ``run``."""
+    N, S, C = x.shape
+    q, k, v = blk.attn.heads(blk.norm1(x))
+    q, k = apply_rope(blk.attn.q_norm(q), cos, sin), apply_rope(blk.attn.k_norm(k), cos, sin)
+    if s0:
+        k = torch.cat((run.k[l][:, :, :s0].repeat(n, 1, 1, 1), k), 2)
+        v = torch.cat((run.v[l][:, :, :s0].repeat(n, 1, 1, 1), v), 2)
+        seen = torch.arange(s0 + S, device=x.device)[None, :] <= torch.arange(s0, s0 + S, device=x.device)[:, None]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=seen)
+    else:
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return blk.attn.proj(y.transpose(1, 2).reshape(N, S, C))
+
+
+def _finish(model: HookedSprout, run: _Run, x: Tensor, layer: int, stage: str, s0: int, n: int,
+            read: list[int]) -> Tensor:
+    """Logits at ``read`` for ``n`` copies of the stream ``x`` (positions ``s0..``) entering ``layer`` at ``stage``.
+
+    ``stage``: "pre" (x is resid_pre of ``layer``), "mid" (resid_mid: only the feed-forward of ``layer``
+    is left), "post" (resid_post of ``layer``). Positions before ``s0`` keep ``run``'s logits.
+    """
+    gpt = model.model
+    T = run.logits.shape[1]
+    cos, sin = gpt.cos[s0:T], gpt.sin[s0:T]
+    first = layer + 1 if stage == "post" else layer
+    for l in range(first, model.cfg.n_layers):
+        blk = gpt.blocks[l]
+        if not (l == layer and stage == "mid"):
+            x = x + _attention(blk, x, run, l, s0, n, cos, sin)
+        x = x + blk.ffn(blk.norm2(x))
+    late = [r for r in read if r >= s0]
+    out = run.logits[:, read].repeat(n, 1, 1)
+    if late:
+        idx = [read.index(r) for r in late]
+        out[:, idx] = gpt.head(gpt.norm(x[:, [r - s0 for r in late]]))
+    return out
+
+
+def _head_z(model: HookedSprout, run: _Run, src: dict, site: str, l: int, heads: list[int]) -> Tensor:
+    """Block ``l``'s hook_z with one head per copy recomputed from ``src``'s q, k, v or pattern: (n*B, pos, head, d_head)."""
+    blk = model.model.blocks[l]
+    B, T = run.logits.shape[:2]
+    z = run[f"blocks.{l}.attn.hook_z"].repeat(len(heads), 1, 1, 1)
+    cos, sin = model.model.cos[:T], model.model.sin[:T]
+    for i, h in enumerate(heads):
+        rows = slice(i * B, (i + 1) * B)
+        q = run[f"blocks.{l}.attn.hook_rot_q"][:, :, h]  # (B, T, d_head)
+        k = run.k[l][:, h]  # (B, T, d_head)
+        v = run.v[l][:, h]
+        s = src[_HOOK[site].format(l=l)]
+        if site == "q":
+            q = apply_rope(blk.attn.q_norm(s[:, :, h]), cos, sin)
+        elif site == "k":
+            k = apply_rope(blk.attn.k_norm(s[:, :, h]), cos, sin)
+        elif site == "v":
+            v = s[:, :, h]
+        if site == "pattern":
+            y = torch.matmul(s[:, h], v)
+        else:
+            y = F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], is_causal=True)[:, 0]
+        z[rows, :, h] = y
+    return z
+
+
+def _fast_values(model: HookedSprout, base: Tensor, src_tokens: Tensor, metric, site: str, by: str,
+                 patches) -> list[float]:
+    B, T = base.shape
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    run = _Run(model, base, site)
+    names = [_HOOK[site].format(l=l) for l in range(L)]
+    _, src = model.run_with_cache(src_tokens, names_filter=names, return_cache_object=False)
+    read = metric.positions(T)
+    targets = base
+    gpt = model.model
+    values: dict[tuple, float] = {}
+    for l in range(L):
+        mine = [pt for pt in patches if pt[0] == l]
+        if not mine:
+            continue
+        s_act = src[names[l]]
+        if site in ("z", "q", "k", "v", "pattern"):
+            if site == "z":
+                chunks = [[pt] for pt in mine] if by == "head_pos" else [mine]
+                if by == "head_pos":  # group by position: one chunk of heads per position group
+                    by_pos: dict[int, list] = {}
+                    for pt in mine:
+                        by_pos.setdefault(pt[2] // _CHUNK, []).append(pt)
+                    chunks = list(by_pos.values())
+            else:
+                chunks = [mine]
+            for chunk in chunks:
+                n = len(chunk)
+                s0 = min(pt[2] for pt in chunk) if by == "head_pos" else 0
+                if site == "z":
+                    z = run[names[l]][:, s0:].repeat(n, 1, 1, 1)
+                    for i, (_, h, p) in enumerate(chunk):
+                        rows = slice(i * B, (i + 1) * B)
+                        if p is None:
+                            z[rows, :, h] = s_act[:, s0:, h]
+                        else:
+                            z[rows, p - s0, h] = s_act[:, p, h]
+                else:
+                    z = _head_z(model, run, src, site, l, [pt[1] for pt in chunk])
+                attn = gpt.blocks[l].attn.proj(z.reshape(n * B, T - s0, -1))
+                x = run[f"blocks.{l}.hook_resid_pre"][:, s0:].repeat(n, 1, 1) + attn
+                logits = _finish(model, run, x, l, "mid", s0, n, read)
+                for pt, v in zip(chunk, _value(metric, logits, targets.repeat(n, 1), B).tolist()):
+                    values[pt] = v
+            continue
+        # stream sites: resid_pre / resid_mid / resid_post / attn_out / mlp_out
+        stage = {"resid_pre": "pre", "resid_mid": "mid", "attn_out": "mid"}.get(site, "post")
+        start = {"pre": "hook_resid_pre", "mid": "hook_resid_mid", "post": "hook_resid_post"}[stage]
+        stream = run[f"blocks.{l}.{start}"]
+        if site == "attn_out":
+            new = run[f"blocks.{l}.hook_resid_pre"] + s_act
+        elif site == "mlp_out":
+            new = run[f"blocks.{l}.hook_resid_mid"] + s_act
+        else:
+            new = s_act
+        if by == "layer":
+            logits = _finish(model, run, new, l, stage, 0, 1, read)
+            values[mine[0]] = float(_value(metric, logits, targets, B)[0])
+            continue
+        for c0 in range(0, T, _CHUNK):
+            chunk = [pt for pt in mine if c0 <= pt[2] < c0 + _CHUNK]
+            if not chunk:
+                continue
+            n = len(chunk)
+            x = stream[:, c0:].repeat(n, 1, 1)
+            for i, (_, _, p) in enumerate(chunk):
+                x[i * B : (i + 1) * B, p - c0] = new[:, p]
+            logits = _finish(model, run, x, l, stage, c0, n, read)
+            for pt, v in zip(chunk, _value(metric, logits, targets.repeat(n, 1), B).tolist()):
+                values[pt] = v
+    return [values[pt] for pt in patches]
+
+
+# --------------------------------------------------------------------------------------------
+# entry point
+
+
+@torch.no_grad()
+def activation_patch(
+    model,
+    clean,
+    corrupted,
+    metric: Metric,
+    site: Site = "resid_pre",
+    by: By = "layer_pos",
+    direction: Literal["denoise", "noise"] = "denoise",
+    method: Literal["fast", "naive"] = "fast",
+) -> pd.DataFrame:
+    """Patch one activation at a time between the clean and the corrupted run; one row per patch.
+
+    Args:
+        model: a HookedSprout (``si.load(...)``) or a ``sprout_model.GPT``.
+        clean, corrupted: texts, lists of texts or token ids of the same shape (a batch is averaged).
+        metric: :class:`LogitDiff` (answer, wrong), :class:`LogProb` (target), :class:`Loss`, or a
+            function of the logits ``(batch, pos, vocab)`` returning a scalar (TransformerLens's form).
+        site, by: what to patch and how to split it (see the module docstring).
+        direction: "denoise" patches clean activations into the corrupted run; "noise" the reverse.
+        method: "fast" (exact, see the module docstring) or "naive" (one full forward per patch).
+
+    Returns:
+        A DataFrame with ``layer``, ``block``, ``head`` (head sites), ``pos`` (by position),
+        ``token`` (the clean token at ``pos``), ``value`` (the metric after the patch) and ``score``
+        ((value - corrupted) / (clean - corrupted)). ``df.attrs`` holds ``clean`` and ``corrupted``
+        (the metric on each run), ``site``, ``by``, ``direction``, ``metric`` and the convention.
+    """
+    model = as_hooked(model)
+    _check_site(site, by)
+    if direction not in ("denoise", "noise"):
+        raise PatchingError(f"direction must be 'denoise' (clean into corrupted) or 'noise' (the reverse), got {direction!r}")
+    m = _as_metric(metric)
+    clean_t, corrupt_t = _inputs(model, clean, corrupted)
+    B, T = clean_t.shape
+    read = m.positions(T)
+    clean_v = float(_value(m, model(clean_t)[:, read], clean_t, B)[0])
+    corrupt_v = float(_value(m, model(corrupt_t)[:, read], corrupt_t, B)[0])
+    if abs(clean_v - corrupt_v) < 1e-6:
+        same = "the texts are the same" if torch.equal(clean_t, corrupt_t) else "the metric does not tell them apart"
+        raise PatchingError(
+            f"the {m.name} is {clean_v:.4g} on both runs ({same}): a score needs a clean and a corrupted run that differ"
+        )
+    base, source = (corrupt_t, clean_t) if direction == "denoise" else (clean_t, corrupt_t)
+    patches = _patches(model, site, by, T)
+    user_hooks = any(_is_hooked(hp) for hp in model.hook_dict.values())
+    if method == "naive" or user_hooks:
+        names = [_HOOK[site].format(l=l) for l in range(model.cfg.n_layers)]
+        _, src = model.run_with_cache(source, names_filter=names, return_cache_object=False)
+        vals = _naive_values(model, base, src, m, site, patches, B)
+    elif method == "fast":
+        vals = _fast_values(model, base, source, m, site, by, patches)
+    else:
+        raise PatchingError(f"method must be 'fast' or 'naive', got {method!r}")
+    rows = []
+    str_toks = model.to_str_tokens(clean_t[0]) if model.tokenizer is not None else [f"#{i}" for i in clean_t[0].tolist()]
+    for (l, h, p), v in zip(patches, vals):
+        r = {"layer": l, "block": l + 1}
+        if h is not None:
+            r["head"] = h
+        if p is not None:
+            r["pos"] = p
+            r["token"] = str_toks[p]
+        r["value"] = v
+        r["score"] = (v - corrupt_v) / (clean_v - corrupt_v)
+        rows.append(r)
+    df = pd.DataFrame(rows)
+    df.attrs.update(clean=clean_v, corrupted=corrupt_v, site=site, by=by, direction=direction, metric=m.name,
+                    convention="layer 0-indexed; block = layer + 1; pos 0-based input index; score 0 = corrupted, 1 = clean")
+    return df

@@ -1,0 +1,130 @@
+"""Activation patching: the fast path equals one full forward per patch and TransformerLens's own patching loop."""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformer_lens import patching as tlp
+
+import sprout_interp as si
+from sprout_interp import HookedSprout
+from sprout_interp import patching as P
+from sprout_model import GPT
+
+
+@pytest.fixture(scope="module")
+def model(request) -> HookedSprout:
+    from conftest import tiny_config
+
+    torch.manual_seed(2)
+    gpt = GPT(tiny_config(n_layer=3, context=40)).eval()
+    with torch.no_grad():  # sharper than a fresh init, so patches move the metric
+        for p in gpt.parameters():
+            p.mul_(3.0)
+    return HookedSprout(gpt)
+
+
+@pytest.fixture(scope="module")
+def pair() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(5)
+    clean = torch.randint(0, 64, (2, 20), generator=g)
+    corrupted = clean.clone()
+    corrupted[:, 3] = (clean[:, 3] + 7) % 64
+    corrupted[:, 11] = (clean[:, 11] + 5) % 64
+    return clean, corrupted
+
+
+CASES = [("resid_pre", "layer_pos"), ("resid_mid", "layer_pos"), ("resid_post", "layer_pos"),
+         ("attn_out", "layer_pos"), ("mlp_out", "layer_pos"), ("resid_pre", "layer"), ("mlp_out", "layer"),
+         ("z", "head"), ("z", "head_pos"), ("q", "head"), ("k", "head"), ("v", "head"), ("pattern", "head")]
+METRICS = {
+    "logit_diff": P.LogitDiff(answer=[3, 9], wrong=[8, 1], pos=-1),
+    "log_prob": P.LogProb(target=5, pos=12),
+    "loss": P.Loss(),
+    "callable": lambda logits: logits[:, -1].log_softmax(-1)[:, 2].mean(),
+}
+
+
+@pytest.mark.parametrize("site,by,direction", [(s, b, "denoise") for s, b in CASES]
+                         + [(s, b, "noise") for s, b in CASES if b in ("layer", "head")])
+def test_fast_equals_one_forward_per_patch(model, pair, site, by, direction):
+    metric = METRICS["logit_diff"]
+    fast = P.activation_patch(model, *pair, metric, site, by, direction)
+    naive = P.naive_patch(model, *pair, metric, site, by, direction)
+    assert len(fast) == len(naive) and list(fast.columns) == list(naive.columns)
+    torch.testing.assert_close(torch.tensor(fast["value"].values), torch.tensor(naive["value"].values), atol=1e-5, rtol=0)
+    assert (fast["block"] == fast["layer"] + 1).all()
+
+
+@pytest.mark.parametrize("name", ["log_prob", "loss", "callable"])
+def test_every_metric_kind(model, pair, name):
+    for site, by in (("resid_pre", "layer_pos"), ("z", "head_pos"), ("k", "head")):
+        fast = P.activation_patch(model, *pair, METRICS[name], site, by)
+        naive = P.naive_patch(model, *pair, METRICS[name], site, by)
+        torch.testing.assert_close(torch.tensor(fast["value"].values), torch.tensor(naive["value"].values),
+                                   atol=1e-5, rtol=0)
+
+
+TL_FUNCTIONS = {
+    ("resid_pre", "layer_pos"): tlp.get_act_patch_resid_pre,
+    ("resid_mid", "layer_pos"): tlp.get_act_patch_resid_mid,
+    ("attn_out", "layer_pos"): tlp.get_act_patch_attn_out,
+    ("mlp_out", "layer_pos"): tlp.get_act_patch_mlp_out,
+    ("z", "head_pos"): tlp.get_act_patch_attn_head_out_by_pos,
+    ("z", "head"): tlp.get_act_patch_attn_head_out_all_pos,
+    ("q", "head"): tlp.get_act_patch_attn_head_q_all_pos,
+    ("k", "head"): tlp.get_act_patch_attn_head_k_all_pos,
+    ("v", "head"): tlp.get_act_patch_attn_head_v_all_pos,
+    ("pattern", "head"): tlp.get_act_patch_attn_head_pattern_all_pos,
+}
+
+
+@pytest.mark.parametrize("site,by", list(TL_FUNCTIONS))
+def test_equals_transformer_lens_patching_on_hooked_sprout(model, pair, site, by):
+    clean, corrupted = pair
+    metric = METRICS["callable"]
+    _, clean_cache = model.run_with_cache(clean)
+    theirs = TL_FUNCTIONS[(site, by)](model, corrupted, clean_cache, metric)  # (layer, pos[, head]) or (layer, head)
+    ours = P.activation_patch(model, clean, corrupted, metric, site, by)
+    if by == "head_pos":
+        ours = ours.sort_values(["layer", "pos", "head"])
+    torch.testing.assert_close(torch.tensor(ours["value"].values, dtype=theirs.dtype), theirs.flatten(), atol=1e-5,
+                               rtol=0)
+
+
+def test_scores_run_from_corrupted_to_clean(model, pair):
+    df = P.activation_patch(model, *pair, METRICS["logit_diff"], "resid_pre", "layer_pos")
+    # patching the whole stream entering block 1 at every position where the texts differ restores the clean run;
+    # at the first layer, patching a position where the texts agree changes nothing
+    same = df[(df.layer == 0) & ~df.pos.isin([3, 11])]
+    assert (same["score"].abs() < 1e-5).all()
+    full = P.activation_patch(model, *pair, METRICS["logit_diff"], "resid_pre", "layer")
+    assert full["score"].iloc[0] == pytest.approx(1.0, abs=1e-5)
+    noised = P.activation_patch(model, *pair, METRICS["logit_diff"], "resid_pre", "layer", direction="noise")
+    assert noised["score"].iloc[0] == pytest.approx(0.0, abs=1e-5)
+    assert df.attrs["clean"] != df.attrs["corrupted"] and df.attrs["direction"] == "denoise"
+
+
+def test_user_hooks_are_honoured(model, pair):
+    metric = METRICS["logit_diff"]
+    plain = P.activation_patch(model, *pair, metric, "resid_pre", "layer")
+    with model.hooks(fwd_hooks=[("blocks.2.attn.hook_z", lambda z, hook: z * 0)]):
+        hooked = P.activation_patch(model, *pair, metric, "resid_pre", "layer")
+        naive = P.naive_patch(model, *pair, metric, "resid_pre", "layer")
+    assert hooked["value"].tolist() == naive["value"].tolist()
+    assert hooked["value"].tolist() != plain["value"].tolist()
+
+
+def test_bad_inputs_get_clear_messages(model, pair):
+    clean, corrupted = pair
+    with pytest.raises(P.PatchingError, match="same length"):
+        P.activation_patch(model, clean, corrupted[:, :-1], METRICS["loss"])
+    with pytest.raises(P.PatchingError, match="the texts are the same"):
+        P.activation_patch(model, clean, clean, METRICS["loss"])
+    with pytest.raises(P.PatchingError, match="site must be one of"):
+        P.activation_patch(model, clean, corrupted, METRICS["loss"], site="resid")
+    with pytest.raises(P.PatchingError, match="patched by 'head'"):
+        P.activation_patch(model, clean, corrupted, METRICS["loss"], site="q", by="layer_pos")
+    with pytest.raises(P.PatchingError, match="direction"):
+        P.activation_patch(model, clean, corrupted, METRICS["loss"], direction="up")
+    with pytest.raises(si.SproutError):
+        P.activation_patch(model, clean, corrupted, "loss")
