@@ -23,6 +23,6 @@ pages = [
 try:
     st.navigation(pages).run()
 except Exception as err:  # last line of defence: a page's failure is shown on that page, the app keeps running
-    st.error(f"This page failed: {type(err).__name__}: {err}. The other pages still work.")
+    st.error(f"This page failed: {state.md(type(err).__name__)}: {state.md(err)}. The other pages still work.")
     with st.expander("details"):
         st.code(traceback.format_exc())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -84,8 +85,13 @@ def shape(arr) -> tuple[int, ...]:
     return (len(arr),)
 
 
+def shown(markdown: str) -> str:
+    """A message as a person reads it: the dashboard backslash-escapes punctuation in what it quotes."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
+
+
 def messages(at: AppTest) -> str:
-    return " ".join(str(e.value) for e in [*at.error, *at.warning, *at.info])
+    return " ".join(shown(str(e.value)) for e in [*at.error, *at.warning, *at.info])
 
 
 # -- every page with its default inputs -----------------------------------------------------------
@@ -164,7 +170,7 @@ def test_single_token_text():
 
 def _shows_load_error(at: AppTest, *words: str) -> None:
     assert not at.exception, [e.value for e in at.exception]
-    msg = " ".join(e.value for e in at.error)
+    msg = " ".join(shown(e.value) for e in at.error)
     assert "Could not load" in msg and all(w in msg for w in words), msg
 
 

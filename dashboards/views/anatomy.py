@@ -22,7 +22,7 @@ with right:
     if cfg is not None:
         n = anatomy.part_params(cfg)[key]
         where = " per block" if key in ("attention", "ffn", "block") else (" per norm" if key == "rmsnorm" else "")
-        st.markdown(f"Parameters in **{m.name or 'this model'}**: **{n:,}**{where}")
+        st.markdown(f"Parameters in **{state.md(m.name) if m.name else 'this model'}**: **{n:,}**{where}")
     st.caption(f"`{path}`, lines {first}–{last} (read from the file now)")
     st.code(code, language="python", line_numbers=True)
 with left:

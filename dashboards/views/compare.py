@@ -35,7 +35,7 @@ for k in keys:  # a model that does not load is left out, and the page says why
         state.load_model(k)
         loaded.append(k)
     except Exception as err:
-        st.warning(f"Could not load `{k}`, so it is left out: {err}")
+        st.warning(f"Could not load **{state.md(k)}**, so it is left out: {state.md(err)}")
 keys = loaded
 if not keys:
     st.error("None of the chosen models could be loaded.")
@@ -55,7 +55,9 @@ n = len(df)
 width = 40
 state.clamp_state("cmp_start", 1, max(n - width + 1, 1))
 start = st.slider("first predicted token shown", 1, max(n - width + 1, 1), key="cmp_start") if n > width else 1
-st.plotly_chart(compare_models_figure(df, models=keys, positions=range(start, start + width),
+label = {k: state.plain(k) for k in keys}  # a typed path is a legend entry: literal text, never plotly markup
+st.plotly_chart(compare_models_figure(df.rename(columns=label), models=[label[k] for k in keys],
+                                      positions=range(start, start + width),
                                       title=f"P(actual next token), tokens {start}–{min(start + width, n + 1) - 1} of {n}"),
                 width="content")
 st.markdown("**Mean probability of the actual next token over the text**")
@@ -68,7 +70,8 @@ st.markdown(f"{len(NAME_TEXTS)} short stories each name an invented person twice
             "later tokens are a surprise; the second time a model that copies from context should expect them.")
 with st.spinner("reading the name stories…"), state.shown_errors("the name-copying view"):
     nc = compute.name_copying(tuple(keys))
-st.plotly_chart(name_copying_figure(nc), width="content")
+st.plotly_chart(name_copying_figure(nc.assign(model=nc["model"].map(lambda k: label.get(k, state.plain(k))))),
+                width="content")
 table = nc.pivot_table(index=["model", "name"], columns="occurrence", values="prob", aggfunc="mean")
 table.columns = [f"occurrence {c}: mean P(later tokens)" for c in table.columns]
 st.dataframe(table.reset_index(), hide_index=True)

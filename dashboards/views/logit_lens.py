@@ -7,7 +7,7 @@ import streamlit as st
 import compute
 import state
 from sprout_interp.logit_lens import CHAPTER_SPROUT_CONFIDENCE, penultimate_vs_final
-from sprout_interp.plots import layer_metrics_chart, logit_lens_grid, show_token
+from sprout_interp.plots import layer_metrics_chart, logit_lens_grid
 
 state.header(
     "Logit lens",
@@ -46,7 +46,7 @@ row = c[3].selectbox("row", list(range(R)), format_func=lambda r: lens.rows[r], 
 
 # -- the grid ----------------------------------------------------------------------------------
 fig = logit_lens_grid(lens, m.to_str_tokens, positions=range(start, end), clickable=True, selected=(pos, row),
-                      title=f"{m.name or key}: top-1 guess after each block, tokens {start}–{end - 1} of {T}")
+                      title=f"{state.plain(m.name or key)}: top-1 guess after each block, tokens {start}–{end - 1} of {T}")
 st.plotly_chart(fig, on_select="rerun", selection_mode="points", key="lens_grid", width="content")
 st.caption("Click a cell (or set position and row above) to see its five candidates. Hover shows them too.")
 
@@ -58,8 +58,8 @@ with left:
     if not cell.empty:
         r0 = cell.iloc[0]
         nxt = r0["next_token"]
-        st.markdown(f"input token **{show_token(repr(r0['token']))}**; actual next token "
-                    + (f"**{show_token(repr(nxt))}**: p = {r0['next_prob']:.1%}, rank {int(r0['next_rank']) + 1}"
+        st.markdown(f"input token **{state.md(repr(r0['token']))}**; actual next token "
+                    + (f"**{state.md(repr(nxt))}**: p = {r0['next_prob']:.1%}, rank {int(r0['next_rank']) + 1}"
                        if nxt is not None else "— (the last token has none)"))
         cand = pd.DataFrame({
             "rank": range(1, len(r0["topk"]) + 1), "token": [repr(t) for t in r0["topk"]],
@@ -87,8 +87,8 @@ with right:
 # -- per-layer metrics -----------------------------------------------------------------------
 st.subheader("Confidence, accuracy and KL to the final output, by block")
 chapter = CHAPTER_SPROUT_CONFIDENCE if m.cfg.n_layers == 8 else None
-st.plotly_chart(layer_metrics_chart(summary.assign(model=m.name or key), color="model", dash=None, chapter=chapter,
-                                    title=f"{m.name or key}: the logit lens by block (this text)"),
+st.plotly_chart(layer_metrics_chart(summary.assign(model=state.plain(m.name or key)), color="model", dash=None,
+                                    chapter=chapter, title=f"{state.plain(m.name or key)}: the logit lens by block (this text)"),
                 width="content")
 if chapter is None:
     st.caption(f"The chapter's 77% / 59% are for Sprout's blocks 7 and 8; this model has {m.cfg.n_layers} blocks.")

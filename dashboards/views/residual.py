@@ -15,7 +15,7 @@ state.header(
     "of each block and of the head keeps what they read at a fixed size.",
 )
 m, key, text, toks = state.page_inputs()
-name = m.name or key
+name = state.plain(m.name or key)  # in plotly titles and legends: literal text
 
 with st.spinner("measuring the stream…"), state.shown_errors("the residual stream"):
     rms = compute.rms(m, key, text)
