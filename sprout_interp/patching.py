@@ -47,7 +47,7 @@ from .errors import SproutError
 from .hooked import HookedSprout, _is_hooked, as_hooked
 
 __all__ = [
-    "PatchingError", "LogitDiff", "LogProb", "Loss", "activation_patch", "naive_patch", "SITES",
+    "PatchingError", "LogitDiff", "LogProb", "Loss", "activation_patch", "naive_patch", "SITES", "patch_macs",
 ]
 
 Site = Literal["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "q", "k", "v", "pattern"]
@@ -475,3 +475,28 @@ def activation_patch(
     df.attrs.update(clean=clean_v, corrupted=corrupt_v, site=site, by=by, direction=direction, metric=m.name,
                     convention="layer 0-indexed; block = layer + 1; pos 0-based input index; score 0 = corrupted, 1 = clean")
     return df
+
+
+def patch_macs(cfg, seq_len: int, site: str = "resid_pre", by: str = "layer_pos", read: int = 1) -> dict[str, float]:
+    """Multiply-adds of the naive loop (one full forward per patch) and of the fast path, and their ratio.
+
+    ``cfg`` is a HookedSproutConfig (``n_layers``, ``d_model``, ``d_mlp``, ``d_vocab``, ``n_heads``);
+    a block costs ``4·d² + 3·d·d_mlp`` per position plus ``2·d`` per (query, key) pair, the
+    unembedding ``d·d_vocab`` per position the metric reads (the naive loop: every position). The
+    fast path runs each patch from its layer and its chunk's first position on, and reads ``read``
+    positions. Counts the stream sites and ``z``; the ratio is the floor a timing can approach.
+    """
+    L, d, f, V, T, H = cfg.n_layers, cfg.d_model, cfg.d_mlp, cfg.d_vocab, seq_len, cfg.n_heads
+    block = 4 * d * d + 3 * d * f
+    forward = T * L * block + L * d * T * (T + 1) + T * d * V  # the last term: the unembedding at every position
+    n_patches = {"layer_pos": L * T, "layer": L, "head": L * H, "head_pos": L * T * H}[by]
+    fast = 0.0
+    for l in range(L):
+        starts = [0] if by in ("layer", "head") else [(p // _CHUNK) * _CHUNK for p in range(T)]
+        per_l = 1 if by in ("layer", "layer_pos") else H
+        later = L - l if site in ("resid_pre", "z", "attn_out", "resid_mid") else L - l - 1
+        for c0 in starts:
+            S = T - c0
+            fast += per_l * (later * (S * block + d * S * (S + 2 * c0 + 1)) + read * d * V)
+    naive = n_patches * forward
+    return {"naive": float(naive), "fast": fast, "ratio": fast / naive}
