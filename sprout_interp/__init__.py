@@ -15,6 +15,7 @@ from .errors import (
 from .logit_lens import logit_lens  # the function; the module: `from sprout_interp.logit_lens import ...`
 from .attribution import direct_logit_attribution, head_token_effects
 from . import patching  # si.patching.activation_patch(model, clean, corrupted, metric, site=..., by=...)
+from .composition import composition_scores, composition_table
 from .ablation import ablate, ablation_sweep, attribution_sweep
 from .knockout import block_knockout
 from .attention import attention_patterns, find_induction_circuit, head_scores
@@ -28,6 +29,7 @@ load = load_hooked  # si.load("gpt-4") -> HookedSprout
 __all__ = [
     "load", "load_hooked", "HookedSprout", "SproutCache", "load_checkpoint", "LoadedCheckpoint",
     "logit_lens", "direct_logit_attribution", "head_token_effects", "patching",
+    "composition_scores", "composition_table",
     "residual_rms", "attention_patterns", "head_scores", "find_induction_circuit",
     "ablate", "ablation_sweep", "attribution_sweep", "block_knockout", "compare_models",
     "SproutError", "AblationError", "CheckpointNotFoundError", "NotACheckpointError", "UnsafeCheckpointError",

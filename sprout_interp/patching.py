@@ -48,6 +48,7 @@ from .hooked import HookedSprout, _is_hooked, as_hooked
 
 __all__ = [
     "PatchingError", "LogitDiff", "LogProb", "Loss", "activation_patch", "naive_patch", "SITES", "patch_macs",
+    "path_patch",
 ]
 
 Site = Literal["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "q", "k", "v", "pattern"]
@@ -500,3 +501,138 @@ def patch_macs(cfg, seq_len: int, site: str = "resid_pre", by: str = "layer_pos"
             fast += per_l * (later * (S * block + d * S * (S + 2 * c0 + 1)) + read * d * V)
     naive = n_patches * forward
     return {"naive": float(naive), "fast": fast, "ratio": fast / naive}
+
+
+# --------------------------------------------------------------------------------------------
+# path patching: one head's output only as it enters chosen heads' queries, keys or values
+
+Sender = tuple[int, int]
+Receiver = tuple[int, int, str]
+
+
+def _check_path(model: HookedSprout, senders: Sequence[Sender], receivers: Sequence[Receiver]) -> None:
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    if not receivers:
+        raise PatchingError("receivers is empty: name at least one (layer, head, 'q' | 'k' | 'v')")
+    for r in receivers:
+        if len(r) != 3 or r[2] not in ("q", "k", "v") or not (0 <= r[0] < L and 0 <= r[1] < H):
+            raise PatchingError(f"a receiver is (layer, head, 'q' | 'k' | 'v') with layer 0..{L - 1}, head 0..{H - 1}; got {r!r}")
+    first = min(r[0] for r in receivers)
+    for s in senders:
+        if len(s) != 2 or not (0 <= s[0] < L and 0 <= s[1] < H):
+            raise PatchingError(f"a sender is (layer, head) with layer 0..{L - 1}, head 0..{H - 1}; got {s!r}")
+        if s[0] >= first:
+            raise PatchingError(
+                f"sender {s} is not before every receiver (first receiver layer {first}): a path runs from an earlier "
+                "layer to a later one"
+            )
+
+
+def _path_values(model: HookedSprout, base: Tensor, source: Tensor, metric, sender_sets: list[list[Sender]],
+                 receivers: Sequence[Receiver], batched: bool) -> list[float]:
+    """The metric for each set of senders, their changed output reaching only ``receivers``."""
+    B, T = base.shape
+    L = model.cfg.n_layers
+    names = [f"blocks.{l}.attn.hook_z" for l in range(L)] + [f"blocks.{l}.hook_resid_pre" for l in range(L)]
+    _, bc = model.run_with_cache(base, names_filter=names, return_cache_object=False)
+    _, sc = model.run_with_cache(source, names_filter=names, return_cache_object=False)
+    W_O = model.W_O
+    gpt = model.model
+    first = min(r[0] for r in receivers)
+    read = metric.positions(T)
+
+    def new_inputs(senders: list[Sender]) -> dict[tuple[int, str], Tensor]:
+        """Per (receiver layer, q/k/v): the raw projections (B, T, head, d_head) with the senders' change added."""
+        out = {}
+        for l2 in sorted({r[0] for r in receivers}):
+            delta = sum(((sc[f"blocks.{l}.attn.hook_z"][:, :, h] - bc[f"blocks.{l}.attn.hook_z"][:, :, h]) @ W_O[l, h]
+                         for l, h in senders if l < l2), torch.zeros(B, T, model.cfg.d_model))
+            blk = gpt.blocks[l2]
+            q, k, v = blk.attn.heads(blk.norm1(bc[f"blocks.{l2}.hook_resid_pre"] + delta))
+            for kind, t in zip("qkv", (q, k, v)):
+                out[(l2, kind)] = t.transpose(1, 2)  # (B, T, head, d_head), as the hooks see it
+        return out
+
+    def hooks_for(inputs: list[dict]) -> list:
+        hooks = []
+        for l2, kind in {(r[0], r[2]) for r in receivers}:
+            heads = [r[1] for r in receivers if r[0] == l2 and r[2] == kind]
+            new = torch.cat([inp[(l2, kind)] for inp in inputs])  # (n*B, T, head, d_head)
+
+            def fn(act, hook, new=new, heads=heads):
+                act = act.clone()
+                act[:, :, heads] = new[:, :, heads]
+                return act
+
+            hooks.append((f"blocks.{l2}.attn.hook_{kind}", fn))
+        return hooks
+
+    values = []
+    if batched:
+        inputs = [new_inputs(s) for s in sender_sets]
+        n = len(inputs)
+        start = bc[f"blocks.{first}.hook_resid_pre"].repeat(n, 1, 1)
+        logits = model.run_with_hooks(start, start_at_layer=first, fwd_hooks=hooks_for(inputs))
+        return _value(metric, logits[:, read], base.repeat(n, 1), B).tolist()
+    for s in sender_sets:
+        logits = model.run_with_hooks(base, fwd_hooks=hooks_for([new_inputs(s)]))
+        values.append(float(_value(metric, logits[:, read], base, B)[0]))
+    return values
+
+
+@torch.no_grad()
+def path_patch(
+    model,
+    clean,
+    corrupted,
+    metric: Metric,
+    receivers: Sequence[Receiver],
+    senders: Optional[Sequence[Sender]] = None,
+    direction: Literal["denoise", "noise"] = "denoise",
+    method: Literal["fast", "naive"] = "fast",
+) -> pd.DataFrame:
+    """Path patching: each sender head's change, clean vs corrupted, let through only to ``receivers``.
+
+    A sender's output (its ``hook_z`` through ``W_O``) changes to the other run's, but only as the
+    receivers read it: their queries, keys or values (``(layer, head, "q" | "k" | "v")``) are
+    recomputed from the stream of the run being patched plus that change, and every other part of
+    the model sees the run unchanged. So a previous-token head -> induction head (keys) path
+    measures exactly the composition the chapter describes.
+
+    Args:
+        senders: heads ``(layer, head)`` to try, one at a time; default every head in a layer before
+            the first receiver.
+        direction, metric, clean, corrupted: as in :func:`activation_patch`.
+        method: "fast" runs every sender in one batched forward from the first receiver's layer;
+            "naive" one full forward per sender (the reference).
+
+    Returns:
+        One row per sender: ``layer``, ``block``, ``head``, ``value``, ``score`` (0 = corrupted,
+        1 = clean); ``df.attrs`` holds ``clean``, ``corrupted``, ``receivers``, ``direction``.
+    """
+    model = as_hooked(model)
+    m = _as_metric(metric)
+    clean_t, corrupt_t = _inputs(model, clean, corrupted)
+    B, T = clean_t.shape
+    receivers = [tuple(r) for r in receivers]
+    if senders is None:
+        first = min((r[0] for r in receivers), default=0)
+        senders = [(l, h) for l in range(first) for h in range(model.cfg.n_heads)]
+    senders = [tuple(s) for s in senders]
+    _check_path(model, senders, receivers)
+    if not senders:
+        raise PatchingError("no senders: the receivers are in the first layer, which no head precedes")
+    read = m.positions(T)
+    clean_v = float(_value(m, model(clean_t)[:, read], clean_t, B)[0])
+    corrupt_v = float(_value(m, model(corrupt_t)[:, read], corrupt_t, B)[0])
+    if abs(clean_v - corrupt_v) < 1e-6:
+        raise PatchingError(f"the {m.name} is {clean_v:.4g} on both runs: a score needs runs that differ")
+    base, source = (corrupt_t, clean_t) if direction == "denoise" else (clean_t, corrupt_t)
+    user_hooks = any(_is_hooked(hp) for hp in model.hook_dict.values())
+    vals = _path_values(model, base, source, m, [[s] for s in senders], receivers,
+                        batched=method == "fast" and not user_hooks)
+    df = pd.DataFrame([dict(layer=l, block=l + 1, head=h, value=v, score=(v - corrupt_v) / (clean_v - corrupt_v))
+                       for (l, h), v in zip(senders, vals)])
+    df.attrs.update(clean=clean_v, corrupted=corrupt_v, receivers=receivers, direction=direction, metric=m.name,
+                    convention="layer 0-indexed; block = layer + 1; score 0 = corrupted, 1 = clean")
+    return df

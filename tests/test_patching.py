@@ -128,3 +128,45 @@ def test_bad_inputs_get_clear_messages(model, pair):
         P.activation_patch(model, clean, corrupted, METRICS["loss"], direction="up")
     with pytest.raises(si.SproutError):
         P.activation_patch(model, clean, corrupted, "loss")
+
+
+@pytest.mark.parametrize("receivers", [[(2, 0, "k")], [(1, 1, "q"), (2, 0, "v")], [(2, 0, "k"), (2, 1, "k")]])
+@pytest.mark.parametrize("direction", ["denoise", "noise"])
+def test_path_patching_batched_equals_one_forward_per_sender(model, pair, receivers, direction):
+    metric = METRICS["logit_diff"]
+    fast = P.path_patch(model, *pair, metric, receivers, direction=direction)
+    naive = P.path_patch(model, *pair, metric, receivers, direction=direction, method="naive")
+    first = min(r[0] for r in receivers)
+    assert len(fast) == first * model.cfg.n_heads and (fast["layer"] < first).all()
+    torch.testing.assert_close(torch.tensor(fast["value"].values), torch.tensor(naive["value"].values), atol=1e-5, rtol=0)
+
+
+def test_path_patching_by_hand(model, pair):
+    """One path computed from the GPT's own modules: the sender's change added to the receiver's key input only."""
+    clean, corrupted = pair
+    metric = METRICS["logit_diff"]
+    (l1, h1), (l2, h2) = (0, 1), (2, 0)
+    got = P.path_patch(model, clean, corrupted, metric, [(l2, h2, "k")], senders=[(l1, h1)])["value"].iloc[0]
+    _, cc = model.run_with_cache(clean)
+    _, xc = model.run_with_cache(corrupted)
+    gpt = model.model
+    delta = torch.einsum("bpd,dm->bpm", cc[f"blocks.{l1}.attn.hook_z"][:, :, h1] - xc[f"blocks.{l1}.attn.hook_z"][:, :, h1],
+                         gpt.blocks[l1].attn.proj.weight[:, h1 * 8:(h1 + 1) * 8].T)
+    blk = gpt.blocks[l2]
+    _, k_new, _ = blk.attn.heads(blk.norm1(xc[f"blocks.{l2}.hook_resid_pre"] + delta))  # (B, head, T, d_head)
+
+    def swap_key(k, hook):
+        k = k.clone()
+        k[:, :, h2] = k_new[:, h2]
+        return k
+
+    logits = model.run_with_hooks(corrupted, fwd_hooks=[(f"blocks.{l2}.attn.hook_k", swap_key)])
+    want = (logits[:, -1, [3, 9]].diagonal() - logits[:, -1, [8, 1]].diagonal()).mean().item()
+    assert got == pytest.approx(want, abs=1e-5)
+
+
+def test_path_patching_refuses_backward_paths(model, pair):
+    with pytest.raises(P.PatchingError, match="not before every receiver"):
+        P.path_patch(model, *pair, METRICS["loss"], [(1, 0, "k")], senders=[(1, 1)])
+    with pytest.raises(P.PatchingError, match="receiver is"):
+        P.path_patch(model, *pair, METRICS["loss"], [(1, 0, "z")])
