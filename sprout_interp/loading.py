@@ -49,7 +49,8 @@ import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Mapping
+from collections.abc import Mapping
+from typing import IO, Any
 
 import torch
 from tokenizers import Tokenizer
@@ -865,7 +866,11 @@ def _resolve_tokenizer(tokenizer: str | os.PathLike | Tokenizer | None, weights_
     if isinstance(tokenizer, Tokenizer):
         tok, where = tokenizer, "the tokenizer passed"
     else:
-        p = Path(tokenizer).expanduser()
+        p = Path(tokenizer)
+        try:
+            p = p.expanduser()
+        except RuntimeError:  # "~someone" with no such user: looked up as typed
+            pass
         if _kind(p) == "folder":
             p = p / "tokenizer.json"
         if _kind(p) is None:
@@ -874,13 +879,13 @@ def _resolve_tokenizer(tokenizer: str | os.PathLike | Tokenizer | None, weights_
             )
         tok, where = _read_tokenizer(p), f"the tokenizer passed ({p})"
     if own is None:
-        return tok, [
+        return tok, [(
             f"{where} could not be checked against the weights, which have no tokenizer.json of their own in "
             f"{weights_dir}: if the model was trained with another tokenizer, every token id means another word"
-        ]
+        )]
     if _read_tokenizer(own).to_str() != tok.to_str():
-        return tok, [
+        return tok, [(
             f"{where} differs from the tokenizer.json beside the weights ({own}): if the model was trained with "
             "that one, every token id means another word"
-        ]
+        )]
     return tok, []

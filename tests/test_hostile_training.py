@@ -224,7 +224,7 @@ def test_python_dash_m_prints_one_line_and_exits_2(data, tmp_path):
 
     root = Path(__file__).resolve().parents[1]
     r = subprocess.run([sys.executable, "-m", "sprout_model.train", "--data", str(data), "--out", str(tmp_path / "r"),
-                        "--batch-size", "0"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                        "--batch-size", "0"], capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False,
                        env={**os.environ, "PYTHONPATH": str(root)})
     assert r.returncode == 2 and r.stderr.strip() == "error: --batch-size must be 1 or more, got 0", r.stderr
 
@@ -259,7 +259,7 @@ def test_a_kill_during_a_checkpoint_write_leaves_no_half_folder(tmp_path):
     ckpt = tmp_path / "run" / "checkpoint"
 
     def killed_write() -> None:
-        r = subprocess.run([sys.executable, "-c", KILL_DURING_WRITE, str(ckpt), str(tok)], timeout=120,
+        r = subprocess.run([sys.executable, "-c", KILL_DURING_WRITE, str(ckpt), str(tok)], timeout=120, check=False,
                            env={**os.environ, "PYTHONPATH": str(root)})
         assert r.returncode == -signal.SIGKILL
 
