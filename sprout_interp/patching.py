@@ -587,7 +587,7 @@ def path_patch(
     corrupted,
     metric: Metric,
     receivers: Sequence[Receiver],
-    senders: Optional[Sequence[Sender]] = None,
+    senders: Optional[Sequence[Union[Sender, Sequence[Sender]]]] = None,
     direction: Literal["denoise", "noise"] = "denoise",
     method: Literal["fast", "naive"] = "fast",
 ) -> pd.DataFrame:
@@ -600,15 +600,15 @@ def path_patch(
     measures exactly the composition the chapter describes.
 
     Args:
-        senders: heads ``(layer, head)`` to try, one at a time; default every head in a layer before
-            the first receiver.
+        senders: heads ``(layer, head)`` to try, one at a time, or lists of heads to patch together
+            (one row each); default every head in a layer before the first receiver.
         direction, metric, clean, corrupted: as in :func:`activation_patch`.
         method: "fast" runs every sender in one batched forward from the first receiver's layer;
             "naive" one full forward per sender (the reference).
 
     Returns:
-        One row per sender: ``layer``, ``block``, ``head``, ``value``, ``score`` (0 = corrupted,
-        1 = clean); ``df.attrs`` holds ``clean``, ``corrupted``, ``receivers``, ``direction``.
+        One row per sender (or set): ``layer``, ``block``, ``head`` (the set's first head), ``heads``
+        (the set, "block B head H + ..."), ``value``, ``score`` (0 = corrupted, 1 = clean); ``df.attrs`` holds ``clean``, ``corrupted``, ``receivers``, ``direction``.
     """
     model = as_hooked(model)
     m = _as_metric(metric)
@@ -618,9 +618,9 @@ def path_patch(
     if senders is None:
         first = min((r[0] for r in receivers), default=0)
         senders = [(l, h) for l in range(first) for h in range(model.cfg.n_heads)]
-    senders = [tuple(s) for s in senders]
-    _check_path(model, senders, receivers)
-    if not senders:
+    sets = [[tuple(s)] if len(s) == 2 and all(isinstance(x, int) for x in s) else [tuple(x) for x in s] for s in senders]
+    _check_path(model, [h for st in sets for h in st], receivers)
+    if not sets or not all(sets):
         raise PatchingError("no senders: the receivers are in the first layer, which no head precedes")
     read = m.positions(T)
     clean_v = float(_value(m, model(clean_t)[:, read], clean_t, B)[0])
@@ -629,10 +629,10 @@ def path_patch(
         raise PatchingError(f"the {m.name} is {clean_v:.4g} on both runs: a score needs runs that differ")
     base, source = (corrupt_t, clean_t) if direction == "denoise" else (clean_t, corrupt_t)
     user_hooks = any(_is_hooked(hp) for hp in model.hook_dict.values())
-    vals = _path_values(model, base, source, m, [[s] for s in senders], receivers,
-                        batched=method == "fast" and not user_hooks)
-    df = pd.DataFrame([dict(layer=l, block=l + 1, head=h, value=v, score=(v - corrupt_v) / (clean_v - corrupt_v))
-                       for (l, h), v in zip(senders, vals)])
+    vals = _path_values(model, base, source, m, sets, receivers, batched=method == "fast" and not user_hooks)
+    df = pd.DataFrame([dict(layer=st[0][0], block=st[0][0] + 1, head=st[0][1],
+                            heads=" + ".join(f"block {l + 1} head {h}" for l, h in st),
+                            value=v, score=(v - corrupt_v) / (clean_v - corrupt_v)) for st, v in zip(sets, vals)])
     df.attrs.update(clean=clean_v, corrupted=corrupt_v, receivers=receivers, direction=direction, metric=m.name,
                     convention="layer 0-indexed; block = layer + 1; score 0 = corrupted, 1 = clean")
     return df

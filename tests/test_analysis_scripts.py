@@ -106,3 +106,21 @@ def test_scripts_print_the_steps_sprout_model_info_prints():
     (nm,) = load_models(["gpt-4"])
     assert f"{total_steps(nm.model.info):,} steps" in nm.describe()
     assert total_steps(nm.model.info) != nm.model.info["steps"]  # gpt-4 was trained in stages
+
+
+@pytest.mark.integration
+def test_trace_induction_judges_each_step_from_its_measurement(tmp_path, capsys):
+    """The causal-tracing script on the shipped Sprout, two texts: four verdict lines, each from measured numbers."""
+    trace = _script("trace_induction")
+    assert trace.main(["--models", "sprout", "--texts", "2", "--out", str(tmp_path)]) == 0
+    import pandas as pd
+
+    v = pd.read_csv(tmp_path / "verdicts.csv")
+    assert list(v["step"]) == ["1 residual stream", "2 heads", "3 path to the induction head's keys",
+                               "4 K-composition (weights)"]
+    assert set(v["verdict"]) <= {"CONSISTENT", "PARTLY", "NOT SEEN"}
+    heads = pd.read_csv(tmp_path / "trace_heads.csv")
+    top = heads.sort_values("score", ascending=False).iloc[0]
+    assert (top["block"], top["head"]) == (2, 0)  # the induction head restores the most
+    assert v.loc[1, "verdict"] == "CONSISTENT"
+    assert "rank" in v.loc[3, "measured"] and "x the random baseline" in v.loc[3, "measured"]
