@@ -71,3 +71,7 @@ class InvalidWeightsError(SproutError, ValueError):
 
 class MissingTokenizerError(CheckpointNotFoundError):
     """Weights without a tokenizer of their own, and none passed: the token ids would mean nothing."""
+
+
+class PatchingError(SproutError, ValueError):
+    """Inputs or arguments that activation or path patching cannot use (lengths differ, runs that do not differ ...)."""

@@ -43,7 +43,7 @@ from torch import Tensor
 
 from sprout_model.model import apply_rope
 
-from .errors import SproutError
+from .errors import PatchingError
 from .hooked import HookedSprout, _is_hooked, as_hooked
 
 __all__ = [
@@ -65,10 +65,6 @@ _HOOK = {
     "k": "blocks.{l}.attn.hook_k", "v": "blocks.{l}.attn.hook_v", "pattern": "blocks.{l}.attn.hook_pattern",
 }
 _CHUNK = 16  # positions patched per batched forward: each chunk runs from its first position on
-
-
-class PatchingError(SproutError, ValueError):
-    """Inputs or arguments that activation patching cannot use (lengths differ, nothing to tell apart ...)."""
 
 
 # --------------------------------------------------------------------------------------------
