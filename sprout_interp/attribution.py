@@ -24,7 +24,7 @@ from torch import Tensor
 from .errors import SproutError
 from .hooked import HookedSprout, as_hooked
 
-__all__ = ["direct_logit_attribution", "head_token_effects", "token_id", "head_label"]
+__all__ = ["direct_logit_attribution", "head_token_effects", "contribution_graph", "token_id", "head_label"]
 
 TokenLike = Union[str, int]
 
@@ -183,3 +183,42 @@ def head_token_effects(
     df["layer"], df["block"], df["head"], df["pos"] = layer, layer + 1, head, p
     df.attrs.update(units="logits (direct effect through the final norm)", pos=p)
     return df
+
+
+@torch.no_grad()
+def contribution_graph(
+    model, input: Union[str, Int[Tensor, " pos"]], pos: int = -1, token: Optional[TokenLike] = None,
+    threshold: float = 0.05,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """What built one prediction: each head's and feed-forward's direct push on the token, and where each head read.
+
+    The LLM Transparency Tool's graph, with direct logit attribution as the weight: nodes are the
+    embedding, every head and every feed-forward at ``pos``, weighted by how much each writes towards
+    ``token`` (default: the model's own top prediction there) through the final norm; edges run from
+    each earlier position a head reads to that head, weighted by the part of the head's write that
+    comes from that position (``pattern · v @ W_O``, the ``by="source"`` split). Only parts whose
+    weight is at least ``threshold`` of the largest absolute weight are kept.
+
+    Returns ``(nodes, edges)``: nodes ``component, kind, layer, block, head, attribution`` (logits);
+    edges ``layer, block, head, src_pos, src_token, attribution`` (logits); both carry
+    ``attrs["token"]`` (the token explained), ``attrs["pos"]`` and ``attrs["logit"]``.
+    """
+    model = as_hooked(model)
+    toks, p = model.prepare_input(input)[0][0], pos
+    if token is None:
+        logits = model(toks[None])[0, pos]
+        token = int(logits.argmax())
+    src = direct_logit_attribution(model, toks, token, pos=pos, by="source")
+    heads = src[src.kind == "head"].groupby(["layer", "block", "head", "component"], as_index=False)["attribution"].sum()
+    heads["kind"] = "head"
+    others = src[src.kind != "head"][["component", "kind", "layer", "block", "head", "attribution"]]
+    nodes = pd.concat([others, heads[["component", "kind", "layer", "block", "head", "attribution"]]])
+    nodes = nodes.sort_values(["layer", "kind", "head"]).reset_index(drop=True)
+    scale = float(nodes["attribution"].abs().max()) or 1.0
+    nodes = nodes[nodes["attribution"].abs() >= threshold * scale].reset_index(drop=True)
+    edges = src[(src.kind == "head") & (src["attribution"].abs() >= threshold * scale)]
+    edges = edges[["layer", "block", "head", "src_pos", "src_token", "attribution"]].reset_index(drop=True)
+    for df in (nodes, edges):
+        df.attrs.update(token=_token_strings(model, [int(token)])[0], token_id=int(token), pos=src.attrs["pos"],
+                        logit=src.attrs["logit_diff"], units="logits", threshold=threshold)
+    return nodes, edges

@@ -163,3 +163,20 @@ def test_activation_cache_methods_equal_the_bridge():
         torch.testing.assert_close(getattr(m, name), getattr(bridge, name), atol=1e-6, rtol=0, msg=name)
     torch.testing.assert_close(cache["blocks.2.ln1.hook_normalized"], bcache["blocks.2.ln1.hook_normalized"],
                                atol=1e-5, rtol=0)
+
+
+def test_contribution_graph_weights_sum_to_the_logit(gained, ids):
+    from sprout_interp.attribution import contribution_graph
+
+    nodes, edges = contribution_graph(gained, ids[0], pos=7, token=4, threshold=0.0)
+    logit = gained(ids[:1])[0, 7, 4].item()
+    assert nodes["attribution"].sum() == pytest.approx(logit, abs=1e-4) and nodes.attrs["token_id"] == 4
+    per_head = edges.groupby(["layer", "head"])["attribution"].sum()
+    for r in nodes[nodes.kind == "head"].itertuples():
+        assert per_head[(r.layer, r.head)] == pytest.approx(r.attribution, abs=1e-5)
+    assert (edges["src_pos"] <= 7).all()
+    pruned, few = contribution_graph(gained, ids[0], pos=7, token=4, threshold=0.5)
+    assert len(pruned) < len(nodes) and len(few) < len(edges)
+    assert (pruned["attribution"].abs() >= 0.5 * nodes["attribution"].abs().max() - 1e-9).all()
+    top, _ = contribution_graph(gained, ids[0], pos=7)  # default: the model's own top prediction
+    assert top.attrs["token_id"] == int(gained(ids[:1])[0, 7].argmax())
