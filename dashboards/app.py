@@ -17,6 +17,7 @@ pages = [
     st.Page("views/residual.py", title="Residual stream"),
     st.Page("views/attention.py", title="Attention heads"),
     st.Page("views/ablations.py", title="Ablations"),
+    st.Page("views/patching.py", title="Patching / circuits"),
     st.Page("views/compare.py", title="Compare models"),
     st.Page("views/positions.py", title="Positions (RoPE)"),
 ]

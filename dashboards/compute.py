@@ -180,3 +180,33 @@ def _fits(m, text: str) -> bool:
 @st.cache_data(**_CACHE)
 def name_copying(keys: tuple):
     return compare.name_copying_table(_models(keys))
+
+
+# -- patching / circuits ---------------------------------------------------------------------
+
+
+@st.cache_data(**_CACHE)
+def patching(_m, key: str, clean: str, corrupted: str, answer: str, wrong: str, site: str, by: str):
+    """``activation_patch`` of clean into corrupted with the logit difference answer - wrong at the last position."""
+    from sprout_interp import patching as P
+    from sprout_interp.attribution import token_id
+
+    metric = P.LogitDiff(token_id(_m, answer), token_id(_m, wrong))
+    return P.activation_patch(_m, clean, corrupted, metric, site=site, by=by)
+
+
+@st.cache_data(**_CACHE)
+def graph(_m, key: str, text: str, pos: int, threshold: float):
+    """(nodes, edges) of the contribution graph of the model's own prediction at ``pos``."""
+    from sprout_interp.attribution import contribution_graph
+
+    return contribution_graph(_m, text, pos=pos, threshold=threshold)
+
+
+@st.cache_data(**_CACHE)
+def head_effects(_m, key: str, text: str, layer: int, head: int, pos: int):
+    """(promoted/suppressed tokens of one head at ``pos``, that head's attention row at ``pos``)."""
+    from sprout_interp.attribution import head_token_effects
+
+    eff = head_token_effects(_m, text, layer, head, pos=pos, k=8)
+    return eff, attention.attention_row(_m, tokens(_m, text), layer, head, pos)

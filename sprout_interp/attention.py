@@ -851,3 +851,21 @@ def find_induction_circuit(
     circ.found = bool(ok) and bool(circ.prev_tokens) and ie is not None
     circ.confirmed, circ.kind, circ.copying = True, kind, meas.copying
     return circ
+
+
+@torch.no_grad()
+def attention_row(model, input, layer: int, head: int, pos: int = -1) -> pd.DataFrame:
+    """Where one head looks from one position: a row per earlier position ``src_pos`` (0-based) with its
+    ``token`` and attention ``weight`` (the weights sum to 1); ``attrs`` hold layer, block (= layer + 1), head, pos."""
+    model = as_hooked(model)
+    pats = attention_patterns(model, input, layers=[layer])
+    T = pats.shape[-1]
+    p = pos + T if pos < 0 else pos
+    H = model.cfg.n_heads
+    if not (0 <= p < T and 0 <= head < H):
+        raise AblationError(f"no head {head} or position {pos} here: heads 0..{H - 1}, positions 0..{T - 1}")
+    toks, _ = prepare_tokens(model, input)
+    names = model.to_str_tokens(toks[0, : p + 1]) if model.tokenizer is not None else [f"#{i}" for i in toks[0, : p + 1].tolist()]
+    df = pd.DataFrame({"src_pos": range(p + 1), "token": names, "weight": pats[0, head, p, : p + 1].tolist()})
+    df.attrs.update(layer=layer, block=layer + 1, head=head, pos=p)
+    return df

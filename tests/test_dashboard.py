@@ -32,6 +32,7 @@ PAGES = {
     "ablations": "views/ablations.py",
     "compare": "views/compare.py",
     "positions": "views/positions.py",
+    "patching": "views/patching.py",
 }
 OWN_PATH = "a checkpoint folder or course .pt…"
 OWN_TEXT = "type your own…"
@@ -302,3 +303,33 @@ def test_sessions_do_not_see_each_others_ablations():
     assert all(not hp._forward_hooks for hp in hooked.hook_dict.values())  # no hook left behind
     b = ok(app("compare").run())
     assert b.dataframe[0].value["gpt-4"].iloc[0] == clean
+
+
+def test_patching_page_defaults_show_the_induction_story():
+    at = ok(app("patching").run())
+    specs = charts(at)
+    assert len(specs) == 3  # layer x position, heads, contribution graph
+    heat = specs[0]["data"][0]
+    assert heat["type"] == "heatmap" and "block x position" in specs[0]["layout"]["title"]["text"]
+    assert "block" in specs[1]["layout"]["yaxis"]["title"]["text"]
+    values = {m.label: m.value for m in at.metric}
+    assert float(values["logit difference, clean run"]) > float(values["logit difference, corrupted run"])
+    assert any("promotes" in md.value for md in at.markdown)
+
+
+def test_patching_page_clear_messages_for_bad_pairs():
+    def page_with(**state) -> AppTest:
+        at = app("patching")
+        for k, v in state.items():
+            at.session_state[k] = v
+        return at.run()
+
+    at = page_with(patch_corrupted="Velmat Plax was waiting")
+    assert any("same length" in e.value for e in at.error) and not at.exception
+    same = "The cat sat on the mat and looked at the dog"
+    at = page_with(patch_clean=same, patch_corrupted=same)
+    assert any("the texts are the same" in e.value for e in at.error) and not at.exception
+    at = page_with(patch_clean="   ")
+    assert any("Type both texts" in w.value for w in at.warning) and not at.exception
+    at = page_with(patch_answer=" Plaxworth")
+    assert any("not one" in e.value for e in at.error) and not at.exception

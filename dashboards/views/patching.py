@@ -1,0 +1,88 @@
+"""Patching / circuits: where the information that decides a prediction lives, and what built it."""
+from __future__ import annotations
+
+import streamlit as st
+
+import compute
+import state
+from sprout_interp.plots_patching import contribution_graph_figure, head_patching_heatmap, patching_heatmap
+
+CLEAN = ("When the boat came in, old Zorbin Plax was waiting on the pier. The sailors tied the ropes, and the last "
+         "man off the boat shook hands with Zorbin")
+CORRUPTED = CLEAN.replace("Zorbin", "Velmat", 1)
+
+state.header(
+    "Patching / circuits",
+    "Two texts of the same length differ in one detail. **Activation patching** copies one activation from the "
+    "clean run into the corrupted run and asks how much of the clean prediction comes back: score 0 = the corrupted "
+    "run's logit difference, 1 = the clean run's. The default pair renames the *first* \"Zorbin\", so only the "
+    "clean text says what follows the second. **The contribution graph** shows, for one prediction on the clean "
+    "text, how much each head and feed-forward pushes the predicted token (direct logit attribution) and which "
+    "earlier positions each head reads.",
+)
+m = state.current_model()
+if m is None:
+    st.stop()
+key = state.model_key()
+c = st.columns(2)
+st.session_state.setdefault("patch_clean", CLEAN)
+st.session_state.setdefault("patch_corrupted", CORRUPTED)
+clean = state.clean_text(c[0].text_area("clean text", key="patch_clean", height=110))
+corrupted = state.clean_text(c[1].text_area("corrupted text (same number of tokens)", key="patch_corrupted", height=110))
+c = st.columns([1, 1, 2])
+st.session_state.setdefault("patch_answer", " Pl")
+st.session_state.setdefault("patch_wrong", " the")
+answer = state.clean_text(c[0].text_input("answer token (clean)", key="patch_answer"))
+wrong = state.clean_text(c[1].text_input("wrong token", key="patch_wrong"))
+c[2].caption("Metric: logit[answer] − logit[wrong] at the last position (each must be exactly one token; a leading "
+             "space is part of the token).")
+
+if not clean.strip() or not corrupted.strip():
+    st.warning("Type both texts: patching compares a clean and a corrupted run of the same length.")
+    st.stop()
+with st.spinner("patching the residual stream at every block and position (first time only)…"), \
+        state.shown_errors("the residual-stream patching"):
+    resid = compute.patching(m, key, clean, corrupted, answer, wrong, "resid_pre", "layer_pos")
+    heads = compute.patching(m, key, clean, corrupted, answer, wrong, "z", "head")
+    toks = compute.str_tokens(m, key, clean)
+k = st.columns(3)
+k[0].metric("logit difference, clean run", f"{resid.attrs['clean']:.3f}")
+k[1].metric("logit difference, corrupted run", f"{resid.attrs['corrupted']:.3f}")
+k[2].metric("tokens", f"{len(toks)}")
+st.plotly_chart(patching_heatmap(resid, toks), width="stretch")
+st.caption("Each cell: the stream entering that block (`blocks.{block-1}.hook_resid_pre`) at that position copied "
+           "from the clean run into the corrupted run. Early blocks: the information sits where the texts differ; "
+           "after the induction head's block it sits at the last position.")
+st.plotly_chart(head_patching_heatmap(heads), width="stretch")
+st.caption("Each cell: one head's output (`hook_z`, every position) copied from the clean run. Blocks counted from 1, "
+           "heads from 0.")
+
+st.subheader("Contribution graph (clean text)")
+n = len(toks)
+state.remember("patch_pos", n - 1, 0, n - 1)
+c = st.columns([3, 1])
+pos = c[0].slider("prediction at position (0-based; the token after it is predicted)", 0, n - 1, key="patch_pos")
+state.remember("patch_threshold_pct", 5, 1, 50)
+thr = c[1].slider("keep parts ≥ % of the largest", 1, 50, key="patch_threshold_pct")
+with st.spinner("attributing the prediction…"), state.shown_errors("the contribution graph"):
+    nodes, edges = compute.graph(m, key, clean, pos, thr / 100)
+st.plotly_chart(contribution_graph_figure(nodes, edges, toks), width="stretch")
+st.caption(f"Predicted token at position {pos}: {state.md(nodes.attrs['token'])} (logit {nodes.attrs['logit']:.2f}). "
+           "Node size: how much that part pushes the token (blue for, red against), in logits through the final "
+           "norm; lines: the part of a head's push that comes from each earlier position it reads.")
+head_rows = nodes[nodes["kind"] == "head"]
+choices = [(int(r.layer), int(r.head)) for r in head_rows.itertuples()] or [(0, 0)]
+pick = st.selectbox("look at a head", choices, format_func=lambda lh: f"block {lh[0] + 1} head {lh[1]} (layer {lh[0]})",
+                    key="patch_head")
+with state.shown_errors("the head's tokens"):
+    eff, row = compute.head_effects(m, key, clean, pick[0], pick[1], pos)
+c = st.columns(2)
+c[0].markdown(f"**Tokens block {pick[0] + 1} head {pick[1]} promotes and suppresses at position {pos}** "
+              "(direct effect on each logit)")
+c[0].dataframe(eff[["effect", "rank", "token", "logit"]], hide_index=True)
+c[1].markdown(f"**Where it looks from position {pos}** (attention weights, largest first)")
+c[1].dataframe(row.sort_values("weight", ascending=False).head(10), hide_index=True)
+with st.expander("tables"):
+    st.dataframe(resid, hide_index=True)
+    st.dataframe(heads, hide_index=True)
+    st.dataframe(edges, hide_index=True)
