@@ -25,6 +25,7 @@ PAGES = {
     "residual": ("/residual", 1, None, 1),
     "attention": ("/attention", 3, "measure each head's part in copying", 4),
     "ablations": ("/ablations", 1, "run the full sweep", 2),
+    "patching": ("/patching", 3, None, 3),
     "compare": ("/compare", 2, None, 2),
     "positions": ("/positions", 1, None, 1),
 }

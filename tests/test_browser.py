@@ -77,3 +77,17 @@ def test_logit_lens_page_in_chromium(chromium, tmp_path):
         browser.wait_for_page(d, n_plots=1)
         assert any("Residual stream" in h for h in browser.texts(d, "h2"))
         assert browser.problems(d) == []
+
+
+def test_patching_page_in_chromium(chromium, tmp_path):
+    """The patching page draws its three figures in a real browser, with the block x position heatmap's labels."""
+    with browser.serve("gpt-4", log=tmp_path / "streamlit.log") as url, browser.chrome() as d:
+        d.get(url + "/patching")
+        browser.wait_for_page(d, n_plots=3, timeout=300)
+        assert browser.problems(d) == []
+        titles = browser.texts(d, ".js-plotly-plot .gtitle", "textContent")
+        assert any("block x position" in t for t in titles) and any("each head's output patched" in t for t in titles)
+        rows = browser.texts(d, ".js-plotly-plot .yaxislayer-above .ytick text", "textContent")
+        assert {"block 1", "block 4"} <= set(rows)
+        browser.full_page_screenshot(d, tmp_path / "patching.png")
+        assert (tmp_path / "patching.png").stat().st_size > 20_000
