@@ -45,3 +45,15 @@ def test_readme_attribution_example_runs_and_sums():
     first = out.getvalue().splitlines()[0].split()
     assert first[:3] == ["sum", "of", "parts"]
     assert abs(float(first[3]) - float(first[-1])) < 1e-3
+
+
+@pytest.mark.integration
+def test_readme_patching_example_runs():
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### Activation patching, path patching, composition scores"):]
+    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(block, "README.md", "exec"), {})
+    printed = out.getvalue()
+    assert "score" in printed and "over_baseline" in printed
