@@ -18,6 +18,7 @@ from sprout_model.info import total_steps
 from sprout_model.presets import PRESETS
 
 from .errors import CheckpointNotFoundError, SproutError
+from .plots import PLOTLY_JS, plotly_js, save_figure  # noqa: F401  (the scripts' figure writer)
 
 __all__ = [
     "SHIPPED", "NamedModel", "preset_of", "load_models", "held_out", "mean_reference", "out_dir", "print_table",
@@ -177,52 +178,6 @@ def start(name: str, args) -> Optional[tuple[list[NamedModel], Path]]:
 
 # --------------------------------------------------------------------------------------------
 # figures: plotly.js written once per folder, each figure's HTML refers to it
-
-
-PLOTLY_JS = "plotly.min.js"
-
-
-@functools.lru_cache(maxsize=1)
-def _plotly_source() -> str:
-    from plotly.offline import get_plotlyjs
-
-    return get_plotlyjs()
-
-
-def plotly_js(folder) -> Path:
-    """``folder/plotly.min.js``, the plotly.js bundled with the installed plotly (no CDN: figures open
-    offline); written when missing or different, so a folder of figures holds it once."""
-    js = _plotly_source()
-    path = Path(folder) / PLOTLY_JS
-    if not path.is_file() or path.stat().st_size != len(js.encode("utf-8")) or path.read_text(encoding="utf-8") != js:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(js, encoding="utf-8")
-    return path
-
-
-def save_figure(fig, path, png: bool = False) -> tuple[list[Path], Optional[str]]:
-    """Write ``path`` + ``.html``, which loads ``plotly.min.js`` from its own folder (:func:`plotly_js`;
-    keep the two together), and ``.png`` when asked and static export works (``kaleido`` and a browser).
-
-    Returns (written files, a note saying why the PNG was skipped, or None).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    plotly_js(path.parent)
-    html = path.with_suffix(".html")
-    fig.write_html(html, include_plotlyjs=PLOTLY_JS)
-    written, note = [html], None
-    if png:
-        try:
-            import kaleido  # noqa: F401
-        except ImportError:
-            return written, "PNG skipped: static export needs the kaleido package (and a Chrome it can drive)"
-        try:
-            fig.write_image(path.with_suffix(".png"))
-            written.append(path.with_suffix(".png"))
-        except Exception as e:  # kaleido present but no browser, or export failed
-            note = f"PNG skipped: static export failed ({type(e).__name__}: {str(e).splitlines()[0][:160]})"
-    return written, note
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,6 +8,8 @@ chapter does; ``blocks.{n-1}`` in code).
 """
 from __future__ import annotations
 
+import functools
+
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -318,16 +320,38 @@ def block_knockout_chart(df: pd.DataFrame, title: Optional[str] = None) -> go.Fi
     return fig
 
 
-def save_figure(fig: go.Figure, path: str | Path, png: bool = True) -> tuple[list[Path], Optional[str]]:
-    """Write ``path`` + ``.html`` (always; self-contained, opens offline) and ``.png`` when static
-    export works (it needs the ``kaleido`` package and a browser it can drive).
+PLOTLY_JS = "plotly.min.js"
+
+
+@functools.lru_cache(maxsize=1)
+def _plotly_source() -> str:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()
+
+
+def plotly_js(folder) -> Path:
+    """``folder/plotly.min.js``, the plotly.js bundled with the installed plotly (no CDN: figures open
+    offline); written when missing or different, so a folder of figures holds it once."""
+    js = _plotly_source()
+    path = Path(folder) / PLOTLY_JS
+    if not path.is_file() or path.stat().st_size != len(js.encode("utf-8")) or path.read_text(encoding="utf-8") != js:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(js, encoding="utf-8")
+    return path
+
+
+def save_figure(fig: go.Figure, path: str | Path, png: bool = False) -> tuple[list[Path], Optional[str]]:
+    """Write ``path`` + ``.html``, which loads ``plotly.min.js`` from its own folder (:func:`plotly_js`;
+    keep the two together), and ``.png`` when asked and static export works (``kaleido`` and a browser).
 
     Returns (written files, a note saying why the PNG was skipped, or None).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    plotly_js(path.parent)
     html = path.with_suffix(".html")
-    fig.write_html(html, include_plotlyjs=True)
+    fig.write_html(html, include_plotlyjs=PLOTLY_JS)
     written, note = [html], None
     if png:
         try:
