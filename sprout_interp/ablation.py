@@ -54,7 +54,7 @@ from tqdm.auto import tqdm
 from sprout_model.model import apply_rope
 
 from .errors import AblationError
-from .hooked import HookedSprout, _is_hooked, as_hooked
+from .hooked import HookedSprout, as_hooked, is_hooked
 
 __all__ = [
     "KINDS", "CONVENTION", "AblationResult", "ablate", "ablation_sweep", "attribution_sweep", "head_means",
@@ -286,7 +286,7 @@ def ablate(
     heads = check_heads(model, heads)
     _check_kind(kind)
     toks, mask = prepare_tokens(model, tokens, attention_mask)
-    with model._lock:
+    with model.lock:
         rep = _Replacer(model, toks, heads, kind, reference)
         with torch.no_grad():
             logits = model.run_with_hooks(toks, fwd_hooks=_ablation_hooks(heads, rep))
@@ -588,7 +588,7 @@ def ablation_sweep(
         raise AblationError(f"method must be 'fast' or 'naive', got {method!r}")
     toks, mask = prepare_tokens(model, tokens, attention_mask)
     bound = _bind_metric(metric, toks, mask)
-    with model._lock:
+    with model.lock:
         rep = _Replacer(model, toks, heads, kind, reference)
         if method == "naive":
             df = _naive_sweep(model, toks, heads, rep, bound, kind)
@@ -623,7 +623,7 @@ def _read_positions(model: HookedSprout, bound: _Bound, P: int) -> Optional[Int[
         return None
     at = torch.unique(bound.pos)
     last = model.blocks[-1]
-    if at.numel() > _TRIM_SHARE * P or any(_is_hooked(m) for m in last.modules()):
+    if at.numel() > _TRIM_SHARE * P or any(is_hooked(m) for m in last.modules()):
         return None
     return at
 
@@ -638,7 +638,7 @@ def _last_block_at(
     ``HookedBlock`` (and the GPT's ``Block``) at the positions it returns.
     """
     blk = model.blocks[-1]
-    attn = blk.attn._attn
+    attn = blk.attn.module
     n, P, C = resid.shape
     H, dh = attn.n_head, attn.head_dim
     x = blk.ln1.with_gain(resid)
@@ -685,7 +685,7 @@ def _fast_sweep(model: HookedSprout, toks, heads, rep: _Replacer, bound: _Bound,
                 v = rep.value(l, h)
                 zg[g * B : (g + 1) * B, :, h] = v[:, :T][:, keep] if v.dim() == 3 else v
             # the rest of block l exactly as HookedBlock runs it, from the clean stream and the patched z
-            attn_out = blk.hook_attn_out(blk.attn._attn.proj(zg.view(G * B, t, C)))
+            attn_out = blk.hook_attn_out(blk.attn.module.proj(zg.view(G * B, t, C)))
             resid = blk.hook_resid_mid(resid_pre.repeat(G, 1, 1) + attn_out)
             resid = blk.hook_resid_post(resid + blk.hook_mlp_out(blk.mlp(blk.ln2.with_gain(resid))))
             if l < L - 1:
@@ -800,7 +800,7 @@ def attribution_sweep(
     _check_kind(kind)
     toks, mask = prepare_tokens(model, tokens, attention_mask)
     bound = _bind_metric(metric, toks, mask)
-    with model._lock:
+    with model.lock:
         rep = _Replacer(model, toks, heads, kind, reference)
         est = _attribution(model, toks, heads, rep, bound)
     df = pd.DataFrame({"layer": [l for l, _ in heads], "block": [l + 1 for l, _ in heads], "head": [h for _, h in heads],

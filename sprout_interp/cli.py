@@ -65,7 +65,7 @@ def preset_of(model) -> Optional[str]:
 
 def load_models(specs: Sequence[str], stream=None) -> list[NamedModel]:
     """Load every name or path in ``specs``; a missing one is reported on ``stream`` (stderr) and skipped."""
-    from . import load
+    from .hooked import load_hooked as load
 
     stream = sys.stderr if stream is None else stream
     out = []

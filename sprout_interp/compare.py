@@ -31,7 +31,7 @@ def model_dict(models) -> dict[str, object]:
     out: dict[str, object] = {}
     for label, m in items:
         if isinstance(m, str):
-            from . import load
+            from .hooked import load_hooked as load
 
             m = load(m)
         m = as_hooked(m)

@@ -77,7 +77,7 @@ from .errors import (
     VocabularyMismatchError,
 )
 
-__all__ = ["HookedSprout", "HookedSproutConfig", "SproutCache", "load_hooked"]
+__all__ = ["HookedSprout", "HookedSproutConfig", "SproutCache", "load_hooked", "as_hooked", "is_hooked"]
 
 HookFn = Callable[..., Any]
 HookList = Sequence[tuple[Union[str, Callable[[str], bool]], HookFn]]
@@ -129,7 +129,7 @@ def _hook_point(pos_dim: Optional[int]) -> HookPoint:
     return hp
 
 
-def _is_hooked(module: nn.Module) -> bool:
+def is_hooked(module: nn.Module) -> bool:
     """Whether anything (TransformerLens or plain PyTorch) has registered a hook on ``module``."""
     return bool(
         module._forward_hooks
@@ -236,12 +236,17 @@ class HookedRMSNorm(nn.Module):
         return self._norm.weight
 
     @property
+    def module(self) -> RMSNorm:
+        """The GPT's own RMSNorm this wrapper calls (not owned here: it stays ``HookedSprout.model``'s)."""
+        return self._norm
+
+    @property
     def eps(self) -> float:
         return self._norm.eps
 
     def hooked(self) -> bool:
         """True when a hook sits on this norm's scale or output, so they must be computed apart."""
-        return _is_hooked(self.hook_scale) or _is_hooked(self.hook_normalized)
+        return is_hooked(self.hook_scale) or is_hooked(self.hook_normalized)
 
     def forward(self, x: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d"]:
         xf = x.float()  # float32 inside, as the GPT's RMSNorm
@@ -304,6 +309,11 @@ class HookedAttention(nn.Module):
         self.hook_pattern = _hook_point(2)
         self.hook_z = _hook_point(1)
 
+    @property
+    def module(self) -> Attention:
+        """The GPT's own Attention this wrapper calls (its ``qkv``, ``proj``, ``q_norm``, ``k_norm``)."""
+        return self._attn
+
     # weights, TransformerLens layout (one layer), ln1's gain folded in as TransformerLens's fold_ln does
     @property
     def W_Q(self) -> Float[Tensor, "head d_model d_head"]:
@@ -342,7 +352,7 @@ class HookedAttention(nn.Module):
 
     def needs_pattern(self) -> bool:
         """True when something hooks the scores or the pattern, so they must be materialised."""
-        return _is_hooked(self.hook_attn_scores) or _is_hooked(self.hook_pattern)
+        return is_hooked(self.hook_attn_scores) or is_hooked(self.hook_pattern)
 
     def forward(
         self,
@@ -383,6 +393,11 @@ class HookedMLP(nn.Module):
         self.hook_pre = _hook_point(1)
         self.hook_pre_linear = _hook_point(1)
         self.hook_post = _hook_point(1)
+
+    @property
+    def module(self) -> FeedForward:
+        """The GPT's own SwiGLU feed-forward this wrapper calls (``w1``, ``w2``, ``w3``)."""
+        return self._ffn
 
     @property
     def W_gate(self) -> Float[Tensor, "d_model d_mlp"]:
@@ -619,6 +634,12 @@ class HookedSprout(HookedRootModule):
     @property
     def device(self) -> torch.device:
         return self.model.embed.weight.device
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The re-entrant lock every forward holds: hold it to run several forwards (or add and remove
+        hooks) with no other thread's hooks in between."""
+        return self._lock
 
     # -- weights (TransformerLens layout) ------------------------------------------------------
 
@@ -1181,7 +1202,7 @@ class HookedSprout(HookedRootModule):
         idx = self.to_tokens(input, prepend_bos=prepend_bos) if text_in else self._check_tokens(input)
         stop = {_tok.eot_id(self.tokenizer)} if stop_at_eot and idx.shape[0] == 1 else None
         with self._lock:
-            hooked = any(_is_hooked(hp) for hp in self.hook_dict.values())
+            hooked = any(is_hooked(hp) for hp in self.hook_dict.values())
             # hooks see every step's full forward, as documented; without hooks the keys and values are kept
             runner = _KVRunner(self.model) if use_cache and not hooked else _Runner(self)
             if seed is None:

@@ -23,7 +23,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from .hooked import as_hooked
-from .residual import _mask, residual_stack, row_labels
+from .residual import residual_stack, row_labels
 
 __all__ = [
     "CHAPTER_SPROUT_CONFIDENCE", "LogitLens", "logit_lens", "lens_log_probs", "read_out",
@@ -203,16 +203,10 @@ def _has_next(mask: Tensor) -> Tensor:
 
 
 def _prep(model, tokens, attention_mask):
+    """(model, tokens (batch, pos), mask (batch, pos), True at real tokens) for a text, texts or ids."""
     model = as_hooked(model)
-    if not isinstance(tokens, Tensor):
-        tokens = torch.as_tensor(tokens, dtype=torch.long)
-    tokens = tokens if tokens.dim() == 2 else tokens.unsqueeze(0)
-    tokens = tokens.to(model.device)
-    if attention_mask is not None and not isinstance(attention_mask, Tensor):
-        attention_mask = torch.as_tensor(attention_mask)
-    if attention_mask is not None and attention_mask.dim() == 1:
-        attention_mask = attention_mask.unsqueeze(0)
-    return model, tokens, _mask(tokens, attention_mask)
+    tokens, mask = model.prepare_input(tokens, attention_mask)
+    return model, tokens, torch.ones_like(tokens, dtype=torch.bool) if mask is None else mask
 
 
 @torch.no_grad()

@@ -44,7 +44,7 @@ from torch import Tensor
 from sprout_model.model import apply_rope
 
 from .errors import PatchingError
-from .hooked import HookedSprout, _is_hooked, as_hooked
+from .hooked import HookedSprout, as_hooked, is_hooked
 
 __all__ = [
     "PatchingError", "LogitDiff", "LogProb", "Loss", "activation_patch", "naive_patch", "SITES", "patch_macs",
@@ -447,7 +447,7 @@ def activation_patch(
         )
     base, source = (corrupt_t, clean_t) if direction == "denoise" else (clean_t, corrupt_t)
     patches = _patches(model, site, by, T)
-    user_hooks = any(_is_hooked(hp) for hp in model.hook_dict.values())
+    user_hooks = any(is_hooked(hp) for hp in model.hook_dict.values())
     if method == "naive" or user_hooks:
         names = [_HOOK[site].format(l=l) for l in range(model.cfg.n_layers)]
         _, src = model.run_with_cache(source, names_filter=names, return_cache_object=False)
@@ -624,7 +624,7 @@ def path_patch(
     if abs(clean_v - corrupt_v) < 1e-6:
         raise PatchingError(f"the {m.name} is {clean_v:.4g} on both runs: a score needs runs that differ")
     base, source = (corrupt_t, clean_t) if direction == "denoise" else (clean_t, corrupt_t)
-    user_hooks = any(_is_hooked(hp) for hp in model.hook_dict.values())
+    user_hooks = any(is_hooked(hp) for hp in model.hook_dict.values())
     vals = _path_values(model, base, source, m, sets, receivers, batched=method == "fast" and not user_hooks)
     df = pd.DataFrame([dict(layer=st[0][0], block=st[0][0] + 1, head=st[0][1],
                             heads=" + ".join(f"block {l + 1} head {h}" for l, h in st),
