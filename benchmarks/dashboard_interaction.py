@@ -70,6 +70,7 @@ INTERACTIONS = {
     "attention": ("views/attention.py", "selectbox", "attn_head", (1, 0), "pick another head"),
     "ablations": ("views/ablations.py", "slider", "abl_start", (200, 1), "scroll the per-token chart"),
     "compare": ("views/compare.py", "slider", "cmp_start", (200, 1), "scroll the per-token chart"),
+    "patching": ("views/patching.py", "slider", "patch_pos", (38, 39), "graph of another prediction"),
 }
 
 
@@ -122,7 +123,11 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=None, help="shipped name or checkpoint path (default: sprout, else gpt-4)")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--sprout-shaped", action="store_true", help="also time a random-weight Sprout-shaped model")
+    ap.add_argument("--pages", nargs="*", default=list(INTERACTIONS), choices=list(INTERACTIONS))
     a = ap.parse_args(argv)
+    for page in list(INTERACTIONS):
+        if page not in a.pages:
+            del INTERACTIONS[page]
 
     import torch
 
