@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create (or reuse) .venv and install sprout-interp into it, with the corpus and test extras.
+# Create (or reuse) .venv and install sprout-interp into it, with the corpus, test and docs extras.
 # Safe to run again: it skips the install when nothing changed since the last one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +22,6 @@ fi
 stamp=.venv/.sprout-installed
 want=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  "$VPY" -m pip install -q -e ".[train,test]"
+  "$VPY" -m pip install -q -e ".[train,test,docs]"
   echo "$want" > "$stamp"
 fi
