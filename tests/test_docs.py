@@ -38,9 +38,18 @@ def test_pages_have_examples():
 def test_page_examples_run(page: Path):
     if not (ROOT / "model/checkpoints/gpt-4/model.safetensors").is_file():
         pytest.skip("the shipped gpt-4 checkpoint is not there yet")
+    import torch
+
     namespace: dict = {"__name__": f"docs_{page.stem}"}
-    for i, block in enumerate(python_blocks(page)):
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            exec(compile(block, f"{page.name} (python block {i + 1})", "exec"), namespace)
-        assert out.getvalue().strip(), f"{page.name} block {i + 1} printed nothing"
+    threads = torch.get_num_threads()
+    # One thread: on a 2-core machine shared with other work, two OpenMP threads contend and some
+    # operations (the SVDs behind the composition scores) run a hundred times slower.
+    torch.set_num_threads(1)
+    try:
+        for i, block in enumerate(python_blocks(page)):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                exec(compile(block, f"{page.name} (python block {i + 1})", "exec"), namespace)
+            assert out.getvalue().strip(), f"{page.name} block {i + 1} printed nothing"
+    finally:
+        torch.set_num_threads(threads)
