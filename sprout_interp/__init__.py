@@ -14,11 +14,15 @@ from .errors import (
     SproutError,
     StateDictMismatchError,
     TokenizationError,
+    TunedLensMismatchError,
+    TunedLensNotFoundError,
     UnreadablePathError,
     UnsafeCheckpointError,
     VocabularyMismatchError,
 )
 from .logit_lens import logit_lens  # the function; the module: `from sprout_interp.logit_lens import ...`
+from .logit_lens import trajectories
+from .tuned_lens import TunedLens, load_tuned_lens, save_tuned_lens, train_tuned_lens
 from .attribution import direct_logit_attribution, head_token_effects
 from . import patching  # si.patching.activation_patch(model, clean, corrupted, metric, site=..., by=...)
 from .composition import composition_scores, composition_table
@@ -34,12 +38,13 @@ load = load_hooked  # si.load("gpt-4") -> HookedSprout
 
 __all__ = [
     "load", "load_hooked", "HookedSprout", "SproutCache", "load_checkpoint", "LoadedCheckpoint",
-    "logit_lens", "direct_logit_attribution", "head_token_effects", "patching",
+    "logit_lens", "trajectories", "TunedLens", "load_tuned_lens", "save_tuned_lens", "train_tuned_lens",
+    "direct_logit_attribution", "head_token_effects", "patching",
     "composition_scores", "composition_table",
     "residual_rms", "attention_patterns", "head_scores", "find_induction_circuit",
     "ablate", "ablation_sweep", "attribution_sweep", "block_knockout", "compare_models",
     "SproutError", "AblationError", "CheckpointNotFoundError", "NotACheckpointError", "UnsafeCheckpointError",
     "StateDictMismatchError", "VocabularyMismatchError", "ContextLengthError", "HookNameError", "TokenizationError",
     "HookOutputError", "NotAPathError", "UnreadablePathError", "InvalidConfigError", "InvalidWeightsError",
-    "MissingTokenizerError", "PatchingError",
+    "MissingTokenizerError", "PatchingError", "TunedLensMismatchError", "TunedLensNotFoundError",
 ]

@@ -75,3 +75,11 @@ class MissingTokenizerError(CheckpointNotFoundError):
 
 class PatchingError(SproutError, ValueError):
     """Inputs or arguments that activation or path patching cannot use (lengths differ, runs that do not differ ...)."""
+
+
+class TunedLensMismatchError(SproutError, ValueError):
+    """A tuned lens trained for another checkpoint (a different config, vocabulary or weights), or a damaged one."""
+
+
+class TunedLensNotFoundError(SproutError, FileNotFoundError):
+    """No tuned lens saved beside the checkpoint (``lens="tuned"`` then falls back to the logit lens, with a notice)."""

@@ -7,6 +7,10 @@ Rows: 0 = after the embedding, r = after block r (blocks counted from 1, as the 
 output. Probabilities are plain probabilities; cross-entropies, entropies and KL divergences are in
 nats. Tables carry ``block`` (1-indexed, 0 = embedding) and ``layer`` (0-indexed, -1 = embedding).
 
+``lens="tuned"`` reads every row through its tuned-lens translator first (:mod:`sprout_interp.tuned_lens`),
+with the same tables; a checkpoint without a saved tuned lens falls back to the logit lens with a
+warning and the result's ``notice``. :func:`trajectories` gives one text's per-token tables for both.
+
 The work is done ``chunk`` positions at a time, so at most ``chunk × vocab`` probabilities exist at
 once instead of ``rows × batch × pos × vocab``.
 """
@@ -24,11 +28,15 @@ from torch import Tensor
 
 from .hooked import as_hooked
 from .residual import residual_stack, row_labels
+from .tuned_lens import TunedLens, find_tuned_lens, read_out
 
 __all__ = [
     "CHAPTER_SPROUT_CONFIDENCE", "LogitLens", "logit_lens", "lens_log_probs", "read_out",
-    "embedding_echo_rate", "penultimate_vs_final",
+    "embedding_echo_rate", "penultimate_vs_final", "trajectories", "LENSES",
 ]
+
+#: The lenses ``lens=`` accepts by name.
+LENSES = ("logit", "tuned")
 
 #: The chapter's Sprout figures: mean top-1 probability on its three ready-made texts, by block
 #: (blocks counted from 1): "77% on average after layer 7 and 59% after layer 8".
@@ -55,6 +63,8 @@ class LogitLens:
     next_rank: Int[Tensor, "row batch pos"]  # how many tokens are strictly more probable (0 = top-1; -1 where none)
     entropy: Float[Tensor, "row batch pos"]  # nats
     kl_final: Float[Tensor, "row batch pos"]  # KL(final ‖ row), nats; 0 in the last row
+    lens: str = "logit"  # the lens actually used: "logit" or "tuned"
+    notice: Optional[str] = None  # why the lens asked for was not used (a missing tuned lens), for a page to show
 
     @property
     def n_rows(self) -> int:
@@ -184,12 +194,6 @@ class LogitLens:
         })
 
 
-def read_out(model, stream: Float[Tensor, "... d_model"]) -> Float[Tensor, "... vocab"]:
-    """Logits of a stream vector through the model's final RMSNorm and tied head (no hooks fire)."""
-    gpt = as_hooked(model).model
-    return gpt.head(gpt.norm(stream))
-
-
 def _read_row(model, stream: Tensor) -> tuple[Tensor, Tensor]:
     """Logits (n, vocab) of ``n`` stream vectors and their probabilities (n, vocab)."""
     z = read_out(model, stream).float()
@@ -210,11 +214,16 @@ def _prep(model, tokens, attention_mask):
 
 
 @torch.no_grad()
-def lens_log_probs(model, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "row batch pos vocab"]:
+def lens_log_probs(model, tokens: Int[Tensor, "batch pos"], lens: str | TunedLens = "logit") -> Float[Tensor, "row batch pos vocab"]:
     """Every row's full log-probabilities at once: (rows × batch × pos × vocab) floats, so only for
-    short inputs (one text in a notebook, a reference in tests). :func:`logit_lens` is the chunked way."""
+    short inputs (one text in a notebook, a reference in tests). :func:`logit_lens` is the chunked way.
+    ``lens`` as in :func:`logit_lens`."""
     model, tokens, _ = _prep(model, tokens, None)
-    return F.log_softmax(read_out(model, residual_stack(model, tokens)).float(), -1)
+    tuned, _ = find_tuned_lens(model, lens)
+    stack = residual_stack(model, tokens)
+    if tuned is not None:
+        stack = tuned.translate(stack)
+    return F.log_softmax(read_out(model, stack).float(), -1)
 
 
 @torch.no_grad()
@@ -224,8 +233,9 @@ def logit_lens(
     k: int = 5,
     attention_mask: Bool[Tensor, "batch pos"] | None = None,
     chunk: int | None = 512,
+    lens: str | TunedLens = "logit",
 ) -> LogitLens:
-    """Apply the logit lens to every row of the stream for ``tokens``.
+    """Apply the logit lens (or the tuned lens) to every row of the stream for ``tokens``.
 
     Args:
         model: a :class:`~sprout_interp.HookedSprout` (a plain ``sprout_model.GPT`` is wrapped).
@@ -235,9 +245,16 @@ def logit_lens(
             out of every mean, and a token followed by padding has no next token.
         chunk: positions (over batch × pos) read out at a time, bounding memory at about
             ``chunk × vocab`` floats per row; None reads all positions at once.
+        lens: ``"logit"`` (the stream as it is), ``"tuned"`` (through the tuned lens saved beside the
+            checkpoint; without one, the logit lens, a :class:`~sprout_interp.tuned_lens.MissingTunedLensWarning`
+            and ``notice`` set) or a :class:`~sprout_interp.tuned_lens.TunedLens`. A lens trained for another
+            checkpoint raises :class:`~sprout_interp.errors.TunedLensMismatchError`.
     """
     model, tokens, mask = _prep(model, tokens, attention_mask)
+    tuned, notice = find_tuned_lens(model, lens)
     stack = residual_stack(model, tokens)  # (R, B, T, d)
+    if tuned is not None:
+        stack = tuned.translate(stack)
     R, B, T, d = stack.shape
     V = model.cfg.d_vocab
     k = min(k, V)
@@ -282,7 +299,44 @@ def logit_lens(
         next_prob=torch.where(hn, nprob, torch.full_like(nprob, float("nan"))),
         next_rank=torch.where(hn, rank, torch.full_like(rank, -1)),
         entropy=shape(out["ent"]), kl_final=shape(out["kl"]),
+        lens="logit" if tuned is None else "tuned", notice=notice,
     )
+
+
+def trajectories(model, text, lenses: Sequence[str | TunedLens] = LENSES, k: int = 1) -> pd.DataFrame:
+    """Per-token trajectories of one text through each lens (the tuned-lens paper's heatmaps, as a table).
+
+    One record per (lens, stream row, position): ``lens`` (the lens used: "logit" / "tuned"; a missing tuned
+    lens gives "logit" rows again, with the notice in ``df.attrs["notices"]``), ``lens_asked``, ``row``,
+    ``block`` (1-indexed, 0 = embedding), ``layer`` (0-indexed, -1 = embedding), ``pos``, ``token``,
+    ``next_token`` (None at the last position), ``entropy`` (nats), ``cross_entropy`` (−log p of the actual
+    next token, nats; NaN at the last position), ``kl_to_final`` (KL(final ‖ row), nats), ``top1`` and
+    ``top1_prob``. ``text`` is a text or ids ``(pos,)`` / ``(1, pos)``.
+    """
+    model = as_hooked(model)
+    tokens, _ = model.prepare_input(text)
+    if tokens.shape[0] != 1:
+        raise ValueError(f"trajectories reads one text; got a batch of {tokens.shape[0]}")
+    frames, notices = [], []
+    for which in lenses:
+        ll = logit_lens(model, tokens, k=k, lens=which)
+        if ll.notice:
+            notices.append(ll.notice)
+        df = ll.cells(model.to_str_tokens if model.tokenizer is not None else None)
+        out = pd.DataFrame({
+            "lens": ll.lens, "lens_asked": which if isinstance(which, str) else "tuned",
+            "row": df["row"], "block": df["block"], "layer": df["layer"], "pos": df["pos"],
+            "token": df["token"] if "token" in df else df["token_id"].astype(str),
+            "next_token": df["next_token"] if "next_token" in df else df["next_id"].astype(str),
+            "entropy": df["entropy"], "cross_entropy": -np.log(df["next_prob"].clip(lower=1e-45)),
+            "kl_to_final": df["kl_final"],
+            "top1": df["top1"] if "top1" in df else df["top1_id"].astype(str), "top1_prob": df["top1_prob"],
+        })
+        frames.append(out)
+    res = pd.concat(frames, ignore_index=True)
+    res.attrs["notices"] = notices
+    res.attrs["units"] = "entropy, cross_entropy, kl_to_final: nats"
+    return res
 
 
 def embedding_echo_rate(lens: LogitLens) -> float:

@@ -44,16 +44,25 @@ VAL_FRACTION, SPLIT_SEED = 0.05, 0  # must match sprout_model.prepare's defaults
 
 
 @functools.lru_cache(maxsize=2)
+def _split(corpus: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    from sprout_model.corpus import load_documents, split_documents
+
+    train, val = split_documents(load_documents(corpus), VAL_FRACTION, SPLIT_SEED)
+    return tuple(d.text for d in train), tuple(d.text for d in val)
+
+
 def validation_documents(corpus: str = "default") -> tuple[str, ...]:
     """Texts of the corpus's held-out documents (needs the corpus packages: ``pip install -e '.[train]'``).
 
     The same document split as ``python -m sprout_model.prepare`` (``split_documents`` with seed 0 and
     5% of documents), so no model trained by this project saw them.
     """
-    from sprout_model.corpus import load_documents, split_documents
+    return _split(corpus)[1]
 
-    _, val = split_documents(load_documents(corpus), VAL_FRACTION, SPLIT_SEED)
-    return tuple(d.text for d in val)
+
+def training_documents(corpus: str = "default") -> tuple[str, ...]:
+    """Texts of the corpus's training documents: the other 95% of the split of :func:`validation_documents`."""
+    return _split(corpus)[0]
 
 
 @functools.lru_cache(maxsize=4)
@@ -95,3 +104,42 @@ def held_out_for(model, n: int = 16, length: int = 256, seed: int = 0) -> torch.
     (default "default"), windows no longer than its context. Raises CorpusError without the corpus."""
     corpus = (getattr(model, "info", None) or {}).get("corpus") or "default"
     return validation_sample(model.tokenizer, n=n, length=min(length, model.cfg.n_ctx), seed=seed, corpus=corpus)
+
+
+def training_sample(tokenizer, n: int = 64, length: int = 256, seed: int = 0, corpus: str = "default") -> torch.Tensor:
+    """``n`` windows of ``length`` token ids from the corpus's training documents: a LongTensor ``(n, length)``.
+
+    The sibling of :func:`validation_sample` for fitting things to the model's own training text (the
+    tuned lens), deterministic for a seed: the training documents are visited in a seeded order and taken
+    until they hold about three times the characters the windows need (only those are encoded, so a small
+    sample is quick); windows are then drawn inside one document each, documents with probability
+    proportional to how many windows fit in them, offsets uniform.
+    """
+    if n < 1 or length < 1:
+        raise ValueError(f"n and length must be positive, got n={n}, length={length}")
+    docs = training_documents(corpus)
+    rng = np.random.default_rng(seed)
+    chosen, chars = [], 0
+    for i in rng.permutation(len(docs)):
+        if chars >= 3 * 5 * n * length:  # about 5 characters per token
+            break
+        chosen.append(docs[int(i)])
+        chars += len(docs[int(i)])
+    enc = [e.ids for e in tokenizer.encode_batch(chosen, add_special_tokens=False)]
+    room = np.array([max(len(ids) - length, 0) for ids in enc], dtype=np.float64)
+    if not room.any():
+        raise ValueError(f"no training document of corpus {corpus!r} is longer than {length} tokens")
+    picks = rng.choice(len(enc), size=n, p=room / room.sum())
+    rows = []
+    for d in picks:
+        ids = enc[int(d)]
+        start = int(rng.integers(0, len(ids) - length))
+        rows.append(ids[start: start + length])
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def training_sample_for(model, n: int = 64, length: int = 256, seed: int = 0) -> torch.Tensor:
+    """:func:`training_sample` for a loaded model: its tokenizer, the corpus named in its train.json, windows no
+    longer than its context. Raises CorpusError without the corpus packages."""
+    corpus = (getattr(model, "info", None) or {}).get("corpus") or "default"
+    return training_sample(model.tokenizer, n=n, length=min(length, model.cfg.n_ctx), seed=seed, corpus=corpus)

@@ -21,9 +21,9 @@ LAYERS = {
     "loading": 1, "hooked": 1, "export": 1,
     # 2: analyses: tensors or text in, tensors or DataFrames out
     "residual": 2, "logit_lens": 2, "ablation": 2, "attention": 2, "knockout": 2, "compare": 2, "per_token": 2,
-    "attribution": 2, "patching": 2, "composition": 2,
+    "attribution": 2, "patching": 2, "composition": 2, "tuned_lens": 2,
     # 3: figures, from analysis results
-    "plots": 3, "plots_heads": 3, "plots_anatomy": 3, "plots_patching": 3,
+    "plots": 3, "plots_heads": 3, "plots_anatomy": 3, "plots_patching": 3, "plots_lens": 3,
     # 4: what scripts share
     "cli": 4,
 }
