@@ -10,7 +10,9 @@ For every checkpoint: mean top-1 probability ("confidence"), top-1 accuracy, cro
 KL(final ‖ row) per row of the stream, on the three ready-made texts (sprout_interp.texts.TEXTS) and on
 a seeded sample of held-out text (--n windows of --length tokens from the validation documents).
 Rows: after the embedding (block 0), then after block 1 … (blocks counted from 1, as the chapter).
-Writes by_layer.csv, claims.csv, first_correct.csv, by_layer.html, lens_grid_<model>.html and plotly.min.js (shared by the figures)
+The same penultimate-vs-final figures through the tuned lens saved beside each checkpoint (does the last block
+"step back" under the tuned lens too?), printed beside the logit lens's; tuned.csv holds them.
+Writes by_layer.csv, claims.csv, tuned.csv, first_correct.csv, by_layer.html, lens_grid_<model>.html and plotly.min.js (shared by the figures)
 (PNG too where static export works) into out/confidence_drop/.
 """
 from __future__ import annotations
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     models, out = started
 
-    layers, claims, firsts = [], [], []
+    layers, claims, firsts, tuned = [], [], [], []
     for nm in models:
         t = time.time()
         m = nm.model
@@ -59,6 +61,12 @@ def main(argv: list[str] | None = None) -> int:
             s.insert(0, "model", nm.label)
             layers.append(s)
             pf = penultimate_vs_final(s)
+            tl = logit_lens(m, toks, attention_mask=mask, k=1, lens="tuned")
+            tpf = penultimate_vs_final(tl.summary())
+            tuned.append({"model": nm.label, "text_set": set_name, "lens used": tl.lens,
+                          "logit penultimate": pf["penultimate"], "logit final": pf["final"],
+                          "tuned penultimate": tpf["penultimate"], "tuned final": tpf["final"],
+                          "penultimate_row": s["row"].iloc[-2], "final_row": s["row"].iloc[-1]})
             fc = lens.first_correct_counts()
             fc.insert(0, "text_set", set_name)
             fc.insert(0, "model", nm.label)
@@ -110,6 +118,16 @@ def main(argv: list[str] | None = None) -> int:
                                     if pre == "sprout" else "" for pre in claims_df["preset"]],
     })
     print_table(side, "penultimate vs final row (the chapter: 77% after layer 7, 59% after layer 8, Sprout)")
+
+    tdf = pd.DataFrame(tuned)
+    tdf.to_csv(out / "tuned.csv", index=False)
+    print_table(pd.DataFrame({
+        "model": tdf["model"], "text set": tdf["text_set"], "lens used": tdf["lens used"],
+        "logit lens": [f"{r} {pct(a)} -> {f} {pct(b)}" for r, f, a, b in
+                       zip(tdf["penultimate_row"], tdf["final_row"], tdf["logit penultimate"], tdf["logit final"])],
+        "tuned lens": [f"{pct(a)} -> {pct(b)} ({100 * (b - a):+.1f} points)" for a, b in
+                       zip(tdf["tuned penultimate"], tdf["tuned final"])],
+    }), "penultimate vs final confidence through the logit and the tuned lens (the final row is the output in both)")
 
     extra = pd.DataFrame({
         "model": claims_df["model"], "text set": claims_df["text_set"],

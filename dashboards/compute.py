@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from sprout_interp import ablation, attention, compare, per_token, residual
-from sprout_interp.logit_lens import embedding_echo_rate, logit_lens
+from sprout_interp.logit_lens import embedding_echo_rate, logit_lens, trajectories
 from sprout_interp.knockout import block_knockout
 from sprout_interp.errors import AblationError
 from sprout_interp.texts import TEXTS
@@ -34,17 +34,36 @@ def str_tokens(_m, key: str, text: str) -> list[str]:
 
 
 @st.cache_data(**_CACHE)
-def lens(_m, key: str, text: str):
-    """(LogitLens, summary table, cells table with token strings, embedding echo rate)."""
-    ll = logit_lens(_m, tokens(_m, text), k=5)
+def lens(_m, key: str, text: str, which: str = "logit"):
+    """(LogitLens, summary table, cells table with token strings, embedding echo rate); ``which``: "logit" or
+    "tuned" (a checkpoint without a tuned lens gives the logit lens, with ``LogitLens.notice`` set)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the page shows the notice itself
+        ll = logit_lens(_m, tokens(_m, text), k=5, lens=which)
     return ll, ll.summary(), ll.cells(_m.to_str_tokens), embedding_echo_rate(ll)
 
 
 @st.cache_data(**_CACHE)
-def lens_three_texts(_m, key: str):
+def lens_three_texts(_m, key: str, which: str = "logit"):
     """Summary of the lens over the three ready-made texts together (how the chapter measured Sprout)."""
+    import warnings
+
     toks, mask = _m.to_tokens_with_mask(list(TEXTS.values()), truncate=True)
-    return logit_lens(_m, toks, k=1, attention_mask=mask).summary()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return logit_lens(_m, toks, k=1, attention_mask=mask, lens=which).summary()
+
+
+@st.cache_data(**_CACHE)
+def lens_trajectories(_m, key: str, text: str):
+    """Per-token trajectories of the text through the logit and the tuned lens (one table, nats)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return trajectories(_m, tokens(_m, text))
 
 
 # -- residual stream --------------------------------------------------------------------------

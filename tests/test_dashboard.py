@@ -333,3 +333,27 @@ def test_patching_page_clear_messages_for_bad_pairs():
     assert any("Type both texts" in w.value for w in at.warning) and not at.exception
     at = page_with(patch_answer=" Plaxworth")
     assert any("not one" in e.value for e in at.error) and not at.exception
+
+
+def test_logit_lens_tuned_toggle_and_trajectories():
+    at = ok(app().run())
+    traj = [c for c in charts(at) if "text = top-1 token" in c["layout"]["title"]["text"]]
+    assert len(traj) == 1 and len([d for d in traj[0]["data"] if d.get("type") == "heatmap"]) == 2  # both lenses
+    at.radio(key="lens_which").set_value("tuned")
+    ok(at.run())
+    assert "tuned lens" in charts(at)[0]["layout"]["title"]["text"] and not at.warning
+    at.selectbox(key="lens_traj_metric").set_value("cross_entropy")
+    ok(at.run())
+
+
+def test_logit_lens_tuned_falls_back_with_a_notice(tmp_path):
+    import shutil
+
+    src = Path(loading.SHIPPED_DIR) / "gpt-4"
+    for f in ("config.json", "model.safetensors", "train.json"):
+        shutil.copy(src / f, tmp_path / f)
+    shutil.copy(Path(loading.SHIPPED_DIR) / "tokenizer.json", tmp_path / "tokenizer.json")
+    at = ok(app(path=str(tmp_path)).run())
+    at.radio(key="lens_which").set_value("tuned")
+    ok(at.run())
+    assert any("no tuned lens" in w.value for w in at.warning)

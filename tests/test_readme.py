@@ -57,3 +57,15 @@ def test_readme_patching_example_runs():
         exec(compile(block, "README.md", "exec"), {})
     printed = out.getvalue()
     assert "score" in printed and "over_baseline" in printed
+
+
+@pytest.mark.integration
+def test_readme_tuned_lens_example_runs():
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### Tuned lens"):]
+    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(block, "README.md", "exec"), {})
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("logit") and lines[1].startswith("tuned") and "'tuned'" in lines[2]

@@ -8,6 +8,7 @@ import compute
 import state
 from sprout_interp.logit_lens import CHAPTER_SPROUT_CONFIDENCE, penultimate_vs_final
 from sprout_interp.plots import layer_metrics_chart, logit_lens_grid
+from sprout_interp.plots_lens import TRAJECTORY_METRICS, trajectory_heatmaps
 
 state.header(
     "Logit lens",
@@ -19,8 +20,13 @@ state.header(
 m, key, text, toks = state.page_inputs()
 T = int(toks.shape[1])
 
+which = st.radio("lens", ["logit", "tuned"], horizontal=True, key="lens_which",
+                 help="tuned: each block's stream first goes through a learned affine translator (the tuned lens, "
+                      "Belrose et al. 2023) trained for this checkpoint")
 with st.spinner("reading every block through the head…"), state.shown_errors("the logit lens"):
-    lens, summary, cells, echo = compute.lens(m, key, text)
+    lens, summary, cells, echo = compute.lens(m, key, text, which)
+if lens.notice:
+    st.warning(lens.notice)
 R = lens.n_rows
 
 # -- which tokens to draw, which cell to inspect ------------------------------------------------
@@ -46,7 +52,7 @@ row = c[3].selectbox("row", list(range(R)), format_func=lambda r: lens.rows[r], 
 
 # -- the grid ----------------------------------------------------------------------------------
 fig = logit_lens_grid(lens, m.to_str_tokens, positions=range(start, end), clickable=True, selected=(pos, row),
-                      title=f"{state.plain(m.name or key)}: top-1 guess after each block, tokens {start}–{end - 1} of {T}")
+                      title=f"{state.plain(m.name or key)}, {lens.lens} lens: top-1 guess after each block, tokens {start}–{end - 1} of {T}")
 st.plotly_chart(fig, on_select="rerun", selection_mode="points", key="lens_grid", width="content")
 st.caption("Click a cell (or set position and row above) to see its five candidates. Hover shows them too.")
 
@@ -74,7 +80,7 @@ with right:
     k[0].metric(f"confidence after block {pv['penultimate_block']} (penultimate)", f"{pv['penultimate']:.0%}")
     k[1].metric(f"after block {pv['final_block']} (final)", f"{pv['final']:.0%}", f"{-100 * pv['drop']:+.0f} points")
     with state.shown_errors("the three-text figure"):
-        pv3 = penultimate_vs_final(compute.lens_three_texts(m, key))
+        pv3 = penultimate_vs_final(compute.lens_three_texts(m, key, which))
     st.markdown(
         f"On the three ready-made texts together: **{pv3['penultimate']:.0%}** after block "
         f"{pv3['penultimate_block']}, **{pv3['final']:.0%}** after block {pv3['final_block']}. "
@@ -93,3 +99,14 @@ st.plotly_chart(layer_metrics_chart(summary.assign(model=state.plain(m.name or k
 if chapter is None:
     st.caption(f"The chapter's 77% / 59% are for Sprout's blocks 7 and 8; this model has {m.cfg.n_layers} blocks.")
 st.dataframe(summary, hide_index=True)
+
+# -- per-token trajectories, both lenses -----------------------------------------------------
+st.subheader("Per-token trajectories: logit lens vs tuned lens")
+metric = st.selectbox("colour", list(TRAJECTORY_METRICS), format_func=lambda k: TRAJECTORY_METRICS[k][0],
+                      key="lens_traj_metric")
+with state.shown_errors("the trajectories"):
+    traj = compute.lens_trajectories(m, key, text)
+    st.plotly_chart(trajectory_heatmaps(traj, metric, positions=range(start, end),
+                                        title=f"{state.plain(m.name or key)}: {TRAJECTORY_METRICS[metric][0]}, "
+                                              f"tokens {start}–{end - 1} (text = top-1 token)"),
+                    width="content", key="lens_traj")
