@@ -208,6 +208,7 @@ def contribution_graph(
     if token is None:
         logits = model(toks[None])[0, pos]
         token = int(logits.argmax())
+    token = token_id(model, token)
     src = direct_logit_attribution(model, toks, token, pos=pos, by="source")
     heads = src[src.kind == "head"].groupby(["layer", "block", "head", "component"], as_index=False)["attribution"].sum()
     heads["kind"] = "head"

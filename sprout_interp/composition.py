@@ -37,6 +37,17 @@ __all__ = ["composition_scores", "random_baseline", "composition_table"]
 Mode = Literal["Q", "K", "V"]
 
 
+def _scores(left: FactoredMatrix, right: FactoredMatrix, broadcast: bool) -> Tensor:
+    """TransformerLens's composition_scores on one thread: its many small SVDs run ~50x slower on two
+    threads here when another process wants the cores, and no faster when none does."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _tl_composition_scores(left, right, broadcast_dims=broadcast)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _check_mode(mode: str) -> str:
     if mode not in ("Q", "K", "V"):
         raise SproutError(f"mode must be 'Q', 'K' or 'V' (which input of the later head reads the earlier one), got {mode!r}")
@@ -54,7 +65,7 @@ def composition_scores(model, mode: Mode = "K") -> Float[Tensor, "layer head lay
     _check_mode(mode)
     left = model.OV
     right = {"Q": model.QK, "K": model.QK.T, "V": model.OV}[mode]
-    scores = _tl_composition_scores(left, right, broadcast_dims=True)
+    scores = _scores(left, right, True)
     L = model.cfg.n_layers
     later = torch.arange(L)[:, None, None, None] < torch.arange(L)[None, None, :, None]
     return torch.where(later.to(scores.device), scores, torch.zeros_like(scores))
@@ -80,7 +91,7 @@ def random_baseline(model, mode: Mode = "K", samples: int = 64, seed: int = 0) -
     right = FactoredMatrix(a, b) if mode == "V" else FactoredMatrix(rand(samples, d, dh), rand(samples, d, dh).transpose(-2, -1))
     if mode == "K":
         right = right.T
-    return float(_tl_composition_scores(left, right, broadcast_dims=False).mean())
+    return float(_scores(left, right, False).mean())
 
 
 def composition_table(model, modes: Sequence[Mode] = ("Q", "K", "V"), samples: int = 64) -> pd.DataFrame:
