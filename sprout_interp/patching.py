@@ -342,15 +342,12 @@ def _fast_values(model: HookedSprout, base: Tensor, src_tokens: Tensor, metric, 
             continue
         s_act = src[names[l]]
         if site in ("z", "q", "k", "v", "pattern"):
-            if site == "z":
-                chunks = [[pt] for pt in mine] if by == "head_pos" else [mine]
-                if by == "head_pos":  # group by position: one chunk of heads per position group
-                    by_pos: dict[int, list] = {}
-                    for pt in mine:
-                        by_pos.setdefault(pt[2] // _CHUNK, []).append(pt)
-                    chunks = list(by_pos.values())
-            else:
-                chunks = [mine]
+            chunks = [mine]
+            if by == "head_pos":  # one batched forward per group of _CHUNK positions, all heads in it
+                by_pos: dict[int, list] = {}
+                for pt in mine:
+                    by_pos.setdefault(pt[2] // _CHUNK, []).append(pt)
+                chunks = list(by_pos.values())
             for chunk in chunks:
                 n = len(chunk)
                 s0 = min(pt[2] for pt in chunk) if by == "head_pos" else 0
