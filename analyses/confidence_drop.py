@@ -7,7 +7,7 @@ repeats the input token (tied weights); the right answer often ripens before the
     python analyses/confidence_drop.py --models runs/gpt-4/checkpoint --n 16 --length 256
 
 For every checkpoint: mean top-1 probability ("confidence"), top-1 accuracy, cross-entropy and
-KL(final ‖ row) per row of the stream, on the three ready-made texts (sprout_interp.texts.TEXTS) and on
+KL(final ‖ row) per row of the stream, on the three ready-made texts (sprout_interp.core.texts.TEXTS) and on
 a seeded sample of held-out text (--n windows of --length tokens from the validation documents).
 Rows: after the embedding (block 0), then after block 1 … (blocks counted from 1, as the chapter).
 The same penultimate-vs-final figures through the tuned lens saved beside each checkpoint (does the last block
@@ -22,10 +22,10 @@ import time
 
 import pandas as pd
 
-from sprout_interp.cli import held_out, pct, print_table, save_figure, script_parser, start
-from sprout_interp.logit_lens import CHAPTER_SPROUT_CONFIDENCE, embedding_echo_rate, logit_lens, penultimate_vs_final
+from sprout_interp.report.cli import held_out, pct, print_table, save_figure, script_parser, start
+from sprout_interp.lens.logit_lens import CHAPTER_SPROUT_CONFIDENCE, embedding_echo_rate, logit_lens, penultimate_vs_final
 from sprout_interp.plots import layer_metrics_chart, logit_lens_grid
-from sprout_interp.texts import TEXTS
+from sprout_interp.core.texts import TEXTS
 
 CH_PEN, CH_FIN = CHAPTER_SPROUT_CONFIDENCE[7], CHAPTER_SPROUT_CONFIDENCE[8]
 ECHO_NEARLY_ALWAYS = 0.9  # what we take "nearly always" to mean

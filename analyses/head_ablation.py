@@ -12,7 +12,7 @@ For every checkpoint:
    tokens, twice), each beside the attribution-patching estimate and their rank correlation, and each
    head's specificity (the share of the copying it removes against the share of the model's held-out
    ability it removes), so a head whose removal breaks the model is not taken for a copying head;
-2. the circuit (sprout_interp.attention.find_induction_circuit): candidates ranked by head scores
+2. the circuit (sprout_interp.circuits.attention.find_induction_circuit): candidates ranked by head scores
    (previous-token heads by the weaker of their scores on random tokens and on natural text), each
    ablated alone, then together, measuring invented-name copying (sprout_model.evaluation.NAME_TEXTS:
    the mean probability of each name's later tokens at its second occurrence), the induction head's
@@ -33,8 +33,8 @@ from types import SimpleNamespace
 import pandas as pd
 
 from sprout_model.evaluation import repeated_tokens_batch
-from sprout_interp.ablation import ablation_sweep, name_copying_under_ablation
-from sprout_interp.attention import (
+from sprout_interp.circuits.ablation import ablation_sweep, name_copying_under_ablation
+from sprout_interp.circuits.attention import (
     PARTLY_SHARE,
     REPRODUCED_SHARE,
     ablation_effects,
@@ -43,9 +43,9 @@ from sprout_interp.attention import (
     heads_label,
     specificity,
 )
-from sprout_interp.cli import evidence_table, held_out, mean_reference, pct, print_table, save_figure, script_parser, start
-from sprout_interp.plots_heads import sweep_heatmap
-from sprout_interp.texts import TEXTS
+from sprout_interp.report.cli import evidence_table, held_out, mean_reference, pct, print_table, save_figure, script_parser, start
+from sprout_interp.plots.heads import sweep_heatmap
+from sprout_interp.core.texts import TEXTS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _sweep_specificity(loss_sw: pd.DataFrame, copy_sw: pd.DataFrame, d_vocab: int) -> pd.DataFrame:
     """Per head: copying-ratio change, share of the copying gain removed ((ablated - clean) / (1 - clean): a
-    ratio of 1 is no copying), held-out loss change, and specificity (``sprout_interp.attention.specificity``)."""
+    ratio of 1 is no copying), held-out loss change, and specificity (``sprout_interp.circuits.attention.specificity``)."""
     clean_ratio, clean_loss = float(copy_sw.attrs["clean"]), float(loss_sw.attrs["clean"])
     gain = 1.0 - clean_ratio
     rows = []

@@ -17,9 +17,9 @@ import time
 
 import pandas as pd
 
-from sprout_interp.cli import held_out, print_table, save_figure, script_parser, start
-from sprout_interp.logit_lens import logit_lens
-from sprout_interp.plots_lens import lens_comparison_chart
+from sprout_interp.report.cli import held_out, print_table, save_figure, script_parser, start
+from sprout_interp.lens.logit_lens import logit_lens
+from sprout_interp.plots.trajectories import lens_comparison_chart
 
 
 def main(argv: list[str] | None = None) -> int:

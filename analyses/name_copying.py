@@ -21,10 +21,10 @@ import time
 import pandas as pd
 
 from sprout_model.evaluation import NAME_TEXTS
-from sprout_interp.cli import pct, print_table, save_figure, script_parser, start
-from sprout_interp.compare import compare_models, name_copying_table, piece_probabilities
-from sprout_interp.errors import SproutError
-from sprout_interp.plots_heads import compare_models_figure, name_copying_figure
+from sprout_interp.report.cli import pct, print_table, save_figure, script_parser, start
+from sprout_interp.circuits.compare import compare_models, name_copying_table, piece_probabilities
+from sprout_interp.core.errors import SproutError
+from sprout_interp.plots.heads import compare_models_figure, name_copying_figure
 
 NAME = "Zorbin Plax"
 PIECES = ["or", "bin", " Plax"]  # the chapter's pieces after "Z"

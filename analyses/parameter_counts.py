@@ -12,8 +12,8 @@ import sys
 
 import pandas as pd
 
-from sprout_interp.anatomy import CALCULATOR_PRESETS, CHAPTER_COUNTS, counted_breakdown, param_breakdown
-from sprout_interp.cli import print_table, script_parser, start
+from sprout_interp.anatomy.params import CALCULATOR_PRESETS, CHAPTER_COUNTS, counted_breakdown, param_breakdown
+from sprout_interp.report.cli import print_table, script_parser, start
 
 PIECES = ["embedding", "attention", "ffn", "norms", "per_block", "blocks", "final_norm", "total", "vocab_share"]
 

@@ -11,7 +11,7 @@ block (counted from 1, as the chapter; ``blocks.{n-1}.hook_resid_post`` in code)
 positions, on a seeded sample of held-out text (--n windows of --length tokens from the validation
 documents) and on the three ready-made texts. Beside it, what each block is worth: the rise of the
 mean loss (nats) on the held-out sample when the block stops writing to the stream
-(``sprout_interp.knockout.block_knockout``), each block alone and the later half of the blocks together. Writes
+(``sprout_interp.circuits.knockout.block_knockout``), each block alone and the later half of the blocks together. Writes
 rms.csv, claims.csv, knockout.csv and rms_growth.html (log scale; PNG too where static export works; it loads plotly.min.js from the same folder)
 into out/residual_growth/.
 """
@@ -22,11 +22,11 @@ import time
 
 import pandas as pd
 
-from sprout_interp.knockout import block_knockout
-from sprout_interp.cli import held_out, print_table, save_figure, script_parser, start
+from sprout_interp.circuits.knockout import block_knockout
+from sprout_interp.report.cli import held_out, print_table, save_figure, script_parser, start
 from sprout_interp.plots import rms_growth_chart
-from sprout_interp.residual import CHAPTER_GPT4_GROWTH, CHAPTER_GPT4_RMS, growth_claims, residual_rms
-from sprout_interp.texts import TEXTS
+from sprout_interp.lens.residual import CHAPTER_GPT4_GROWTH, CHAPTER_GPT4_RMS, growth_claims, residual_rms
+from sprout_interp.core.texts import TEXTS
 
 CLOSE, SAME_ORDER = 1.5, 3.0  # ratio bands for the verdicts: within ×1.5 "matches", within ×3 "same order"
 
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         "loss (nats)": [f"{v:.3f}" for v in knock["loss"]], "rise (nats)": [f"+{v:.3f}" for v in knock["change"]],
     })
     print_table(ktable, "what each block is worth: the loss when it stops writing to the stream (its attention "
-                        "and feed-forward outputs zeroed), against the clean loss (sprout_interp.knockout.block_knockout)")
+                        "and feed-forward outputs zeroed), against the clean loss (sprout_interp.circuits.knockout.block_knockout)")
 
     side = claims_df[claims_df["text_set"] == main_set].copy()
     side_print = pd.DataFrame({

@@ -20,7 +20,7 @@ chapter's "or" after "Z"). Steps, each with what the chapter's story predicts be
 
 Heads: the induction head is the one with the highest induction score on repeated random tokens; the
 previous-token head the one whose weaker previous-token score (random tokens, held-out text) is highest
-among the heads before it (sprout_interp.attention.head_scores). Tables: layer (0-indexed), block (=
+among the heads before it (sprout_interp.circuits.attention.head_scores). Tables: layer (0-indexed), block (=
 layer + 1, the chapter's count), head, pos (0-based input index); scores run from 0 (corrupted) to 1
 (clean), averaged over the texts. Writes trace_resid.csv, trace_heads.csv, trace_paths.csv,
 composition.csv and verdicts.csv into out/trace_induction/.
@@ -33,9 +33,9 @@ import pandas as pd
 
 from sprout_model.evaluation import NAME_TEXTS
 from sprout_interp import patching as P
-from sprout_interp.attention import head_scores
-from sprout_interp.cli import print_table, script_parser, start
-from sprout_interp.composition import composition_table
+from sprout_interp.circuits.attention import head_scores
+from sprout_interp.report.cli import print_table, script_parser, start
+from sprout_interp.circuits.composition import composition_table
 
 # first tokens swapped in for the name's first token at its first occurrence (the first that is one token
 # and differs from it is used)

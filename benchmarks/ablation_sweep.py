@@ -32,12 +32,12 @@ import time
 
 import torch
 
-from sprout_interp.ablation import ablation_sweep, attribution_sweep, metric_reach, spearman, sweep_macs
+from sprout_interp.circuits.ablation import ablation_sweep, attribution_sweep, metric_reach, spearman, sweep_macs
 
 
 def _load(spec: str):
     import sprout_interp as si
-    from sprout_interp.errors import CheckpointNotFoundError
+    from sprout_interp.core.errors import CheckpointNotFoundError
 
     if spec.startswith("random-"):
         from sprout_model import GPT, preset
@@ -57,7 +57,7 @@ def _load(spec: str):
 def _tokens(m, batch: int, seq: int, seed: int):
     if m.tokenizer is not None:
         try:
-            from sprout_interp.texts import validation_sample
+            from sprout_interp.core.texts import validation_sample
 
             corpus = (m.info or {}).get("corpus") or "default"
             return torch.as_tensor(validation_sample(m.tokenizer, batch, seq, seed, corpus=corpus)), "held-out text"
@@ -91,13 +91,13 @@ def main(argv: list[str] | None = None) -> int:
         toks, what = repeated_tokens_batch(m.cfg.d_vocab, a.seq // 2, a.batch, a.seed), "random tokens repeated twice"
     metric = a.metric
     if a.metric == "target":
-        from sprout_interp.ablation import TargetLogProb
+        from sprout_interp.circuits.ablation import TargetLogProb
 
         metric = TargetLogProb([toks.shape[1] - 2] * toks.shape[0], toks[:, -1].tolist(), rows=range(toks.shape[0]),
                                name="target_logprob")
     reference = None
     if a.kind == "mean":
-        from sprout_interp.ablation import head_means
+        from sprout_interp.circuits.ablation import head_means
 
         reference = head_means(m, toks.roll(1, 0))  # any reference; its cost is outside the timings
     n_heads = m.cfg.n_layers * m.cfg.n_heads
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     B, T = toks.shape
     read, prefix = metric_reach(metric, toks)  # where the metric reads: the fast sweep's unembedding and prefix
     macs = sweep_macs(m.cfg, T, read=read, prefix=prefix)
-    print(f"multiply-adds (sprout_interp.ablation.sweep_macs): naive {B * macs['naive'] / 1e9:,.0f}G, fast "
+    print(f"multiply-adds (sprout_interp.circuits.ablation.sweep_macs): naive {B * macs['naive'] / 1e9:,.0f}G, fast "
           f"{B * macs['fast'] / 1e9:,.0f}G, ratio {macs['ratio']:.3f}: the fast sweep's floor, measured {med['fast'] / med['naive']:.3f}")
     print(f"total {time.time() - t0:.0f}s")
     return 0

@@ -37,7 +37,7 @@ N_TOKENS = 512
 
 def text_of(model, n: int = N_TOKENS) -> tuple[str, str]:
     """A text of at least ``n`` tokens for ``model``'s tokenizer, and where it came from."""
-    from sprout_interp.texts import TEXTS, validation_sample
+    from sprout_interp.core.texts import TEXTS, validation_sample
 
     try:
         ids = validation_sample(model.tokenizer, n=1, length=n, seed=0)[0]
@@ -56,7 +56,7 @@ def sprout_shaped(folder: Path) -> Path:
     from sprout_model.checkpoint import save_checkpoint
     from sprout_model.presets import PRESETS
 
-    from sprout_interp import loading
+    from sprout_interp.core import loading
 
     torch.manual_seed(0)
     gpt = GPT(PRESETS["sprout"]).eval()
@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     import torch
 
     import sprout_interp as si
-    from sprout_interp import loading
+    from sprout_interp.core import loading
 
     models: list[tuple[str, str | None]] = []
     if a.model:

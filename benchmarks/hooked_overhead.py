@@ -19,7 +19,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch
 
 import sprout_interp as si
-from sprout_interp.residual import stream_names
+from sprout_interp.lens.residual import stream_names
 
 
 def main(argv=None) -> None:

@@ -7,7 +7,7 @@ position. Residual-stream patching of every layer x position (``get_act_patch_re
 ``--heads`` every head x position of ``z`` (``get_act_patch_attn_head_out_by_pos``, 48 x 64 forwards
 on sprout: minutes). The two methods run interleaved (one of each per repetition, so machine noise
 hits them alike); prints medians, their ratio, the largest difference, and the multiply-add floor
-(``sprout_interp.patching.patch_macs``).
+(``sprout_interp.circuits.patching.patch_macs``).
 """
 from __future__ import annotations
 

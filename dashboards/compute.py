@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import streamlit as st
 
-from sprout_interp import ablation, attention, compare, per_token, residual
-from sprout_interp.logit_lens import embedding_echo_rate, logit_lens, trajectories
-from sprout_interp.knockout import block_knockout
-from sprout_interp.errors import AblationError
-from sprout_interp.texts import TEXTS
+from sprout_interp.circuits import ablation
+
+from sprout_interp.circuits import attention
+
+from sprout_interp.circuits import compare
+
+from sprout_interp.circuits import per_token
+
+from sprout_interp.lens import residual
+from sprout_interp.lens.logit_lens import embedding_echo_rate, logit_lens, trajectories
+from sprout_interp.circuits.knockout import block_knockout
+from sprout_interp.core.errors import AblationError
+from sprout_interp.core.texts import TEXTS
 
 import state
 
@@ -208,7 +216,7 @@ def name_copying(keys: tuple):
 def patching(_m, key: str, clean: str, corrupted: str, answer: str, wrong: str, site: str, by: str):
     """``activation_patch`` of clean into corrupted with the logit difference answer - wrong at the last position."""
     from sprout_interp import patching as P
-    from sprout_interp.attribution import token_id
+    from sprout_interp.circuits.attribution import token_id
 
     metric = P.LogitDiff(token_id(_m, answer), token_id(_m, wrong))
     return P.activation_patch(_m, clean, corrupted, metric, site=site, by=by)
@@ -217,7 +225,7 @@ def patching(_m, key: str, clean: str, corrupted: str, answer: str, wrong: str, 
 @st.cache_data(**_CACHE)
 def graph(_m, key: str, text: str, pos: int, threshold: float):
     """(nodes, edges) of the contribution graph of the model's own prediction at ``pos``."""
-    from sprout_interp.attribution import contribution_graph
+    from sprout_interp.circuits.attribution import contribution_graph
 
     return contribution_graph(_m, text, pos=pos, threshold=threshold)
 
@@ -225,7 +233,7 @@ def graph(_m, key: str, text: str, pos: int, threshold: float):
 @st.cache_data(**_CACHE)
 def head_effects(_m, key: str, text: str, layer: int, head: int, pos: int):
     """(promoted/suppressed tokens of one head at ``pos``, that head's attention row at ``pos``)."""
-    from sprout_interp.attribution import head_token_effects
+    from sprout_interp.circuits.attribution import head_token_effects
 
     eff = head_token_effects(_m, text, layer, head, pos=pos, k=8)
     return eff, attention.attention_row(_m, tokens(_m, text), layer, head, pos)

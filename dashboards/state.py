@@ -19,8 +19,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import streamlit as st
 
 import sprout_interp as si
-from sprout_interp import loading
-from sprout_interp.texts import TEXTS
+from sprout_interp.core import loading
+from sprout_interp.core.texts import TEXTS
 
 SHIPPED = ["sprout", "gpt-4", "gpt-1"]  # best first
 OWN_PATH = "a checkpoint folder or course .pt…"

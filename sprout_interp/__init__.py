@@ -1,5 +1,5 @@
 """sprout_interp: interpretability toolkit for Sprout, the course's small GPT."""
-from .errors import (
+from sprout_interp.core.errors import (
     AblationError,
     CheckpointNotFoundError,
     ContextLengthError,
@@ -20,19 +20,19 @@ from .errors import (
     UnsafeCheckpointError,
     VocabularyMismatchError,
 )
-from .logit_lens import logit_lens  # the function; the module: `from sprout_interp.logit_lens import ...`
-from .logit_lens import trajectories
-from .tuned_lens import TunedLens, load_tuned_lens, save_tuned_lens, train_tuned_lens
-from .attribution import direct_logit_attribution, head_token_effects
-from . import patching  # si.patching.activation_patch(model, clean, corrupted, metric, site=..., by=...)
-from .composition import composition_scores, composition_table
-from .ablation import ablate, ablation_sweep, attribution_sweep
-from .knockout import block_knockout
-from .attention import attention_patterns, find_induction_circuit, head_scores
-from .compare import compare_models
-from .hooked import HookedSprout, SproutCache, load_hooked
-from .residual import residual_rms
-from .loading import LoadedCheckpoint, load_checkpoint
+from sprout_interp.lens.logit_lens import logit_lens  # the function; the module: `from sprout_interp.lens.logit_lens import ...`
+from sprout_interp.lens.logit_lens import trajectories
+from sprout_interp.lens.tuned_lens import TunedLens, load_tuned_lens, save_tuned_lens, train_tuned_lens
+from sprout_interp.circuits.attribution import direct_logit_attribution, head_token_effects
+from sprout_interp.circuits import patching  # si.patching.activation_patch(model, clean, corrupted, metric, site=..., by=...)
+from sprout_interp.circuits.composition import composition_scores, composition_table
+from sprout_interp.circuits.ablation import ablate, ablation_sweep, attribution_sweep
+from sprout_interp.circuits.knockout import block_knockout
+from sprout_interp.circuits.attention import attention_patterns, find_induction_circuit, head_scores
+from sprout_interp.circuits.compare import compare_models
+from sprout_interp.core.hooked import HookedSprout, SproutCache, load_hooked
+from sprout_interp.lens.residual import residual_rms
+from sprout_interp.core.loading import LoadedCheckpoint, load_checkpoint
 
 load = load_hooked  # si.load("gpt-4") -> HookedSprout
 

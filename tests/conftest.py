@@ -9,7 +9,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import pytest
 import torch
 
-from sprout_interp.hooked import HookedSprout
+from sprout_interp.core.hooked import HookedSprout
 from sprout_model import GPT, Config
 
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from sprout_model import GPT
 from sprout_model.evaluation import repeated_tokens_batch
 from sprout_interp import HookedSprout
-from sprout_interp.ablation import (
+from sprout_interp.circuits.ablation import (
     AblatedRunner,
     CopyingLoss,
     TargetLogProb,
@@ -24,7 +24,7 @@ from sprout_interp.ablation import (
     head_means,
     spearman,
 )
-from sprout_interp.errors import AblationError, SproutError
+from sprout_interp.core.errors import AblationError, SproutError
 
 from conftest import tiny_config
 
@@ -145,7 +145,7 @@ def test_fast_sweep_runs_the_last_block_only_where_the_metric_reads(hooked, toks
     """The copying and target metrics read few positions, so the fast sweep trims the last block (the
     equality tests above then cover that path); the loss reads them all, and a hook on the last block
     turns the trimming off so that the hook sees every position."""
-    from sprout_interp.ablation import _bind_metric, _last_block_at, _read_positions
+    from sprout_interp.circuits.ablation import _bind_metric, _last_block_at, _read_positions
 
     T = toks.shape[1]
     P = T - 1
@@ -388,7 +388,7 @@ def test_shipped_ablation_runs_on_text():
 def test_sweep_macs_counts_both_methods():
     from types import SimpleNamespace
 
-    from sprout_interp.ablation import sweep_macs
+    from sprout_interp.circuits.ablation import sweep_macs
 
     cfg = SimpleNamespace(d_model=4, d_mlp=8, d_vocab=10, n_layers=2, n_heads=2)
     # a block at 3 positions: 3 x (4·16 + 3·4·8) matrix products + 4 x (1+2+3) x 2 causal score/value products
@@ -408,7 +408,7 @@ def test_sweep_macs_counts_both_methods():
 
 
 def test_metric_reach_is_what_the_fast_sweep_reads(toks):
-    from sprout_interp.ablation import TargetLogProb, metric_reach
+    from sprout_interp.circuits.ablation import TargetLogProb, metric_reach
 
     B, T = toks.shape
     assert metric_reach("loss", toks) == (float(T - 1), T - 1)  # every position that has a next token
@@ -417,7 +417,7 @@ def test_metric_reach_is_what_the_fast_sweep_reads(toks):
 
 
 def test_ablated_context_runs_any_code_with_the_heads_ablated(hooked, toks, ref):
-    from sprout_interp.ablation import ablated
+    from sprout_interp.circuits.ablation import ablated
 
     heads = [(0, 1), (2, 0)]
     with torch.no_grad():

@@ -17,9 +17,9 @@ from sprout_model.checkpoint import save_checkpoint
 from sprout_model.evaluation import NAME_TEXTS
 from sprout_model.info import total_steps
 from sprout_model.tokenizer import train_tokenizer
-from sprout_interp import cli
-from sprout_interp.cli import PLOTLY_JS, NamedModel, load_models, plotly_js, save_figure
-from sprout_interp.texts import TEXTS
+from sprout_interp.report import cli
+from sprout_interp.report.cli import PLOTLY_JS, NamedModel, load_models, plotly_js, save_figure
+from sprout_interp.core.texts import TEXTS
 
 from conftest import tiny_config
 
@@ -99,7 +99,7 @@ def test_circuit_scripts_judge_each_part(name, extra, tiny_checkpoint, tmp_path,
 
 @pytest.mark.integration
 def test_scripts_print_the_steps_sprout_model_info_prints():
-    from sprout_interp.loading import SHIPPED_DIR
+    from sprout_interp.core.loading import SHIPPED_DIR
 
     if not (Path(SHIPPED_DIR) / "gpt-4" / "model.safetensors").is_file():
         pytest.skip("the shipped gpt-4 checkpoint is not installed")

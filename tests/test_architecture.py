@@ -13,62 +13,89 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "sprout_interp"
 
-#: module -> layer; a module may import modules of its own layer or lower ones (see docs/ARCHITECTURE.md)
+#: sub-package -> layer; a module may import modules of its own layer or lower ones (see docs/ARCHITECTURE.md)
 LAYERS = {
-    # 0: foundations, no model
-    "errors": 0, "tokens": 0, "texts": 0, "rope": 0, "anatomy": 0,
-    # 1: the model: loading a checkpoint, the hooked wrapper, exports
-    "loading": 1, "hooked": 1, "export": 1,
-    # 2: analyses: tensors or text in, tensors or DataFrames out
-    "residual": 2, "logit_lens": 2, "ablation": 2, "attention": 2, "knockout": 2, "compare": 2, "per_token": 2,
-    "attribution": 2, "patching": 2, "composition": 2, "tuned_lens": 2,
-    # 3: figures, from analysis results
-    "plots": 3, "plots_heads": 3, "plots_anatomy": 3, "plots_patching": 3, "plots_lens": 3,
-    # 4: what scripts share
-    "cli": 4,
+    "core": 0,       # the model: errors, tokens, texts, loading, the hooked wrapper, exports
+    "anatomy": 1,    # the chapter's parameter counts and RoPE maths, from a config
+    "lens": 2,       # reading the residual stream: residual, logit lens, tuned lens
+    "circuits": 3,   # heads, ablation, knockout, attribution, patching, composition
+    "features": 3,   # sparse autoencoders and their feature pages
+    "plots": 4,      # figures, from analysis results
+    "report": 5,     # what scripts share
 }
-#: attributes of the wrapper's classes that only hooked.py may touch
+#: inside core, the order its modules may import each other in (a module imports only ones before it)
+CORE_ORDER = ["errors", "tokens", "texts", "loading", "export", "hooked"]
+#: attributes of the wrapper's classes that only core/hooked.py may touch
 PRIVATE_ATTRS = {"_attn", "_ffn", "_norm", "_ln", "_lock", "_check_tokens", "_check_mask", "_model"}
 
 
 def _modules() -> dict[str, ast.Module]:
-    return {p.stem: ast.parse(p.read_text(encoding="utf-8")) for p in PKG.glob("*.py") if p.stem != "__init__"}
-
-
-def _imports(tree: ast.Module) -> list[tuple[str, list[str], int]]:
-    """(module imported from inside the package, names, line) for every relative import, lazy ones included."""
-    out = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            if node.module:
-                out.append((node.module.split(".")[0], [a.name for a in node.names], node.lineno))
-            else:
-                out += [(a.name, [], node.lineno) for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sprout_interp."):
-            out.append((node.module.split(".")[1], [a.name for a in node.names], node.lineno))
+    """'package.module' -> its syntax tree, for every module of every sub-package."""
+    out = {}
+    for p in sorted(PKG.rglob("*.py")):
+        rel = p.relative_to(PKG).with_suffix("")
+        if rel.name == "__init__":
+            continue
+        out[".".join(rel.parts)] = ast.parse(p.read_text(encoding="utf-8"))
     return out
 
 
-def test_every_module_has_a_layer():
-    assert set(_modules()) == set(LAYERS), "add the new module to LAYERS here and to docs/ARCHITECTURE.md"
+def _imports(tree: ast.Module) -> list[tuple[str, list[str], int]]:
+    """('package.module' imported from inside sprout_interp, names, line) for every import, lazy ones included.
+    ``from sprout_interp.pkg import module`` counts as importing that module."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"line {node.lineno}: relative import; the package imports absolutely"
+            parts = (node.module or "").split(".")
+            if parts[0] != "sprout_interp" or len(parts) < 2:
+                continue
+            if len(parts) == 2:  # from sprout_interp.pkg import module
+                out += [(f"{parts[1]}.{a.name}", [], node.lineno) for a in node.names]
+            else:
+                out.append((".".join(parts[1:3]), [a.name for a in node.names], node.lineno))
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                parts = a.name.split(".")
+                if parts[0] == "sprout_interp" and len(parts) >= 3:
+                    out.append((".".join(parts[1:3]), [], node.lineno))
+    return out
 
 
-@pytest.mark.parametrize("name", sorted(LAYERS))
+def _rank(mod: str) -> tuple[int, int]:
+    pkg, name = mod.split(".")
+    return LAYERS[pkg], (CORE_ORDER.index(name) if pkg == "core" else 0)
+
+
+def test_every_module_sits_in_a_layered_package():
+    mods = _modules()
+    assert all("." in m for m in mods), "no modules at the top of sprout_interp/: put them in a sub-package"
+    assert {m.split(".")[0] for m in mods} <= set(LAYERS), "add the new sub-package to LAYERS and docs/ARCHITECTURE.md"
+    assert {m.split(".")[1] for m in mods if m.startswith("core.")} == set(CORE_ORDER)
+    for pkg in {m.split(".")[0] for m in mods}:
+        init = PKG / pkg / "__init__.py"
+        assert init.is_file() and ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))), (
+            f"{pkg}/__init__.py needs a docstring saying what the package is for and what it may import"
+        )
+
+
+@pytest.mark.parametrize("name", sorted(_modules()))
 def test_imports_run_downwards_and_no_private_names(name):
     tree = _modules()[name]
+    known = _modules()
     for mod, names, line in _imports(tree):
-        assert mod in LAYERS, f"{name}.py:{line} imports {mod}, which has no layer"
-        assert LAYERS[mod] <= LAYERS[name], (
-            f"{name}.py:{line} (layer {LAYERS[name]}) imports {mod} (layer {LAYERS[mod]}): imports run downwards only"
+        assert mod in known, f"{name}:{line} imports {mod}, which is not a module of the package"
+        assert _rank(mod) <= _rank(name), (
+            f"{name}:{line} (layer {_rank(name)}) imports {mod} (layer {_rank(mod)}): imports run downwards only"
         )
         private = [n for n in names if n.startswith("_")]
-        assert not private, f"{name}.py:{line} imports private names {private} from {mod}"
-    if name != "hooked":
+        assert not private, f"{name}:{line} imports private names {private} from {mod}"
+    if name != "core.hooked":
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr in PRIVATE_ATTRS:
                 base = node.value
                 assert isinstance(base, ast.Name) and base.id == "self", (
-                    f"{name}.py:{node.lineno} reaches {ast.unparse(node)}: use the wrapper's public API"
+                    f"{name}:{node.lineno} reaches {ast.unparse(node)}: use the wrapper's public API"
                 )
 
 
@@ -88,6 +115,13 @@ def test_no_import_cycles():
 
     for n in sorted(graph):
         visit(n)
+
+
+def test_the_architecture_page_lists_every_module():
+    """docs/ARCHITECTURE.md describes the tree as it is: every module appears there by its path."""
+    page = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    missing = [m for m in _modules() if f"`{m.split('.')[1]}`" not in page and f"{m.replace('.', '/')}.py" not in page]
+    assert not missing, f"docs/ARCHITECTURE.md does not mention {missing}"
 
 
 def test_dashboards_and_analyses_do_no_tensor_maths():

@@ -11,9 +11,9 @@ import torch
 from sprout_model import GPT
 from sprout_model.evaluation import repeated_tokens_batch
 from sprout_interp import HookedSprout
-from sprout_interp import attention
-from sprout_interp.ablation import ablate
-from sprout_interp.attention import (
+from sprout_interp.circuits import attention
+from sprout_interp.circuits.ablation import ablate
+from sprout_interp.circuits.attention import (
     SCORE_COLUMNS,
     ablation_effects,
     attention_patterns,
@@ -25,7 +25,7 @@ from sprout_interp.attention import (
     score_masks,
     specificity,
 )
-from sprout_interp.errors import AblationError
+from sprout_interp.core.errors import AblationError
 
 from conftest import tiny_config
 
@@ -331,7 +331,7 @@ def test_shipped_head_scores(name):
     if not (CHECKPOINTS / name / "model.safetensors").is_file():
         pytest.skip(f"model/checkpoints/{name}/model.safetensors is not there yet")
     import sprout_interp as si
-    from sprout_interp.texts import TEXTS
+    from sprout_interp.core.texts import TEXTS
 
     m = si.load(name)
     df = head_scores(m, seq_len=32, batch=4, natural=list(TEXTS.values()), copying=False)

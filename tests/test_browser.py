@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sprout_interp import loading
+from sprout_interp.core import loading
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))

@@ -11,9 +11,9 @@ from sprout_model import GPT
 from sprout_model.evaluation import NAME_TEXTS, name_copying
 from sprout_model.tokenizer import train_tokenizer
 from sprout_interp import HookedSprout
-from sprout_interp.ablation import name_copying_under_ablation
-from sprout_interp.compare import compare_models, name_copying_table, piece_probabilities
-from sprout_interp.errors import SproutError
+from sprout_interp.circuits.ablation import name_copying_under_ablation
+from sprout_interp.circuits.compare import compare_models, name_copying_table, piece_probabilities
+from sprout_interp.core.errors import SproutError
 
 from conftest import tiny_config
 

@@ -6,7 +6,7 @@ import torch
 
 import sprout_interp as si
 from sprout_interp import HookedSprout
-from sprout_interp import composition as C
+from sprout_interp.circuits import composition as C
 from sprout_model import GPT
 
 

@@ -19,8 +19,8 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import sprout_interp as si  # noqa: E402
-from sprout_interp import loading  # noqa: E402
-from sprout_interp.texts import TEXTS  # noqa: E402
+from sprout_interp.core import loading  # noqa: E402
+from sprout_interp.core.texts import TEXTS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "dashboards" / "app.py"

@@ -15,8 +15,8 @@ from tokenizers import Tokenizer
 
 from sprout_model import GPT
 from sprout_model.tokenizer import EOT, decode, encode, train_tokenizer
-from sprout_interp.errors import SproutError, VocabularyMismatchError
-from sprout_interp.export import ExportError, hf_config, hf_tokenizer, to_hf, to_transformer_lens
+from sprout_interp.core.errors import SproutError, VocabularyMismatchError
+from sprout_interp.core.export import ExportError, hf_config, hf_tokenizer, to_hf, to_transformer_lens
 
 from conftest import tiny_config
 
@@ -346,7 +346,7 @@ def test_shipped_gpt4_exports(no_network):
 
 def test_hooked_wrapper_exports_delegate(tiny_model):
     """m.to_hf() on the hooked wrapper gives the same logits as the wrapper itself."""
-    from sprout_interp.hooked import HookedSprout
+    from sprout_interp.core.hooked import HookedSprout
 
     m = HookedSprout(tiny_model)
     hf, tok = m.to_hf()

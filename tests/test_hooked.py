@@ -15,14 +15,14 @@ import torch
 import torch.nn.functional as F
 
 from conftest import tiny_config
-from sprout_interp.errors import (
+from sprout_interp.core.errors import (
     ContextLengthError,
     HookNameError,
     SproutError,
     TokenizationError,
     VocabularyMismatchError,
 )
-from sprout_interp.hooked import HookedSprout, SproutCache, load_hooked
+from sprout_interp.core.hooked import HookedSprout, SproutCache, load_hooked
 from sprout_model import GPT, apply_rope
 from sprout_model.tokenizer import train_tokenizer
 
@@ -701,7 +701,7 @@ def test_construction_and_copies(tiny_model, tokenizer300, toks):
 
 
 def test_load_hooked_from_a_checkpoint_folder(tmp_path, worded, tokenizer300):
-    pytest.importorskip("sprout_interp.loading")
+    pytest.importorskip("sprout_interp.core.loading")
     from sprout_model.checkpoint import save_checkpoint
 
     tok_file = tmp_path / "tok.json"

@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from sprout_interp.hooked import HookedSprout
+from sprout_interp.core.hooked import HookedSprout
 
 N_THREADS = 8
 CALLS_PER_THREAD = 25

@@ -24,7 +24,7 @@ pytest.importorskip("streamlit")
 from markdown_it import MarkdownIt  # noqa: E402  (streamlit's own dependency, through rich)
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from sprout_interp import loading  # noqa: E402
+from sprout_interp.core import loading  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "dashboards" / "app.py"

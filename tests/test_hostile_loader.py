@@ -26,8 +26,10 @@ import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, models
 
-from sprout_interp import errors, loading
-from sprout_interp.loading import expected_shapes, load_checkpoint, validate_config
+from sprout_interp.core import errors
+
+from sprout_interp.core import loading
+from sprout_interp.core.loading import expected_shapes, load_checkpoint, validate_config
 from sprout_model import GPT
 from sprout_model.checkpoint import save_checkpoint
 

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import sprout_interp as si
-from sprout_interp import HookedSprout, ablation
+from sprout_interp import HookedSprout
+from sprout_interp.circuits import ablation
 from sprout_model import GPT
 from sprout_model.tokenizer import train_tokenizer
 from conftest import tiny_config

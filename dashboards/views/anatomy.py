@@ -4,8 +4,8 @@ from __future__ import annotations
 import streamlit as st
 
 import state
-from sprout_interp import anatomy
-from sprout_interp.plots_anatomy import model_diagram
+from sprout_interp.anatomy import params as anatomy
+from sprout_interp.plots.anatomy import model_diagram
 
 st.header("Anatomy")
 m = state.current_model()
@@ -45,4 +45,4 @@ k[1].metric("spent on the vocabulary", f"{b['vocab_share']:.0%}")
 k[2].metric("per block", f"{b['per_block']:,}")
 k[3].metric("without weight tying", f"{anatomy.param_breakdown(d_model, n_layer_c, d_ff, int(vocab), n_head, tied=False)['total']:,}")
 st.caption("Embedding V·d + n_layer × (attention 4d² + 2·head_dim QK-norm gains + SwiGLU 3·d·d_ff + norms 2d) "
-           "+ final norm d — the chapter's count, computed by `sprout_interp.anatomy.param_breakdown`.")
+           "+ final norm d — the chapter's count, computed by `sprout_interp.anatomy.params.param_breakdown`.")

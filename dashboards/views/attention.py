@@ -6,7 +6,7 @@ import streamlit as st
 
 import compute
 import state
-from sprout_interp.plots_heads import block_label, head_scores_figure, head_scores_heatmap, pattern_figure
+from sprout_interp.plots.heads import block_label, head_scores_figure, head_scores_heatmap, pattern_figure
 
 state.header(
     "Attention heads",
@@ -38,7 +38,7 @@ st.markdown("**previous-token**: attention to the token just before; **duplicate
             "tokens (16 rows of 64 tokens, each repeated twice) and on this text.")
 with st.spinner("scoring every head…"), state.shown_errors("the head scores"):
     scores = compute.head_scores(m, key, text)
-    from sprout_interp.attention import find_induction_circuit
+    from sprout_interp.circuits.attention import find_induction_circuit
 
     circ = find_induction_circuit(scores=scores, on="random")
 circuit_heads = set(circ.heads())

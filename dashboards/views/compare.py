@@ -5,7 +5,7 @@ import streamlit as st
 
 import compute
 import state
-from sprout_interp.plots_heads import compare_models_figure, name_copying_figure
+from sprout_interp.plots.heads import compare_models_figure, name_copying_figure
 from sprout_model.evaluation import NAME_TEXTS
 
 state.header(

@@ -6,9 +6,9 @@ import streamlit as st
 
 import compute
 import state
-from sprout_interp.logit_lens import CHAPTER_SPROUT_CONFIDENCE, penultimate_vs_final
+from sprout_interp.lens.logit_lens import CHAPTER_SPROUT_CONFIDENCE, penultimate_vs_final
 from sprout_interp.plots import layer_metrics_chart, logit_lens_grid
-from sprout_interp.plots_lens import TRAJECTORY_METRICS, trajectory_heatmaps
+from sprout_interp.plots.trajectories import TRAJECTORY_METRICS, trajectory_heatmaps
 
 state.header(
     "Logit lens",

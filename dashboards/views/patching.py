@@ -5,7 +5,7 @@ import streamlit as st
 
 import compute
 import state
-from sprout_interp.plots_patching import contribution_graph_figure, head_patching_heatmap, patching_heatmap
+from sprout_interp.plots.patching import contribution_graph_figure, head_patching_heatmap, patching_heatmap
 
 CLEAN = ("When the boat came in, old Zorbin Plax was waiting on the pier. The sailors tied the ropes, and the last "
          "man off the boat shook hands with Zorbin")

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from sprout_interp import rope
-from sprout_interp.plots_anatomy import rope_grid_figure
+from sprout_interp.anatomy import rope
+from sprout_interp.plots.anatomy import rope_grid_figure
 
 st.header("Positions (RoPE)")
 st.markdown("A query at position *m* and a key at position *n* are rotated by *m·θᵢ* and *n·θᵢ*; their dot "

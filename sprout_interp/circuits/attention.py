@@ -10,7 +10,7 @@ Head scores (one number per head, from ``blocks.{l}.attn.hook_pattern``, rows = 
 
 Each is measured (a) on the standard test, a seeded batch of random tokens repeated twice
 (``sprout_model.evaluation.repeated_tokens_batch``), where an induction head attends to the token
-after the first copy, and (b) on natural held-out text (``sprout_interp.texts.validation_sample``).
+after the first copy, and (b) on natural held-out text (``sprout_interp.core.texts.validation_sample``).
 :func:`head_scores` adds each head's part in in-context copying: the copying ratio (loss on the second
 copy / loss on the first) with that head ablated.
 
@@ -41,9 +41,9 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from .ablation import CONVENTION, Kind, ablated, ablation_sweep, as_hooked, check_heads, head_means, prepare_tokens
-from .errors import AblationError
-from .hooked import HookedSprout
+from sprout_interp.circuits.ablation import CONVENTION, Kind, ablated, ablation_sweep, as_hooked, check_heads, head_means, prepare_tokens
+from sprout_interp.core.errors import AblationError
+from sprout_interp.core.hooked import HookedSprout
 
 __all__ = [
     "attention_patterns", "score_masks", "pattern_scores", "head_scores", "find_induction_circuit",
@@ -157,11 +157,11 @@ def _natural_tokens(model: HookedSprout, natural, n: int, length: int, seed: int
     if model.tokenizer is None:
         raise AblationError("natural-text scores need the model's tokenizer, or pass natural=<token ids>; natural=False skips them")
     try:
-        from .texts import held_out_for
+        from sprout_interp.core.texts import held_out_for
 
         return held_out_for(model, n, length, seed)
     except (ImportError, OSError, ValueError, RuntimeError):  # RuntimeError: sprout_model.corpus.CorpusError
-        from .texts import TEXTS
+        from sprout_interp.core.texts import TEXTS
 
         return list(TEXTS.values())  # no corpus here: the three ready-made texts
 
@@ -190,7 +190,7 @@ def head_scores(
             the first, with the head ablated alone by ``copying_kind``) and ``copying_ratio_change``
             (minus the clean ratio, which is in ``df.attrs["clean_copying_ratio"]``; a head that does
             copying raises the ratio when removed).
-        reference: for ``copying_kind`` "mean"/"resample" (see ``sprout_interp.ablation.ablate``).
+        reference: for ``copying_kind`` "mean"/"resample" (see ``sprout_interp.circuits.ablation.ablate``).
 
     Returns:
         DataFrame ``layer, block, head, prev_token_random, duplicate_random, induction_random,
@@ -417,7 +417,7 @@ def ablation_effects(
         induction_head: ``(layer, head)`` whose induction score (attention from a repeated token to
             the token after its earlier copy, on ``repeated``) is measured in every condition; this is
             the path a previous-token head feeds. None: not measured.
-        kind, reference: "zero" or "mean" ablation; ``reference`` as in ``sprout_interp.ablation.ablate``
+        kind, reference: "zero" or "mean" ablation; ``reference`` as in ``sprout_interp.circuits.ablation.ablate``
             (head means are computed once).
         copying: "names" (invented-name copying, ``sprout_model.evaluation.name_copying`` on
             ``texts``, default NAME_TEXTS: the mean probability of a name's later tokens) or "repeated"

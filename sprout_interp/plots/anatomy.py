@@ -4,7 +4,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from torch import Tensor
 
-# (key, label, y centre) from top (input) to bottom (output); keys match sprout_interp.anatomy.PARTS
+# (key, label, y centre) from top (input) to bottom (output); keys match sprout_interp.anatomy.params.PARTS
 _BOXES = [
     ("embed", "token embedding  (V × d)", 9.0),
     ("rmsnorm", "RMSNorm", 7.6),

@@ -43,8 +43,8 @@ from torch import Tensor
 
 from sprout_model.model import apply_rope
 
-from .errors import PatchingError
-from .hooked import HookedSprout, as_hooked, is_hooked
+from sprout_interp.core.errors import PatchingError
+from sprout_interp.core.hooked import HookedSprout, as_hooked, is_hooked
 
 __all__ = [
     "PatchingError", "LogitDiff", "LogProb", "Loss", "activation_patch", "naive_patch", "SITES", "patch_macs",

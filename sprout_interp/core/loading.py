@@ -59,7 +59,7 @@ from sprout_model.checkpoint import SHIPPED, TIED
 from sprout_model.checkpoint import SHIPPED_DIR as _SHIPPED_DIR
 from sprout_model.model import GPT, Config
 
-from .errors import (
+from sprout_interp.core.errors import (
     CheckpointNotFoundError,
     InvalidConfigError,
     InvalidWeightsError,
@@ -112,7 +112,7 @@ def load_checkpoint(name_or_path: str | os.PathLike, tokenizer: str | os.PathLik
     ``tokenizers.Tokenizer``; when the weights have no tokenizer of their own, or another one, the
     result carries a warning saying so. Without it, the ``tokenizer.json`` beside the weights or in
     the folder above them is used, and weights with neither are refused.
-    Raises a :class:`~sprout_interp.errors.SproutError` subclass for every input mistake.
+    Raises a :class:`~sprout_interp.core.errors.SproutError` subclass for every input mistake.
     """
     try:
         return _load(name_or_path, tokenizer)
@@ -239,7 +239,7 @@ def _open_regular(p: Path, limit: int, what: str) -> IO[bytes]:
         os.close(fd)
         raise NotACheckpointError(
             f"{p} is {st.st_size:,} bytes, more than a Sprout {what} can be ({limit:,}); this is not one. "
-            "If it really is, raise sprout_interp.loading's limit for it"
+            "If it really is, raise sprout_interp.core.loading's limit for it"
         )
     return os.fdopen(fd, "rb")
 

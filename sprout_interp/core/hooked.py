@@ -68,8 +68,8 @@ from transformer_lens.utilities import remove_batch_dim as _drop_batch_dim
 
 from sprout_model.model import GPT, Attention, Block, Config, FeedForward, RMSNorm, apply_rope
 
-from . import tokens as _tok
-from .errors import (
+from sprout_interp.core import tokens as _tok
+from sprout_interp.core.errors import (
     ContextLengthError,
     HookNameError,
     HookOutputError,
@@ -599,7 +599,7 @@ class HookedSprout(HookedRootModule):
 
     @classmethod
     def from_loaded(cls, loaded) -> "HookedSprout":
-        """From a ``sprout_interp.loading.LoadedCheckpoint`` (``.model``, ``.tokenizer``, ``.info``, ``.name``, ``.source``)."""
+        """From a ``sprout_interp.core.loading.LoadedCheckpoint`` (``.model``, ``.tokenizer``, ``.info``, ``.name``, ``.source``)."""
         source = getattr(loaded, "source", None)
         return cls(
             loaded.model,
@@ -1217,8 +1217,8 @@ class HookedSprout(HookedRootModule):
     # -- exports -------------------------------------------------------------------------------
 
     def to_hf(self):
-        """(Qwen3ForCausalLM, PreTrainedTokenizerFast | None) with identical logits; see ``sprout_interp.export``."""
-        from .export import to_hf
+        """(Qwen3ForCausalLM, PreTrainedTokenizerFast | None) with identical logits; see ``sprout_interp.core.export``."""
+        from sprout_interp.core.export import to_hf
 
         return to_hf(self.model, self.tokenizer)
 
@@ -1226,9 +1226,9 @@ class HookedSprout(HookedRootModule):
         """A TransformerLens 4.x ``TransformerBridge`` over the exported Qwen3 model, built offline.
 
         In compatibility mode (the default) its weights, caches and attributions equal this model's;
-        see ``sprout_interp.export.to_transformer_lens``.
+        see ``sprout_interp.core.export.to_transformer_lens``.
         """
-        from .export import to_transformer_lens
+        from sprout_interp.core.export import to_transformer_lens
 
         return to_transformer_lens(self.model, self.tokenizer, compatibility_mode=compatibility_mode)
 
@@ -1301,9 +1301,9 @@ def load_hooked(name_or_path: Union[str, Path], tokenizer=None) -> HookedSprout:
 
     ``tokenizer`` (a ``tokenizers.Tokenizer``, a ``tokenizer.json`` path or a folder holding one)
     replaces the one found with the checkpoint; its size must match the model's vocabulary.
-    Errors are :class:`~sprout_interp.errors.SproutError` subclasses (see ``load_checkpoint``).
+    Errors are :class:`~sprout_interp.core.errors.SproutError` subclasses (see ``load_checkpoint``).
     """
-    from .loading import load_checkpoint  # lazy: keeps this module importable on its own
+    from sprout_interp.core.loading import load_checkpoint  # lazy: keeps this module importable on its own
 
     if tokenizer is None:
         loaded = load_checkpoint(name_or_path)

@@ -53,8 +53,8 @@ from tqdm.auto import tqdm
 
 from sprout_model.model import apply_rope
 
-from .errors import AblationError
-from .hooked import HookedSprout, as_hooked, is_hooked
+from sprout_interp.core.errors import AblationError
+from sprout_interp.core.hooked import HookedSprout, as_hooked, is_hooked
 
 __all__ = [
     "KINDS", "CONVENTION", "AblationResult", "ablate", "ablation_sweep", "attribution_sweep", "head_means",
@@ -123,11 +123,11 @@ def _check_kind(kind) -> str:
 
 
 def default_reference(model: HookedSprout, n: int = _REF_N, length: int = _REF_LEN, seed: int = _REF_SEED) -> Int[Tensor, "n length"]:
-    """``n`` windows of ``length`` held-out tokens (``sprout_interp.texts.validation_sample``), the default reference."""
+    """``n`` windows of ``length`` held-out tokens (``sprout_interp.core.texts.validation_sample``), the default reference."""
     if model.tokenizer is None:
         raise AblationError("the default reference is held-out text, which needs the model's tokenizer: pass reference=tokens")
     try:
-        from .texts import held_out_for
+        from sprout_interp.core.texts import held_out_for
 
         ref = held_out_for(model, n, length, seed)
     except (ImportError, OSError, ValueError, RuntimeError) as e:  # RuntimeError: sprout_model.corpus.CorpusError

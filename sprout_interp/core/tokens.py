@@ -1,6 +1,6 @@
 """Text <-> token ids for Sprout's byte-level BPE, with the errors a person can act on.
 
-These are plain functions on a ``tokenizers.Tokenizer``; :class:`sprout_interp.hooked.HookedSprout`
+These are plain functions on a ``tokenizers.Tokenizer``; :class:`sprout_interp.core.hooked.HookedSprout`
 wraps them as ``to_tokens`` / ``to_str_tokens`` / ``to_string``.
 
 Conventions
@@ -12,7 +12,7 @@ Conventions
   that follows it, so the activations and logits at real positions are exactly those of the text
   run alone; the boolean ``attention_mask`` (True = real token) says which positions to ignore.
 * Nothing is silently cut: a text longer than the context raises
-  :class:`~sprout_interp.errors.ContextLengthError` unless ``truncate=True`` (which keeps the
+  :class:`~sprout_interp.core.errors.ContextLengthError` unless ``truncate=True`` (which keeps the
   *first* ``context`` tokens, as TransformerLens does).
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from torch import Tensor
 from sprout_model.tokenizer import EOT, TokenizerError
 from sprout_model.tokenizer import encode as _encode
 
-from .errors import ContextLengthError, SproutError, TokenizationError
+from sprout_interp.core.errors import ContextLengthError, SproutError, TokenizationError
 
 __all__ = [
     "EOT",

@@ -17,7 +17,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from .hooked import as_hooked
+from sprout_interp.core.hooked import as_hooked
 
 __all__ = [
     "CHAPTER_GPT4_RMS", "CHAPTER_GPT4_GROWTH", "as_hooked", "stream_names", "row_labels",
@@ -46,7 +46,7 @@ def _mask(tokens: Tensor, attention_mask: Tensor | None) -> Tensor:
     if attention_mask is None:
         return torch.ones_like(tokens, dtype=torch.bool)
     if attention_mask.shape != tokens.shape:
-        from .errors import SproutError
+        from sprout_interp.core.errors import SproutError
 
         raise SproutError(f"attention_mask has shape {tuple(attention_mask.shape)} but tokens have {tuple(tokens.shape)}")
     return attention_mask.to(tokens.device).bool()

@@ -1,6 +1,6 @@
 """Figures of the tuned lens beside the logit lens: per-token trajectory heatmaps (stream row × token, as the
 tuned-lens paper draws them) and per-block comparison lines. Inputs are the tables of
-:func:`sprout_interp.logit_lens.trajectories` and of ``analyses/lens_comparison.py``; no tensor maths here.
+:func:`sprout_interp.lens.logit_lens.trajectories` and of ``analyses/lens_comparison.py``; no tensor maths here.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def trajectory_heatmaps(
 ) -> go.Figure:
     """One heatmap per lens, side by side: rows = stream rows (embedding, block 1 … block L, blocks counted
     from 1), columns = token positions, colour = ``metric`` (a key of :data:`TRAJECTORY_METRICS`), text = the
-    lens's top-1 token. ``traj``: :func:`~sprout_interp.logit_lens.trajectories`'s table; both panels share
+    lens's top-1 token. ``traj``: :func:`~sprout_interp.lens.logit_lens.trajectories`'s table; both panels share
     one colour range so the lenses compare directly.
     """
     if metric not in TRAJECTORY_METRICS:

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 import torch
 
-from .hooked import as_hooked
-from .errors import SproutError
+from sprout_interp.core.hooked import as_hooked
+from sprout_interp.core.errors import SproutError
 
 __all__ = ["compare_models", "name_copying_table", "piece_probabilities", "model_dict"]
 
@@ -31,7 +31,7 @@ def model_dict(models) -> dict[str, object]:
     out: dict[str, object] = {}
     for label, m in items:
         if isinstance(m, str):
-            from .hooked import load_hooked as load
+            from sprout_interp.core.hooked import load_hooked as load
 
             m = load(m)
         m = as_hooked(m)

@@ -3,7 +3,7 @@
 A block is knocked out by zeroing both things it adds to the stream, ``blocks.{l}.hook_attn_out`` and
 ``blocks.{l}.hook_mlp_out``: the stream then passes through it unchanged, as if it were not there.
 It answers "does this block do anything?" (for instance, Sprout's blocks grown from a gpt-4) with one
-number per block, in nats, from exact forwards. Head-level knockouts are in :mod:`sprout_interp.ablation`.
+number per block, in nats, from exact forwards. Head-level knockouts are in :mod:`sprout_interp.circuits.ablation`.
 
 Layers are 0-indexed in code; tables also carry ``blocks`` counted from 1, as the chapter does.
 """
@@ -17,9 +17,9 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
-from .ablation import prepare_tokens
-from .errors import AblationError
-from .hooked import HookedSprout, as_hooked
+from sprout_interp.circuits.ablation import prepare_tokens
+from sprout_interp.core.errors import AblationError
+from sprout_interp.core.hooked import HookedSprout, as_hooked
 
 Group = Union[int, Sequence[int]]
 

@@ -17,8 +17,8 @@ from sprout_model.checkpoint import SHIPPED
 from sprout_model.info import total_steps
 from sprout_model.presets import PRESETS
 
-from .errors import CheckpointNotFoundError, SproutError
-from .plots import PLOTLY_JS, plotly_js, save_figure  # noqa: F401  (the scripts' figure writer)
+from sprout_interp.core.errors import CheckpointNotFoundError, SproutError
+from sprout_interp.plots.common import PLOTLY_JS, plotly_js, save_figure  # noqa: F401  (the scripts' figure writer)
 
 __all__ = [
     "SHIPPED", "NamedModel", "preset_of", "load_models", "held_out", "mean_reference", "out_dir", "print_table",
@@ -65,7 +65,7 @@ def preset_of(model) -> Optional[str]:
 
 def load_models(specs: Sequence[str], stream=None) -> list[NamedModel]:
     """Load every name or path in ``specs``; a missing one is reported on ``stream`` (stderr) and skipped."""
-    from .hooked import load_hooked as load
+    from sprout_interp.core.hooked import load_hooked as load
 
     stream = sys.stderr if stream is None else stream
     out = []
@@ -98,7 +98,7 @@ def held_out(model, args, stream=None):
     note on ``stream`` (stderr), when the corpus packages are not installed."""
     from sprout_model.corpus import CorpusError
 
-    from .texts import held_out_for
+    from sprout_interp.core.texts import held_out_for
 
     global _held_out_note_shown
     try:
@@ -112,12 +112,12 @@ def held_out(model, args, stream=None):
 
 
 def mean_reference(model, n: int, length: int, seed: int, stream=None):
-    """Head means (``sprout_interp.ablation.head_means``) over the held-out sample ``(n, length, seed)``, the
+    """Head means (``sprout_interp.circuits.ablation.head_means``) over the held-out sample ``(n, length, seed)``, the
     mean-ablation reference of the scripts; over the three ready-made texts when the corpus is not installed."""
     from types import SimpleNamespace
 
-    from .ablation import head_means
-    from .texts import TEXTS
+    from sprout_interp.circuits.ablation import head_means
+    from sprout_interp.core.texts import TEXTS
 
     ref = held_out(model, SimpleNamespace(n=n, length=length, seed=seed), stream)
     return head_means(model, ref if ref is not None else list(TEXTS.values()))

@@ -1,4 +1,4 @@
-"""Figures for activation patching and contribution graphs (plotly; data from sprout_interp.patching / attribution).
+"""Figures for activation patching and contribution graphs (plotly; data from sprout_interp.circuits.patching / attribution).
 
 Every figure says its convention: blocks counted from 1 (the chapter's "layer N"), positions from 0.
 """
@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from .plots import show_token
+from sprout_interp.plots.common import show_token
 
 __all__ = ["patching_heatmap", "head_patching_heatmap", "contribution_graph_figure"]
 

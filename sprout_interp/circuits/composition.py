@@ -10,7 +10,7 @@ TransformerLens's ``all_composition_scores``.
 Sprout's weights come from HookedSprout with the norms' gains folded in (``W_Q``, ``W_K``, ``W_V``);
 what the scores cannot see: the RMS norm's division (one number per position), and the per-head
 QK-norm and RoPE, which act between ``W_Q``/``W_K`` and the dot product. So a score ranks pairs by
-how well their matrices line up, not by what the model does; :mod:`sprout_interp.patching` measures
+how well their matrices line up, not by what the model does; :mod:`sprout_interp.circuits.patching` measures
 that. Random matrices of the same shapes score far from zero; :func:`random_baseline` gives the
 level a pair must clear to mean anything.
 
@@ -29,8 +29,8 @@ from torch import Tensor
 from transformer_lens import FactoredMatrix
 from transformer_lens.utilities import composition_scores as _tl_composition_scores
 
-from .errors import SproutError
-from .hooked import as_hooked
+from sprout_interp.core.errors import SproutError
+from sprout_interp.core.hooked import as_hooked
 
 __all__ = ["composition_scores", "random_baseline", "composition_table"]
 

@@ -13,7 +13,7 @@ Training minimises KL(final ‖ lens), in nats, averaged over tokens and rows, o
 training documents; evaluation uses the validation documents. A lens is saved beside its checkpoint as
 ``tuned_lens.safetensors`` (float16) + ``tuned_lens.json`` (how it was trained and a fingerprint of the
 checkpoint: config, sha256 of the weights and of the vocabulary); loading it for any other checkpoint
-raises :class:`~sprout_interp.errors.TunedLensMismatchError`.
+raises :class:`~sprout_interp.core.errors.TunedLensMismatchError`.
 """
 from __future__ import annotations
 
@@ -32,9 +32,9 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from .errors import SproutError, TunedLensMismatchError
-from .hooked import as_hooked
-from .residual import residual_stack
+from sprout_interp.core.errors import SproutError, TunedLensMismatchError
+from sprout_interp.core.hooked import as_hooked
+from sprout_interp.lens.residual import residual_stack
 
 __all__ = [
     "LENS_WEIGHTS", "LENS_INFO", "TunedLens", "read_out", "fingerprint", "lens_path", "save_tuned_lens",
@@ -168,13 +168,13 @@ def save_tuned_lens(lens: TunedLens, folder: str | Path, dtype: torch.dtype = to
 def load_tuned_lens(model, folder: str | Path | None = None) -> TunedLens:
     """The tuned lens saved for ``model`` (in ``folder``, default its checkpoint folder), in float32.
 
-    Raises :class:`~sprout_interp.errors.TunedLensNotFoundError` when there is none and
-    :class:`~sprout_interp.errors.TunedLensMismatchError` when it was trained for another checkpoint (a
+    Raises :class:`~sprout_interp.core.errors.TunedLensNotFoundError` when there is none and
+    :class:`~sprout_interp.core.errors.TunedLensMismatchError` when it was trained for another checkpoint (a
     different config, vocabulary or weights).
     """
     from safetensors.torch import load_file
 
-    from .errors import TunedLensNotFoundError
+    from sprout_interp.core.errors import TunedLensNotFoundError
 
     m = as_hooked(model)
     folder = lens_path(m) if folder is None else Path(folder)
@@ -182,7 +182,7 @@ def load_tuned_lens(model, folder: str | Path | None = None) -> TunedLens:
         where = "the model has no checkpoint folder" if folder is None else f"{folder} has no {LENS_WEIGHTS} + {LENS_INFO}"
         raise TunedLensNotFoundError(
             f"no tuned lens for {m.name or 'this model'}: {where}. Train one with "
-            "`python -m sprout_interp.tuned_lens --models NAME_OR_PATH` (or train_tuned_lens + save_tuned_lens), "
+            "`python -m sprout_interp.lens.tuned_lens --models NAME_OR_PATH` (or train_tuned_lens + save_tuned_lens), "
             "or use lens=\"logit\"")
     try:
         info = json.loads((folder / LENS_INFO).read_text(encoding="utf-8"))
@@ -194,7 +194,7 @@ def load_tuned_lens(model, folder: str | Path | None = None) -> TunedLens:
     if bad:
         raise TunedLensMismatchError(
             f"the tuned lens in {folder} was trained for another checkpoint: its {', '.join(bad)} differ from "
-            f"{m.name or 'this model'}'s. Train a lens for this checkpoint (python -m sprout_interp.tuned_lens "
+            f"{m.name or 'this model'}'s. Train a lens for this checkpoint (python -m sprout_interp.lens.tuned_lens "
             "--models ...) or use lens=\"logit\"")
     lens = TunedLens(m.cfg.d_model, m.cfg.n_layers, info)
     want = {k: tuple(v.shape) for k, v in lens.state_dict().items()}
@@ -213,7 +213,7 @@ def find_tuned_lens(model, lens="tuned") -> tuple[Optional[TunedLens], Optional[
     checkpoint has none, (None, notice) and a :class:`MissingTunedLensWarning`: the logit lens is used
     instead. A lens trained for another checkpoint is never silently replaced: that raises.
     """
-    from .errors import TunedLensNotFoundError
+    from sprout_interp.core.errors import TunedLensNotFoundError
 
     if isinstance(lens, TunedLens):
         return lens, None
@@ -356,12 +356,12 @@ def train_tuned_lens(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Train and save tuned lenses: ``python -m sprout_interp.tuned_lens --models gpt-1 gpt-4 sprout``."""
+    """Train and save tuned lenses: ``python -m sprout_interp.lens.tuned_lens --models gpt-1 gpt-4 sprout``."""
     import argparse
 
-    from .loading import SHIPPED
-    from .hooked import load_hooked
-    from .texts import held_out_for, training_sample_for
+    from sprout_interp.core.loading import SHIPPED
+    from sprout_interp.core.hooked import load_hooked
+    from sprout_interp.core.texts import held_out_for, training_sample_for
 
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("--models", nargs="+", default=list(SHIPPED))
@@ -384,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         train = training_sample_for(m, n=a.windows, length=a.length, seed=a.seed)
         val = held_out_for(m, n=a.val, length=a.length, seed=a.seed)
         lens = train_tuned_lens(m, train, steps=a.steps, batch=a.batch, lr=lr, optimizer=a.optimizer, seed=a.seed,
-                                val_tokens=val, extra_info={"command": "python -m sprout_interp.tuned_lens "
+                                val_tokens=val, extra_info={"command": "python -m sprout_interp.lens.tuned_lens "
                                                             + " ".join(argv if argv is not None else sys.argv[1:])})
         where = save_tuned_lens(lens, a.out or lens_path(m))
         v = lens.info["validation"]

@@ -21,8 +21,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from .errors import SproutError
-from .hooked import HookedSprout, as_hooked
+from sprout_interp.core.errors import SproutError
+from sprout_interp.core.hooked import HookedSprout, as_hooked
 
 __all__ = ["direct_logit_attribution", "head_token_effects", "contribution_graph", "token_id", "head_label"]
 

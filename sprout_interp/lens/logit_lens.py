@@ -7,7 +7,7 @@ Rows: 0 = after the embedding, r = after block r (blocks counted from 1, as the 
 output. Probabilities are plain probabilities; cross-entropies, entropies and KL divergences are in
 nats. Tables carry ``block`` (1-indexed, 0 = embedding) and ``layer`` (0-indexed, -1 = embedding).
 
-``lens="tuned"`` reads every row through its tuned-lens translator first (:mod:`sprout_interp.tuned_lens`),
+``lens="tuned"`` reads every row through its tuned-lens translator first (:mod:`sprout_interp.lens.tuned_lens`),
 with the same tables; a checkpoint without a saved tuned lens falls back to the logit lens with a
 warning and the result's ``notice``. :func:`trajectories` gives one text's per-token tables for both.
 
@@ -26,9 +26,9 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from .hooked import as_hooked
-from .residual import residual_stack, row_labels
-from .tuned_lens import TunedLens, find_tuned_lens, read_out
+from sprout_interp.core.hooked import as_hooked
+from sprout_interp.lens.residual import residual_stack, row_labels
+from sprout_interp.lens.tuned_lens import TunedLens, find_tuned_lens, read_out
 
 __all__ = [
     "CHAPTER_SPROUT_CONFIDENCE", "LogitLens", "logit_lens", "lens_log_probs", "read_out",
@@ -246,9 +246,9 @@ def logit_lens(
         chunk: positions (over batch × pos) read out at a time, bounding memory at about
             ``chunk × vocab`` floats per row; None reads all positions at once.
         lens: ``"logit"`` (the stream as it is), ``"tuned"`` (through the tuned lens saved beside the
-            checkpoint; without one, the logit lens, a :class:`~sprout_interp.tuned_lens.MissingTunedLensWarning`
-            and ``notice`` set) or a :class:`~sprout_interp.tuned_lens.TunedLens`. A lens trained for another
-            checkpoint raises :class:`~sprout_interp.errors.TunedLensMismatchError`.
+            checkpoint; without one, the logit lens, a :class:`~sprout_interp.lens.tuned_lens.MissingTunedLensWarning`
+            and ``notice`` set) or a :class:`~sprout_interp.lens.tuned_lens.TunedLens`. A lens trained for another
+            checkpoint raises :class:`~sprout_interp.core.errors.TunedLensMismatchError`.
     """
     model, tokens, mask = _prep(model, tokens, attention_mask)
     tuned, notice = find_tuned_lens(model, lens)

@@ -17,8 +17,8 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from .ablation import Kind, ablate, as_hooked, check_heads, prepare_tokens
-from .errors import ContextLengthError
+from sprout_interp.circuits.ablation import Kind, ablate, as_hooked, check_heads, prepare_tokens
+from sprout_interp.core.errors import ContextLengthError
 
 __all__ = ["next_token_table", "ablation_effect"]
 
@@ -61,7 +61,7 @@ def ablation_effect(
     Columns: ``position, context, token, clean_prob, ablated_prob, prob_change`` (ablated − clean),
     ``clean_loss, ablated_loss, loss_change`` (nats). ``df.attrs``: ``clean_loss``, ``ablated_loss``,
     ``loss_change`` (means over the text), ``heads``, ``kind``. ``kind`` and ``reference`` are as in
-    :func:`sprout_interp.ablation.ablate`.
+    :func:`sprout_interp.circuits.ablation.ablate`.
     """
     model = as_hooked(model)
     heads = check_heads(model, list(heads))

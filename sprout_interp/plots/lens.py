@@ -1,6 +1,6 @@
-"""Plotly figures for the logit lens and the residual stream (head and ablation plots live in ``plots_heads``).
+"""Plotly figures for the logit lens and the residual stream (head and ablation plots live in ``plots.heads``).
 
-Every function takes results of the analysis functions (a :class:`~sprout_interp.logit_lens.LogitLens`,
+Every function takes results of the analysis functions (a :class:`~sprout_interp.lens.logit_lens.LogitLens`,
 or the tidy DataFrames of ``LogitLens.summary`` / ``residual_rms``) and returns a
 ``plotly.graph_objects.Figure``; none does tensor maths beyond picking cells out. Rows of the stream
 are labelled as people read them: "embedding", then "block 1" … (blocks counted from 1, as the
@@ -8,20 +8,19 @@ chapter does; ``blocks.{n-1}`` in code).
 """
 from __future__ import annotations
 
-import functools
-
-from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .logit_lens import LogitLens
+from sprout_interp.lens.logit_lens import LogitLens
+from sprout_interp.plots.common import escape_label as _esc
+from sprout_interp.plots.common import show_token
 
 __all__ = [
-    "show_token", "logit_lens_grid", "layer_metrics_chart", "rms_growth_chart", "rms_position_chart",
-    "token_change_chart", "save_figure",
+    "logit_lens_grid", "layer_metrics_chart", "rms_growth_chart", "rms_position_chart",
+    "token_change_chart", "block_knockout_chart",
 ]
 
 BLOCK_AXIS = "after block (counted from 1; 0 = after the embedding)"
@@ -33,17 +32,6 @@ _METRIC_TITLES = {
     "kl_final": "KL(final ‖ row) (nats)",
 }
 _PERCENT = {"confidence", "accuracy"}
-
-
-def _esc(s: str) -> str:
-    """Escape what plotly's label mini-HTML would swallow (``<|endoftext|>`` would vanish as a tag)."""
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def show_token(s: str) -> str:
-    """A token string made visible in a cell: newlines as ↵, tabs as ⇥, a lone space as ␣; < > & escaped."""
-    s = s.replace("\n", "↵").replace("\t", "⇥").replace("\r", "")
-    return "␣" if s == " " else _esc(s)
 
 
 def _str_tokens(to_str: Optional[Callable[[Sequence[int]], Sequence[str]]], ids: Sequence[int]) -> dict[int, str]:
@@ -71,7 +59,7 @@ def logit_lens_grid(
     output (the last block) at the top.
 
     Args:
-        lens: from :func:`~sprout_interp.logit_lens.logit_lens`.
+        lens: from :func:`~sprout_interp.lens.logit_lens.logit_lens`.
         to_str: maps a list of token ids to their strings (``model.to_str_tokens``); ids as "#123" if None.
         batch: which sequence of the batch to draw.
         positions: which positions to draw (default every real token of that sequence).
@@ -318,49 +306,3 @@ def block_knockout_chart(df: pd.DataFrame, title: Optional[str] = None) -> go.Fi
                       width=max(520, 70 * len(x) + 200), height=380)
     fig.update_yaxes(title="loss rise (nats)")
     return fig
-
-
-PLOTLY_JS = "plotly.min.js"
-
-
-@functools.lru_cache(maxsize=1)
-def _plotly_source() -> str:
-    from plotly.offline import get_plotlyjs
-
-    return get_plotlyjs()
-
-
-def plotly_js(folder) -> Path:
-    """``folder/plotly.min.js``, the plotly.js bundled with the installed plotly (no CDN: figures open
-    offline); written when missing or different, so a folder of figures holds it once."""
-    js = _plotly_source()
-    path = Path(folder) / PLOTLY_JS
-    if not path.is_file() or path.stat().st_size != len(js.encode("utf-8")) or path.read_text(encoding="utf-8") != js:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(js, encoding="utf-8")
-    return path
-
-
-def save_figure(fig: go.Figure, path: str | Path, png: bool = False) -> tuple[list[Path], Optional[str]]:
-    """Write ``path`` + ``.html``, which loads ``plotly.min.js`` from its own folder (:func:`plotly_js`;
-    keep the two together), and ``.png`` when asked and static export works (``kaleido`` and a browser).
-
-    Returns (written files, a note saying why the PNG was skipped, or None).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    plotly_js(path.parent)
-    html = path.with_suffix(".html")
-    fig.write_html(html, include_plotlyjs=PLOTLY_JS)
-    written, note = [html], None
-    if png:
-        try:
-            import kaleido  # noqa: F401
-        except ImportError:
-            return written, "PNG skipped: static export needs the kaleido package (and a Chrome it can drive)"
-        try:
-            fig.write_image(path.with_suffix(".png"))
-            written.append(path.with_suffix(".png"))
-        except Exception as e:  # kaleido present but no browser, or export failed
-            note = f"PNG skipped: static export failed ({type(e).__name__}: {str(e).splitlines()[0][:160]})"
-    return written, note

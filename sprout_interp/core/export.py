@@ -23,7 +23,7 @@ Example::
 
     from sprout_model.checkpoint import load_folder
     from tokenizers import Tokenizer
-    from sprout_interp.export import to_hf, to_transformer_lens
+    from sprout_interp.core.export import to_hf, to_transformer_lens
 
     gpt, _ = load_folder("model/checkpoints/gpt-4")
     tok = Tokenizer.from_file("model/checkpoints/tokenizer.json")
@@ -43,7 +43,7 @@ from tokenizers import Tokenizer
 
 from sprout_model import GPT, Config
 
-from .errors import SproutError, VocabularyMismatchError
+from sprout_interp.core.errors import SproutError, VocabularyMismatchError
 
 if TYPE_CHECKING:  # imported lazily at run time: transformers is heavy and optional for most users
     from transformer_lens.model_bridge import TransformerBridge
