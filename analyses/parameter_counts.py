@@ -9,44 +9,78 @@ beside ours, with a verdict line each.
 from __future__ import annotations
 
 import sys
+from argparse import ArgumentParser, Namespace
+from pathlib import Path
 
 import pandas as pd
 
-from sprout_interp.anatomy.params import CALCULATOR_PRESETS, CHAPTER_COUNTS, counted_breakdown, param_breakdown
-from sprout_interp.report.cli import print_table, script_parser, start
+from sprout_interp.anatomy.params import (
+    CALCULATOR_PRESETS,
+    CHAPTER_COUNTS,
+    counted_breakdown,
+    param_breakdown,
+)
+from sprout_interp.report.claims import Claim, verdict_lines
+from sprout_interp.report.cli import NamedModel, print_table, script_parser, start
 
+NAME = "parameter_counts"
+COMMAND = f".venv/bin/python analyses/{NAME}.py"
 PIECES = ["embedding", "attention", "ffn", "norms", "per_block", "blocks", "final_norm", "total", "vocab_share"]
+CLAIM = "the chapter's parameter counts"
+CHAPTER = ("Sprout has 17,309,056 parameters (20,454,784 untied); per block 589,824 + 128 attention, 1,179,648 SwiGLU, "
+         "768 norms; 80% of gpt-1 and 18% of Sprout on the vocabulary")
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = script_parser("parameter_counts", __doc__)
-    a = p.parse_args(argv)
-    started = start("parameter_counts", a)
-    if started is None:
-        return 2
-    models, out = started
-    rows, verdicts = [], []
+def parser() -> ArgumentParser:
+    """The script's arguments (the defaults are the README's settings)."""
+    return script_parser(NAME, __doc__)
+
+
+def measure(models: list[NamedModel], args: Namespace) -> dict[str, pd.DataFrame]:
+    """{"pieces": model, piece, formula, checkpoint (the formula's count and the loaded tensors' count of every
+    piece), "chapter": model, preset, piece, chapter, ours (each figure the chapter gives for the model's preset)}."""
+    rows, chapter_rows = [], []
     for nm in models:
         cfg = nm.model.model.cfg
         formula = param_breakdown(cfg.d_model, cfg.n_layer, cfg.d_ff, cfg.vocab_size, cfg.n_head)
         loaded = counted_breakdown(nm.model.model)
         for piece in PIECES:
-            rows.append({"model": nm.label, "piece": piece, "formula": formula[piece],
-                         "checkpoint": loaded[piece]})
-        same = all(formula[k] == loaded[k] for k in PIECES if k != "vocab_share")
-        verdicts.append(f"- {nm.label}: formula = counted parameters for every piece: {'REPRODUCED' if same else 'DIFFERS'} "
-                        f"(total {loaded['total']:,})")
-        chapter = CHAPTER_COUNTS.get(nm.preset or "", {})
-        for k, v in chapter.items():
+            rows.append({"model": nm.label, "piece": piece, "formula": formula[piece], "checkpoint": loaded[piece]})
+        for k, v in CHAPTER_COUNTS.get(nm.preset or "", {}).items():
             if k == "untied":
                 ours = param_breakdown(cfg.d_model, cfg.n_layer, cfg.d_ff, cfg.vocab_size, cfg.n_head, tied=False)["total"]
             else:
                 ours = loaded[k]
-            ok = abs(ours - v) <= 0.02 if k == "vocab_share" else ours == v
-            fmt = (lambda x: f"{x:.0%}") if k == "vocab_share" else (lambda x: f"{x:,}")
-            verdicts.append(f"- {nm.label}, {k}: chapter {fmt(v)}, ours {fmt(ours)}: "
-                            f"{'REPRODUCED' if ok else 'DIFFERS'}")
-    df = pd.DataFrame(rows)
+            chapter_rows.append({"model": nm.label, "preset": nm.preset, "piece": k, "chapter": v, "ours": ours})
+    return {"pieces": pd.DataFrame(rows, columns=["model", "piece", "formula", "checkpoint"]),
+            "chapter": pd.DataFrame(chapter_rows, columns=["model", "preset", "piece", "chapter", "ours"])}
+
+
+def judge(measured: dict[str, pd.DataFrame]) -> list[Claim]:
+    """Per model: the formula equals the counted tensors for every piece (REPRODUCED / DIFFERS; not in the README
+    table); per figure the chapter gives: ours equals it (the vocabulary share within 2 points)."""
+    out = []
+    pieces = measured["pieces"]
+    for label, d in pieces.groupby("model", sort=False):
+        exact = d[d["piece"] != "vocab_share"]
+        same = bool((exact["formula"] == exact["checkpoint"]).all())
+        total = int(d.loc[d["piece"] == "total", "checkpoint"].iloc[0])
+        out.append(Claim(claim="formula = counted parameters for every piece", chapter="", ours=f"total {total:,}",
+                         verdict="REPRODUCED" if same else "DIFFERS", command=COMMAND, model=label, headline=False,
+                         evidence={"pieces": d}))
+        for r in measured["chapter"][measured["chapter"]["model"] == label].itertuples():
+            share = r.piece == "vocab_share"
+            ok = abs(r.ours - r.chapter) <= 0.02 if share else r.ours == r.chapter
+            fmt = (lambda x: f"{x:.0%}") if share else (lambda x: f"{int(x):,}")
+            out.append(Claim(claim=CLAIM, chapter=CHAPTER, ours=f"chapter {fmt(r.chapter)}, ours {fmt(r.ours)}",
+                             verdict="REPRODUCED" if ok else "DIFFERS", command=COMMAND, model=label, part=r.piece,
+                             evidence={"chapter": pd.DataFrame([r._asdict()]).drop(columns="Index")}))
+    return out
+
+
+def report(measured: dict[str, pd.DataFrame], claims: list[Claim], args: Namespace, out: Path) -> None:
+    """Print the counts, the dashboard's calculator presets and the verdict lines; write parameter_counts.csv."""
+    df = measured["pieces"]
     wide = df.pivot_table(index="piece", columns="model", values="checkpoint", sort=False)
     print_table(wide.map(lambda x: f"{x:.1%}" if x < 1 else f"{int(x):,}").reset_index(),
                 "parameters per piece, counted on the loaded checkpoints (per_block: one block; blocks: all)")
@@ -56,9 +90,20 @@ def main(argv: list[str] | None = None) -> int:
     calc["total"] = calc["total"].map(lambda x: f"{x:,}")
     print_table(calc, "the dashboard's calculator presets (formula)")
     print("\n== verdicts ==")
-    print("\n".join(verdicts))
+    print(verdict_lines(claims))
     df.to_csv(out / "parameter_counts.csv", index=False)
     print(f"\nwrote {out / 'parameter_counts.csv'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure, judge and report; returns the exit status (2: no checkpoint could be loaded)."""
+    a = parser().parse_args(argv)
+    started = start(NAME, a)
+    if started is None:
+        return 2
+    models, out = started
+    measured = measure(models, a)
+    report(measured, judge(measured), a, out)
     return 0
 
 

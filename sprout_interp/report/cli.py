@@ -5,31 +5,45 @@ No tensor maths here.
 """
 from __future__ import annotations
 
-import functools
+import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
 
 import pandas as pd
-
 from sprout_model.checkpoint import SHIPPED
 from sprout_model.info import total_steps
 from sprout_model.presets import PRESETS
 
 from sprout_interp.core.errors import CheckpointNotFoundError, SproutError
-from sprout_interp.plots.common import PLOTLY_JS, plotly_js, save_figure  # noqa: F401  (the scripts' figure writer)
+from sprout_interp.plots.common import PLOTLY_JS, plotly_js, save_figure
 
 __all__ = [
-    "SHIPPED", "NamedModel", "preset_of", "load_models", "held_out", "mean_reference", "out_dir", "print_table",
-    "pct", "save_figure", "plotly_js", "PLOTLY_JS", "evidence_table",
+    "PLOTLY_JS",
+    "SHIPPED",
+    "NamedModel",
+    "evidence_table",
+    "held_out",
+    "load_models",
+    "mean_reference",
+    "models_frame",
+    "out_dir",
+    "pct",
+    "plotly_js",
+    "preset_of",
+    "print_table",
+    "save_figure",
+    "script_parser",
+    "slug",
+    "start",
 ]
 
 
 @dataclass
 class NamedModel:
     label: str  # what tables call it: the shipped name, else the preset (or folder) name, made unique
-    preset: Optional[str]  # "gpt-1" / "gpt-4" / "sprout" when the architecture is one of the chapter's, else None
+    preset: str | None  # "gpt-1" / "gpt-4" / "sprout" when the architecture is one of the chapter's, else None
     model: object  # HookedSprout
     spec: str = ""  # what the user passed
 
@@ -53,7 +67,7 @@ class NamedModel:
         return f"{self.label} = {src}: " + ", ".join(bits)
 
 
-def preset_of(model) -> Optional[str]:
+def preset_of(model) -> str | None:
     """Which of the chapter's presets a HookedSprout is: its ``train.json`` "preset", else the one whose
     architecture matches; None for anything else."""
     cfg = model.model.cfg
@@ -111,28 +125,41 @@ def held_out(model, args, stream=None):
         return None
 
 
+_means: dict[tuple, tuple] = {}  # (id(model), n, length, seed) -> (model, head means): scripts run in one process share them
+
+
 def mean_reference(model, n: int, length: int, seed: int, stream=None):
     """Head means (``sprout_interp.circuits.ablation.head_means``) over the held-out sample ``(n, length, seed)``, the
-    mean-ablation reference of the scripts; over the three ready-made texts when the corpus is not installed."""
+    mean-ablation reference of the scripts; over the three ready-made texts when the corpus is not installed.
+
+    Computed once per model and sample in a process (the claims table runs two scripts that both need them)."""
     from types import SimpleNamespace
 
     from sprout_interp.circuits.ablation import head_means
     from sprout_interp.core.texts import TEXTS
 
-    ref = held_out(model, SimpleNamespace(n=n, length=length, seed=seed), stream)
-    return head_means(model, ref if ref is not None else list(TEXTS.values()))
+    key = (id(model), n, length, seed)
+    if key not in _means or _means[key][0] is not model:
+        ref = held_out(model, SimpleNamespace(n=n, length=length, seed=seed), stream)
+        _means[key] = (model, head_means(model, ref if ref is not None else list(TEXTS.values())))
+    return _means[key][1]
 
 
-def out_dir(script: str, out: Optional[str] = None) -> Path:
+def out_dir(script: str, out: str | None = None) -> Path:
     """``out`` or ``out/<script>/`` (created)."""
     p = Path(out) if out else Path("out") / script
     p.mkdir(parents=True, exist_ok=True)
     return p
 
 
+def slug(s: str) -> str:
+    """A model label as a file-name part: 'runs/gpt-4#2' -> 'runs_gpt-4_2'."""
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in s).strip("_")
+
+
 def pct(x: float, digits: int = 0) -> str:
     """0.771 -> '77%' (NaN -> '-')."""
-    return "-" if x != x else f"{100 * x:.{digits}f}%"
+    return "-" if math.isnan(x) else f"{100 * x:.{digits}f}%"
 
 
 def print_table(df: pd.DataFrame, title: str, stream=None) -> None:
@@ -155,7 +182,7 @@ def script_parser(name: str, description: str | None):
     return p
 
 
-def start(name: str, args) -> Optional[tuple[list[NamedModel], Path]]:
+def start(name: str, args) -> tuple[list[NamedModel], Path] | None:
     """Apply --threads, load --models (reporting what is missing) and make the output folder.
 
     Returns (models, output folder), or None after printing why nothing could be loaded.
@@ -192,11 +219,11 @@ def evidence_table(circuit) -> pd.DataFrame:
     copy = "name copying" if circuit.copying == "names" else "copying"
 
     def num(v, spec):
-        return "-" if v is None or v != v else format(v, spec)
+        return "-" if v is None or math.isnan(v) else format(v, spec)
 
     def pair(a: str, b: str) -> list[str]:
         nan = [float("nan")] * len(ev)
-        return [f"{num(x, '.2f')} / {num(y, '.2f')}" for x, y in zip(ev[a] if a in ev else nan, ev[b] if b in ev else nan)]
+        return [f"{num(x, '.2f')} / {num(y, '.2f')}" for x, y in zip(ev.get(a, nan), ev.get(b, nan))]
 
     return pd.DataFrame({
         "ablated": ev["condition"].where(ev["n_heads"] != 1, ev["role"]),
@@ -210,3 +237,10 @@ def evidence_table(circuit) -> pd.DataFrame:
         "induction head's score": [num(v, ".2f") for v in ev["induction_score"]],
         "chosen": ["yes" if c else "" for c in ev["chosen"]],
     })
+
+
+def models_frame(models: Sequence[NamedModel]) -> pd.DataFrame:
+    """One row per loaded model: ``model`` (its label), ``preset`` (the chapter's preset or None) and ``n_blocks``,
+    what a script's judge needs to know about the models it measured."""
+    return pd.DataFrame({"model": [nm.label for nm in models], "preset": [nm.preset for nm in models],
+                         "n_blocks": [int(nm.model.cfg.n_layers) for nm in models]})
