@@ -145,22 +145,29 @@ def test_fast_sweep_runs_the_last_block_only_where_the_metric_reads(hooked, toks
     """The copying and target metrics read few positions, so the fast sweep trims the last block (the
     equality tests above then cover that path); the loss reads them all, and a hook on the last block
     turns the trimming off so that the hook sees every position."""
-    from sprout_interp.circuits.ablation import _bind_metric, _last_block_at, _read_positions
+    from sprout_interp.circuits.ablation import trimmed_positions
+    from sprout_interp.circuits.metrics import bind_metric
 
     T = toks.shape[1]
     P = T - 1
     for metric, want in [("copying", list(range(8, 15))), (TargetLogProb([3, 9, 12], [5, 6, 7]), [3, 9, 12])]:
-        at = _read_positions(hooked, _bind_metric(metric, toks, None), P)
+        at = trimmed_positions(hooked, bind_metric(metric, toks, None), P)
         assert at is not None and at.tolist() == want
-    assert _read_positions(hooked, _bind_metric("loss", toks, None), P) is None
+    assert trimmed_positions(hooked, bind_metric("loss", toks, None), P) is None
     # the trimmed last block equals the full block at the positions it keeps
     resid = hooked(toks, stop_at_layer=2)
     full = hooked.blocks[2](resid, hooked.model.cos[:T], hooked.model.sin[:T])
     at = torch.tensor([0, 5, 6, 15])
-    torch.testing.assert_close(_last_block_at(hooked, resid, at), full[:, at], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(hooked.run_block_at(2, resid, at), full[:, at], atol=1e-5, rtol=1e-5)
+    # any block, not only the last: block 1 at chosen positions equals its full forward there
+    resid1 = hooked(toks, stop_at_layer=1)
+    full1 = hooked.blocks[1](resid1, hooked.model.cos[:T], hooked.model.sin[:T])
+    torch.testing.assert_close(hooked.run_block_at(1, resid1, at), full1[:, at], atol=1e-5, rtol=1e-5)
+    with pytest.raises(SproutError):
+        hooked.run_block_at(hooked.cfg.n_layers, resid, at)
     with hooked.hooks(fwd_hooks=[("blocks.2.hook_mlp_out", lambda x, hook: x)]):
-        assert _read_positions(hooked, _bind_metric("copying", toks, None), P) is None
-    assert _read_positions(hooked, _bind_metric("copying", toks, None), P) is not None
+        assert trimmed_positions(hooked, bind_metric("copying", toks, None), P) is None
+    assert trimmed_positions(hooked, bind_metric("copying", toks, None), P) is not None
 
 
 def test_fast_sweep_keeps_the_users_hooks(hooked, toks):

@@ -78,10 +78,10 @@ def test_name_copying_table_matches_evaluation(models, tok):
 def test_name_copying_under_ablation(models, tok):
     m = models["two"]
     ref = torch.randint(1, VOCAB, (4, 200), generator=torch.Generator().manual_seed(0))
-    df = name_copying_under_ablation(m, {"clean": [], "L1H0": [(1, 0)]}, kind="mean", reference=ref)
+    df = name_copying_under_ablation(m, {"clean": [], "block 2 head 0": [(1, 0)]}, kind="mean", reference=ref)
     clean = df[(df["condition"] == "clean") & (df["name"] == "(mean)")]["second"].item()
     assert clean == pytest.approx(name_copying(m.model, tok).mean_prob, abs=1e-6)
-    assert set(df["heads"]) == {"-", "L1H0"} and len(df) == 2 * (len(NAME_TEXTS) + 1)
+    assert set(df["heads"]) == {"-", "block 2 head 0 (layer 1)"} and len(df) == 2 * (len(NAME_TEXTS) + 1)
 
 
 def test_piece_probabilities():

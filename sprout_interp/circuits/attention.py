@@ -41,7 +41,10 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from sprout_interp.circuits.ablation import CONVENTION, Kind, ablated, ablation_sweep, as_hooked, check_heads, head_means, prepare_tokens
+from sprout_interp.circuits.ablation import ablated, ablation_sweep
+from sprout_interp.circuits.heads import CONVENTION, Kind, check_heads
+from sprout_interp.circuits.replacements import head_means
+from sprout_interp.core.hooked import as_hooked
 from sprout_interp.core.errors import AblationError
 from sprout_interp.core.hooked import HookedSprout
 
@@ -72,7 +75,7 @@ def attention_patterns(
     ``layers`` picks blocks (0-indexed, default all); the first axis follows that order.
     """
     model = as_hooked(model)
-    toks, mask = prepare_tokens(model, input, attention_mask)
+    toks, mask = model.prepare_input(input, attention_mask)
     L = model.cfg.n_layers
     layers = list(range(L)) if layers is None else [int(l) for l in layers]
     for l in layers:
@@ -128,7 +131,7 @@ def pattern_scores(
     a time, so they are never all held at once.
     """
     model = as_hooked(model)
-    toks, mask = prepare_tokens(model, tokens, attention_mask)
+    toks, mask = model.prepare_input(tokens, attention_mask)
     L, H = model.cfg.n_layers, model.cfg.n_heads
     sums = {n: torch.zeros(L, H, dtype=torch.float64, device=model.device) for n in ("prev_token", "duplicate", "induction")}
     counts = {n: 0 for n in sums}
@@ -339,11 +342,11 @@ class _Measurer:
             if model.tokenizer is None:
                 raise AblationError("the held-out loss needs text: pass held_out=<token ids (batch, pos)> (this model has no tokenizer)")
             held_out = _natural_tokens(model, None, 4, 256, seed)
-        self.held, self.held_mask = prepare_tokens(model, held_out)
+        self.held, self.held_mask = model.prepare_input(held_out)
         if repeated is None:
             n = min(64, model.cfg.n_ctx // 2)
             repeated = repeated_tokens_batch(model.cfg.d_vocab, n, 8, seed)
-        self.rep, _ = prepare_tokens(model, repeated)
+        self.rep, _ = model.prepare_input(repeated)
 
     @torch.no_grad()
     def run(self, heads: Sequence[Head], induction_head: Optional[Head] = None) -> dict:
@@ -864,7 +867,7 @@ def attention_row(model, input, layer: int, head: int, pos: int = -1) -> pd.Data
     H = model.cfg.n_heads
     if not (0 <= p < T and 0 <= head < H):
         raise AblationError(f"no head {head} or position {pos} here: heads 0..{H - 1}, positions 0..{T - 1}")
-    toks, _ = prepare_tokens(model, input)
+    toks, _ = model.prepare_input(input)
     names = model.to_str_tokens(toks[0, : p + 1]) if model.tokenizer is not None else [f"#{i}" for i in toks[0, : p + 1].tolist()]
     df = pd.DataFrame({"src_pos": range(p + 1), "token": names, "weight": pats[0, head, p, : p + 1].tolist()})
     df.attrs.update(layer=layer, block=layer + 1, head=head, pos=p)

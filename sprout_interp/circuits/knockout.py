@@ -17,7 +17,7 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
-from sprout_interp.circuits.ablation import prepare_tokens
+
 from sprout_interp.core.errors import AblationError
 from sprout_interp.core.hooked import HookedSprout, as_hooked
 
@@ -73,7 +73,7 @@ def block_knockout(
         (= loss − clean, nats: what the blocks were worth).
     """
     model = as_hooked(model)
-    toks, attention_mask = prepare_tokens(model, tokens, attention_mask)
+    toks, attention_mask = as_hooked(model).prepare_input(tokens, attention_mask)
     if toks.shape[1] < 2:
         raise AblationError("a next-token loss needs at least 2 tokens per row")
     groups = _check_groups(model, groups)

@@ -17,7 +17,9 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from sprout_interp.circuits.ablation import Kind, ablate, as_hooked, check_heads, prepare_tokens
+from sprout_interp.circuits.ablation import ablate
+from sprout_interp.circuits.heads import Kind, check_heads
+from sprout_interp.core.hooked import as_hooked
 from sprout_interp.core.errors import ContextLengthError
 
 __all__ = ["next_token_table", "ablation_effect"]
@@ -35,7 +37,7 @@ def next_token_table(model, tokens: Int[Tensor, "1 pos"] | str) -> pd.DataFrame:
     ``df.attrs["mean_loss"]`` is the mean loss (nats/token) over the text.
     """
     model = as_hooked(model)
-    toks, _ = prepare_tokens(model, tokens)
+    toks, _ = model.prepare_input(tokens)
     if toks.shape[0] != 1:
         raise ContextLengthError(f"next_token_table reads one text, got a batch of {toks.shape[0]}")
     if toks.shape[1] < 2:
@@ -65,7 +67,7 @@ def ablation_effect(
     """
     model = as_hooked(model)
     heads = check_heads(model, list(heads))
-    toks, _ = prepare_tokens(model, tokens)
+    toks, _ = model.prepare_input(tokens)
     clean = next_token_table(model, toks)
     res = ablate(model, toks, heads, kind=kind, reference=reference)
     abl = res.loss[0].float().cpu()

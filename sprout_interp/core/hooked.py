@@ -45,13 +45,9 @@ exactly the result it would get alone. Nested use from one thread is fine. Hooks
 """
 from __future__ import annotations
 
-import difflib
-import math
-import re
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
@@ -61,477 +57,38 @@ import torch.nn as nn
 import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
-from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
+from transformer_lens import FactoredMatrix, HookedRootModule
 from transformer_lens.hook_points import HookPoint
-from transformer_lens.utilities import Slice, get_act_name, lm_cross_entropy_loss
+from transformer_lens.utilities import Slice, lm_cross_entropy_loss
 from transformer_lens.utilities import remove_batch_dim as _drop_batch_dim
 
-from sprout_model.model import GPT, Attention, Block, Config, FeedForward, RMSNorm, apply_rope
+from sprout_model.model import GPT, apply_rope
 
 from sprout_interp.core import tokens as _tok
 from sprout_interp.core.errors import (
     ContextLengthError,
     HookNameError,
-    HookOutputError,
     SproutError,
     VocabularyMismatchError,
 )
 
-__all__ = ["HookedSprout", "HookedSproutConfig", "SproutCache", "load_hooked", "as_hooked", "is_hooked"]
-
-HookFn = Callable[..., Any]
-HookList = Sequence[tuple[Union[str, Callable[[str], bool]], HookFn]]
-
-
-# --------------------------------------------------------------------------------------------
-# helpers
-
-
-class CheckedHookPoint(HookPoint):
-    """A HookPoint whose forward hooks must return ``None`` or a tensor of the activation's shape and dtype.
-
-    PyTorch would broadcast a wrong-shaped replacement (one head's pattern for three) or silently
-    shorten the output (a ``hook_embed`` hook returning fewer positions); here such a hook raises
-    :class:`HookOutputError` naming the hook point, the expected and the returned shape.
-    """
-
-    def add_hook(self, hook, dir: Literal["fwd", "bwd"] = "fwd", *args: Any, **kwargs: Any):
-        if dir == "fwd":
-            hook = _checked(hook)
-        return super().add_hook(hook, dir, *args, **kwargs)
-
-
-def _checked(fn: HookFn) -> HookFn:
-    def checked(act: Tensor, hook: HookPoint) -> Optional[Tensor]:
-        out = fn(act, hook=hook)
-        if out is None or out is act:
-            return out
-        if not isinstance(out, Tensor):
-            raise HookOutputError(
-                f"the hook on {hook.name!r} returned a {type(out).__name__}; return None or a tensor of shape "
-                f"{tuple(act.shape)} ({act.dtype})"
-            )
-        if out.shape != act.shape or out.dtype != act.dtype:
-            raise HookOutputError(
-                f"the hook on {hook.name!r} returned shape {tuple(out.shape)} ({out.dtype}) where the activation "
-                f"has shape {tuple(act.shape)} ({act.dtype}); a hook must return the activation's shape and dtype"
-            )
-        return out
-
-    checked.__wrapped__ = fn  # type: ignore[attr-defined]
-    return checked
-
-
-def _hook_point(pos_dim: Optional[int]) -> HookPoint:
-    """A shape-checked HookPoint that knows which axis of its activation is the (query) position."""
-    hp = CheckedHookPoint()
-    hp.pos_dim = pos_dim
-    return hp
-
-
-def is_hooked(module: nn.Module) -> bool:
-    """Whether anything (TransformerLens or plain PyTorch) has registered a hook on ``module``."""
-    return bool(
-        module._forward_hooks
-        or module._forward_pre_hooks
-        or module._backward_hooks
-        or getattr(module, "_backward_pre_hooks", None)
-    )
-
-
-def _heads_hook(hp: HookPoint, x: Float[Tensor, "batch head pos d_head"]) -> Float[Tensor, "batch head pos d_head"]:
-    """Fire ``hp`` on a per-head activation kept as (batch, head, pos, d_head), showing it as (batch, pos, head, d_head).
-
-    The transposes are views, so with no hook this costs nothing, and an in-place edit of the view
-    the hook receives edits the activation.
-    """
-    return hp(x.transpose(1, 2)).transpose(1, 2)
-
-
-# --------------------------------------------------------------------------------------------
-# config
-
-
-@dataclass
-class HookedSproutConfig:
-    """TransformerLens-style names for a Sprout :class:`~sprout_model.Config` (kept as ``.sprout``)."""
-
-    n_layers: int
-    n_heads: int
-    d_model: int
-    d_head: int
-    d_mlp: int
-    d_vocab: int
-    n_ctx: int
-    rotary_base: float
-    rotary_dim: int
-    eps: float = 1e-6
-    act_fn: str = "silu"
-    normalization_type: str = "RMS"
-    positional_embedding_type: str = "rotary"
-    gated_mlp: bool = True
-    attn_only: bool = False
-    final_rms: bool = True
-    tie_word_embeddings: bool = True
-    default_prepend_bos: bool = False
-    n_key_value_heads: Optional[int] = None  # every head has its own keys and values
-    original_architecture: str = "Sprout"
-    model_name: str = ""
-    device: Optional[torch.device] = None
-    dtype: torch.dtype = torch.float32
-    sprout: Optional[Config] = field(default=None, repr=False)
-
-    @property
-    def d_vocab_out(self) -> int:
-        return self.d_vocab
-
-    @property
-    def context(self) -> int:
-        """Sprout's name for ``n_ctx``."""
-        return self.n_ctx
-
-    @classmethod
-    def from_sprout(cls, cfg: Config, name: str = "") -> "HookedSproutConfig":
-        return cls(
-            n_layers=cfg.n_layer,
-            n_heads=cfg.n_head,
-            d_model=cfg.d_model,
-            d_head=cfg.head_dim,
-            d_mlp=cfg.d_ff,
-            d_vocab=cfg.vocab_size,
-            n_ctx=cfg.context,
-            rotary_base=cfg.rope_base,
-            rotary_dim=cfg.head_dim,
-            model_name=name,
-            sprout=cfg,
-        )
-
-
-# --------------------------------------------------------------------------------------------
-# components: thin wrappers that call the GPT's own modules and place the hook points.
-# The GPT's modules are held without registering them here, so they stay owned (and
-# state-dict-named) by HookedSprout.model; a wrapper only owns its HookPoints.
-
-
-class HookedRMSNorm(nn.Module):
-    """A Sprout ``RMSNorm`` split the way TransformerLens splits its norms.
-
-    ``hook_scale`` fires on ``sqrt(mean(x²) + eps)`` (batch, pos, 1) and ``hook_normalized`` on
-    ``x / scale``, *before* the learned gain ``w``: TransformerLens's meaning of both names.
-    Calling the module returns ``x / scale`` (like TransformerLens's ``RMSNormPre`` after
-    ``fold_ln``); :meth:`with_gain` gives the full norm, ``w * x / scale``, which is what the next
-    matrix reads. HookedSprout's ``W_Q``/``W_K``/``W_V``, ``W_gate``/``W_in`` and ``W_U`` have the
-    gains folded in, so ``hook_normalized @ W`` is exactly what the model computes.
-    """
-
-    def __init__(self, norm: RMSNorm):
-        super().__init__()
-        object.__setattr__(self, "_norm", norm)
-        self.hook_scale = _hook_point(1)
-        self.hook_normalized = _hook_point(1)
-
-    @property
-    def w(self) -> Float[Tensor, " d"]:
-        """The learned gain (TransformerLens's ``ln.w``)."""
-        return self._norm.weight
-
-    @property
-    def module(self) -> RMSNorm:
-        """The GPT's own RMSNorm this wrapper calls (not owned here: it stays ``HookedSprout.model``'s)."""
-        return self._norm
-
-    @property
-    def eps(self) -> float:
-        return self._norm.eps
-
-    def hooked(self) -> bool:
-        """True when a hook sits on this norm's scale or output, so they must be computed apart."""
-        return is_hooked(self.hook_scale) or is_hooked(self.hook_normalized)
-
-    def forward(self, x: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d"]:
-        xf = x.float()  # float32 inside, as the GPT's RMSNorm
-        inv = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self._norm.eps)
-        scale = 1.0 / inv
-        hooked_scale = self.hook_scale(scale)
-        # x * rsqrt(...) is F.rms_norm's own arithmetic, so an unchanged scale gives the GPT's bits
-        normed = xf * inv if hooked_scale is scale else xf / hooked_scale
-        return self.hook_normalized(normed.type_as(x))
-
-    def with_gain(self, x: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d"]:
-        """The whole norm, ``w * x / scale``; with nothing hooked, the GPT's own RMSNorm (bit for bit)."""
-        if not self.hooked():
-            return self._norm(x)
-        return self(x) * self._norm.weight
-
-
-class HookedHeadNorm(nn.Module):
-    """A per-head QK-norm (Sprout's ``q_norm``/``k_norm``, no TransformerLens counterpart).
-
-    The input is (batch, head, pos, d_head); ``hook_normalized`` shows (batch, pos, head, d_head)
-    *after* the gain, since that gain sits before RoPE and cannot be folded into a matrix.
-    """
-
-    def __init__(self, norm: RMSNorm):
-        super().__init__()
-        object.__setattr__(self, "_norm", norm)
-        self.hook_normalized = _hook_point(1)
-
-    @property
-    def w(self) -> Float[Tensor, " d_head"]:
-        """The learned gain, shared by all heads of the layer."""
-        return self._norm.weight
-
-    def forward(self, x: Float[Tensor, "batch head pos d_head"]) -> Float[Tensor, "batch head pos d_head"]:
-        return _heads_hook(self.hook_normalized, self._norm(x))
-
-
-class HookedAttention(nn.Module):
-    """Causal self-attention of one Sprout block, with TransformerLens's attention hook points.
-
-    Internally q, k, v stay in the GPT's (batch, head, pos, d_head) layout so that the unhooked
-    computation is the GPT's own; every per-head hook sees (batch, pos, head, d_head).
-    """
-
-    def __init__(self, attn: Attention, ln: RMSNorm):
-        super().__init__()
-        object.__setattr__(self, "_attn", attn)
-        object.__setattr__(self, "_ln", ln)
-        self.n_heads = attn.n_head
-        self.d_head = attn.head_dim
-        self.hook_q = _hook_point(1)
-        self.hook_k = _hook_point(1)
-        self.hook_v = _hook_point(1)
-        self.q_norm = HookedHeadNorm(attn.q_norm)
-        self.k_norm = HookedHeadNorm(attn.k_norm)
-        self.hook_rot_q = _hook_point(1)
-        self.hook_rot_k = _hook_point(1)
-        self.hook_attn_scores = _hook_point(2)
-        self.hook_pattern = _hook_point(2)
-        self.hook_z = _hook_point(1)
-
-    @property
-    def module(self) -> Attention:
-        """The GPT's own Attention this wrapper calls (its ``qkv``, ``proj``, ``q_norm``, ``k_norm``)."""
-        return self._attn
-
-    # weights, TransformerLens layout (one layer), ln1's gain folded in as TransformerLens's fold_ln does
-    @property
-    def W_Q(self) -> Float[Tensor, "head d_model d_head"]:
-        """``hook_q[..., h, :] = ln1.hook_normalized @ W_Q[h]`` (the ln1 gain folded into the rows)."""
-        return self._qkv_part(0)
-
-    @property
-    def W_K(self) -> Float[Tensor, "head d_model d_head"]:
-        return self._qkv_part(1)
-
-    @property
-    def W_V(self) -> Float[Tensor, "head d_model d_head"]:
-        return self._qkv_part(2)
-
-    @property
-    def W_O(self) -> Float[Tensor, "head d_head d_model"]:
-        w = self._attn.proj.weight  # (d_model_out, head*d_head): out = z_flat @ w.T
-        return w.view(w.shape[0], self.n_heads, self.d_head).permute(1, 2, 0)
-
-    @property
-    def b_Q(self) -> Float[Tensor, "head d_head"]:
-        """Zeros: Sprout has no biases (kept so TransformerLens code that adds them runs)."""
-        return self._attn.qkv.weight.new_zeros(self.n_heads, self.d_head)
-
-    b_K = b_Q
-    b_V = b_Q
-
-    @property
-    def b_O(self) -> Float[Tensor, " d_model"]:
-        return self._attn.proj.weight.new_zeros(self._attn.proj.weight.shape[0])
-
-    def _qkv_part(self, i: int) -> Float[Tensor, "head d_model d_head"]:
-        w = self._attn.qkv.weight  # (3*d_model, d_model): rows [i*C:(i+1)*C] make q, k or v
-        C = w.shape[1]
-        return w[i * C : (i + 1) * C].view(self.n_heads, self.d_head, C).transpose(1, 2) * self._ln.weight[:, None]
-
-    def needs_pattern(self) -> bool:
-        """True when something hooks the scores or the pattern, so they must be materialised."""
-        return is_hooked(self.hook_attn_scores) or is_hooked(self.hook_pattern)
-
-    def forward(
-        self,
-        x: Float[Tensor, "batch pos d_model"],
-        cos: Float[Tensor, "pos half"],
-        sin: Float[Tensor, "pos half"],
-    ) -> Float[Tensor, "batch pos d_model"]:
-        B, T, C = x.shape
-        q, k, v = self._attn.heads(x)  # each (batch, head, pos, d_head), before QK-norm and RoPE
-        q = _heads_hook(self.hook_q, q)
-        k = _heads_hook(self.hook_k, k)
-        v = _heads_hook(self.hook_v, v)
-        q, k = self.q_norm(q), self.k_norm(k)
-        q = _heads_hook(self.hook_rot_q, apply_rope(q, cos, sin))
-        k = _heads_hook(self.hook_rot_k, apply_rope(k, cos, sin))
-        if self.needs_pattern():
-            # (batch, head, T, T) tensors dominate a full cache: scale q instead of the scores and
-            # mask in place, so each layer allocates only the scores and the pattern
-            scores = torch.matmul(q * (1.0 / math.sqrt(self.d_head)), k.transpose(-2, -1))
-            future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu_(1)
-            scores = self.hook_attn_scores(scores.masked_fill_(future, float("-inf")))
-            pattern = F.softmax(scores, dim=-1, dtype=torch.float32)
-            pattern = self.hook_pattern(pattern.nan_to_num_(0.0).to(v.dtype))  # a hook may mask a whole row
-            y = torch.matmul(pattern, v)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        z = self.hook_z(y.transpose(1, 2))  # (batch, pos, head, d_head)
-        return self._attn.proj(z.contiguous().view(B, T, C))
-
-
-class HookedMLP(nn.Module):
-    """Sprout's SwiGLU feed-forward: ``w2(silu(w1 x) * w3 x)``, with TransformerLens's gated-MLP hooks."""
-
-    def __init__(self, ffn: FeedForward, ln: RMSNorm):
-        super().__init__()
-        object.__setattr__(self, "_ffn", ffn)
-        object.__setattr__(self, "_ln", ln)
-        self.hook_pre = _hook_point(1)
-        self.hook_pre_linear = _hook_point(1)
-        self.hook_post = _hook_point(1)
-
-    @property
-    def module(self) -> FeedForward:
-        """The GPT's own SwiGLU feed-forward this wrapper calls (``w1``, ``w2``, ``w3``)."""
-        return self._ffn
-
-    @property
-    def W_gate(self) -> Float[Tensor, "d_model d_mlp"]:
-        """``hook_pre = ln2.hook_normalized @ W_gate`` (Sprout's ``w1``, the ln2 gain folded in)."""
-        return self._ffn.w1.weight.T * self._ln.weight[:, None]
-
-    @property
-    def W_in(self) -> Float[Tensor, "d_model d_mlp"]:
-        """``hook_pre_linear = ln2.hook_normalized @ W_in`` (Sprout's ``w3``, the ln2 gain folded in)."""
-        return self._ffn.w3.weight.T * self._ln.weight[:, None]
-
-    @property
-    def b_in(self) -> Float[Tensor, " d_mlp"]:
-        return self._ffn.w3.weight.new_zeros(self._ffn.w3.weight.shape[0])
-
-    b_gate = b_in
-
-    @property
-    def b_out(self) -> Float[Tensor, " d_model"]:
-        return self._ffn.w2.weight.new_zeros(self._ffn.w2.weight.shape[0])
-
-    @property
-    def W_out(self) -> Float[Tensor, "d_mlp d_model"]:
-        return self._ffn.w2.weight.T
-
-    def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
-        pre = self.hook_pre(self._ffn.w1(x))
-        pre_linear = self.hook_pre_linear(self._ffn.w3(x))
-        post = self.hook_post(F.silu(pre) * pre_linear)
-        return self._ffn.w2(post)
-
-
-class HookedBlock(nn.Module):
-    """One pre-norm Sprout block: ``x + attn(norm1 x)``, then ``+ ffn(norm2 x)``."""
-
-    hook_out_is_single_residual_stream = True  # TransformerLens's logit tools check this
-
-    def __init__(self, block: Block):
-        super().__init__()
-        # registration order = firing order, so hook_dict lists hooks in the order they run
-        self.hook_resid_pre = _hook_point(1)
-        self.ln1 = HookedRMSNorm(block.norm1)
-        self.attn = HookedAttention(block.attn, block.norm1)
-        self.hook_attn_out = _hook_point(1)
-        self.hook_resid_mid = _hook_point(1)
-        self.ln2 = HookedRMSNorm(block.norm2)
-        self.mlp = HookedMLP(block.ffn, block.norm2)
-        self.hook_mlp_out = _hook_point(1)
-        self.hook_resid_post = _hook_point(1)
-
-    def forward(
-        self, resid: Float[Tensor, "batch pos d_model"], cos: Tensor, sin: Tensor
-    ) -> Float[Tensor, "batch pos d_model"]:
-        resid = self.hook_resid_pre(resid)
-        attn_out = self.hook_attn_out(self.attn(self.ln1.with_gain(resid), cos, sin))
-        resid = self.hook_resid_mid(resid + attn_out)
-        mlp_out = self.hook_mlp_out(self.mlp(self.ln2.with_gain(resid)))
-        return self.hook_resid_post(resid + mlp_out)
-
-
-class HookedUnembed(nn.Module):
-    """``x @ W_U + b_U`` for ``x = ln_final.hook_normalized`` (TransformerLens's ``unembed``)."""
-
-    def __init__(self, model: GPT):
-        super().__init__()
-        object.__setattr__(self, "_model", model)
-
-    @property
-    def W_U(self) -> Float[Tensor, "d_model d_vocab"]:
-        return self._model.head.weight.T * self._model.norm.weight[:, None]
-
-    @property
-    def b_U(self) -> Float[Tensor, " d_vocab"]:
-        return self._model.head.weight.new_zeros(self._model.head.weight.shape[0])
-
-    def forward(self, x: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_vocab"]:
-        return self._model.head(x * self._model.norm.weight)
-
-
-# --------------------------------------------------------------------------------------------
-# cache
-
-
-class SproutCache(ActivationCache):
-    """TransformerLens's ``ActivationCache`` whose failed lookups say what to type instead.
-
-    ``cache["blocks.3.hook_resid_post"]``, the shorthand ``cache["resid_post", 3]`` and
-    ``cache["pattern", 0]`` work as in TransformerLens. A name that is not a hook point raises
-    :class:`HookNameError` with the closest valid names; a valid name that this run did not cache
-    (excluded by ``names_filter``, or in a block that ``stop_at_layer``/``start_at_layer`` skipped)
-    says so.
-    """
-
-    def __getitem__(self, key) -> Tensor:
-        try:
-            return super().__getitem__(key)
-        except (KeyError, ValueError, IndexError, TypeError, AttributeError):
-            pass
-        try:
-            full = key if isinstance(key, str) else get_act_name(*key)
-        except Exception:
-            full = str(key)
-        model = self.model
-        if model is not None and hasattr(model, "hook_dict") and full in model.hook_dict:
-            raise HookNameError(
-                f"{full!r} is a valid hook point but this cache does not hold it: the run's names_filter "
-                f"excluded it, or its block did not run (stop_at_layer/start_at_layer). Cached: "
-                f"{len(self.cache_dict)} activations, e.g. {list(self.cache_dict)[:3]}"
-            )
-        valid = list(model.hook_dict) if model is not None and hasattr(model, "hook_dict") else list(self.cache_dict)
-        raise HookNameError(_unknown_name_message(full, valid, getattr(getattr(model, "cfg", None), "n_layers", None)))
-
-    def __contains__(self, key) -> bool:
-        return key in self.cache_dict
-
-    def get(self, key, default=None):
-        return self.cache_dict.get(key, default)
-
-
-def _unknown_name_message(name: str, valid: Sequence[str], n_layers: Optional[int]) -> str:
-    msg = f"unknown hook name {name!r}"
-    suggestions: list[str] = []
-    m = re.match(r"^blocks\.(-?\d+)\.(.+)$", name)
-    if m and n_layers is not None and not 0 <= int(m.group(1)) < n_layers:
-        msg += f"; this model has {n_layers} blocks, numbered 0 to {n_layers - 1} in code (the chapter counts from 1)"
-        cand = f"blocks.{n_layers - 1}.{m.group(2)}"
-        if cand in valid:
-            suggestions.append(cand)
-    for c in difflib.get_close_matches(name, list(valid), n=5, cutoff=0.6):
-        if c not in suggestions:
-            suggestions.append(c)
-    if suggestions:
-        msg += ". Closest valid names: " + ", ".join(suggestions[:5])
-    return msg + ". model.hook_dict.keys() lists every hook point."
+from sprout_interp.core.cache import SproutCache
+from sprout_interp.core.components import (
+    HookedAttention,
+    HookedBlock,
+    HookedHeadNorm,
+    HookedMLP,
+    HookedRMSNorm,
+    HookedSproutConfig,
+    HookedUnembed,
+)
+from sprout_interp.core.generation import HookedRunner, KVCacheRunner
+from sprout_interp.core.hook_points import HookList, act_name, hook_point, is_hooked, unknown_name_message
+
+__all__ = [
+    "HookedSprout", "HookedSproutConfig", "SproutCache", "load_hooked", "as_hooked", "is_hooked", "act_name",
+    "HookedAttention", "HookedBlock", "HookedHeadNorm", "HookedMLP", "HookedRMSNorm", "HookedUnembed",
+]
 
 
 # --------------------------------------------------------------------------------------------
@@ -580,7 +137,7 @@ class HookedSprout(HookedRootModule):
                     "use the tokenizer.json that was trained with this checkpoint"
                 )
         self.model = model
-        self.hook_embed = _hook_point(1)
+        self.hook_embed = hook_point(1)
         self.blocks = nn.ModuleList(HookedBlock(b) for b in model.blocks)
         self.ln_final = HookedRMSNorm(model.norm)
         self.unembed = HookedUnembed(model)
@@ -745,7 +302,7 @@ class HookedSprout(HookedRootModule):
         """The HookPoint called ``name``; an unknown name raises HookNameError with the closest valid names."""
         hp = self.hook_dict.get(name) if isinstance(name, str) else None
         if hp is None:
-            raise HookNameError(_unknown_name_message(str(name), list(self.hook_dict), self.cfg.n_layers))
+            raise HookNameError(unknown_name_message(str(name), list(self.hook_dict), self.cfg.n_layers))
         return hp
 
     def _check_hook_list(self, hooks: HookList, what: str) -> None:
@@ -953,6 +510,35 @@ class HookedSprout(HookedRootModule):
             if bool(attention_mask.all()):
                 attention_mask = None
         return toks, attention_mask
+
+    def run_block_at(
+        self, layer: int, resid: Float[Tensor, "batch pos d_model"], at: Int[Tensor, " u"]
+    ) -> Float[Tensor, "batch u d_model"]:
+        """Block ``layer``'s output ``resid_post`` at positions ``at`` only (sorted, 0-based), from its input stream
+        ``resid`` (``blocks.{layer}.hook_resid_pre``) at every position up to the last one in ``at``.
+
+        Nothing reads the block's output at the other positions, so there it computes only the keys and values
+        the positions in ``at`` attend to: no query, no output projection, no feed-forward. Same maths as the
+        block's full forward at the positions it returns; no hook fires (run it on an unhooked block).
+        """
+        L = self.cfg.n_layers
+        if not -L <= layer < L:
+            raise SproutError(f"layer={layer} is out of range for a model with {L} blocks (0..{L - 1}, or negative from the end)")
+        blk = self.blocks[layer]
+        attn = blk.attn.module
+        n, P, C = resid.shape
+        H, dh = attn.n_head, attn.head_dim
+        x = blk.ln1.with_gain(resid)
+        W = attn.qkv.weight  # rows [0:C] make q, [C:2C] k, [2C:3C] v
+        k, v = F.linear(x, W[C:]).view(n, P, 2, H, dh).permute(2, 0, 3, 1, 4)  # each (n, head, pos, d_head)
+        q = F.linear(x[:, at], W[:C]).view(n, -1, H, dh).transpose(1, 2)  # (n, head, u, d_head)
+        q, k = blk.attn.q_norm(q), blk.attn.k_norm(k)
+        cos, sin = self.model.cos, self.model.sin
+        q, k = apply_rope(q, cos[at], sin[at]), apply_rope(k, cos[:P], sin[:P])
+        causal = torch.arange(P, device=resid.device)[None, :] <= at[:, None]  # query at[i] sees keys 0..at[i]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
+        mid = resid[:, at] + attn.proj(y.transpose(1, 2).reshape(n, -1, C))
+        return mid + blk.mlp(blk.ln2.with_gain(mid))
 
     def check_tokens(self, tokens) -> Int[Tensor, "batch pos"]:
         """Token ids as a (batch, pos) long tensor on the model's device; SproutError subclasses for bad ids."""
@@ -1204,7 +790,7 @@ class HookedSprout(HookedRootModule):
         with self._lock:
             hooked = any(is_hooked(hp) for hp in self.hook_dict.values())
             # hooks see every step's full forward, as documented; without hooks the keys and values are kept
-            runner = _KVRunner(self.model) if use_cache and not hooked else _Runner(self)
+            runner = KVCacheRunner(self.model) if use_cache and not hooked else HookedRunner(self)
             if seed is None:
                 out = GPT.generate(runner, idx, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, stop=stop)
             else:
@@ -1231,60 +817,6 @@ class HookedSprout(HookedRootModule):
         from sprout_interp.core.export import to_transformer_lens
 
         return to_transformer_lens(self.model, self.tokenizer, compatibility_mode=compatibility_mode)
-
-class _Runner:
-    """Duck-types the bits of ``GPT`` that ``GPT.generate`` uses, running HookedSprout's forward."""
-
-    def __init__(self, hooked: HookedSprout):
-        self.hooked = hooked
-        self.cfg = hooked.model.cfg
-
-    def __call__(self, idx: Tensor) -> tuple[Tensor, None]:
-        return self.hooked(idx), None
-
-
-class _KVRunner:
-    """Like :class:`_Runner`, but keeps every block's keys and values so each new token costs one position.
-
-    ``GPT.generate`` calls it with the whole sequence so far (cropped to the context) and reads only
-    the last position's logits. When the call extends the previous one by one token, only that token
-    runs, against the stored keys and values; otherwise (the first call, or once the window slides
-    past the context) the sequence is run in full and the store rebuilt. The arithmetic is the GPT's
-    own modules, so greedy decoding gives the same tokens as the uncached forward.
-    """
-
-    def __init__(self, gpt: GPT):
-        self.gpt = gpt
-        self.cfg = gpt.cfg
-        self.seen: Optional[Tensor] = None
-        self.kv: list[tuple[Tensor, Tensor]] = []
-
-    def _block(self, i: int, blk: Block, x: Tensor, start: int, fresh: bool) -> Tensor:
-        T = x.shape[1]
-        cos, sin = self.gpt.cos[start : start + T], self.gpt.sin[start : start + T]
-        q, k, v = blk.attn.heads(blk.norm1(x))
-        q, k = apply_rope(blk.attn.q_norm(q), cos, sin), apply_rope(blk.attn.k_norm(k), cos, sin)
-        if fresh:
-            self.kv.append((k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            k_all, v_all = (torch.cat((old, new), dim=2) for old, new in zip(self.kv[i], (k, v)))
-            self.kv[i] = (k_all, v_all)
-            y = F.scaled_dot_product_attention(q, k_all, v_all)  # one query: it sees every stored key
-        x = x + blk.attn.proj(y.transpose(1, 2).reshape(x.shape))
-        return x + blk.ffn(blk.norm2(x))
-
-    def __call__(self, idx: Tensor) -> tuple[Tensor, None]:
-        prev = self.seen
-        step = prev is not None and idx.shape[1] == prev.shape[1] + 1 and torch.equal(idx[:, :-1], prev)
-        start = prev.shape[1] if step else 0
-        x = self.gpt.embed(idx[:, start:])
-        if not step:
-            self.kv = []
-        for i, blk in enumerate(self.gpt.blocks):
-            x = self._block(i, blk, x, start, fresh=not step)
-        self.seen = idx
-        return self.gpt.head(self.gpt.norm(x[:, -1:])), None
 
 
 def as_hooked(model) -> "HookedSprout":

@@ -1,0 +1,59 @@
+"""Naming heads: ``(layer, head)`` pairs (layers 0-indexed as in code), checked against a model, with the one
+label a person reads ("block 2 head 0 (layer 1)"), and the ablation kinds."""
+from __future__ import annotations
+
+from typing import Literal
+
+from sprout_interp.core.errors import AblationError
+
+__all__ = ["Head", "Kind", "KINDS", "CONVENTION", "all_heads", "check_heads", "check_kind", "head_label"]
+
+Kind = Literal["zero", "mean", "resample"]
+KINDS = ("zero", "mean", "resample")
+Head = tuple[int, int]
+CONVENTION = "layer: 0-indexed as in code (blocks.{layer}); block: counted from 1 as the chapter does ('layer N'); heads 0-indexed"
+
+
+def all_heads(model) -> list[Head]:
+    """Every (layer, head) of the model, layer-major."""
+    c = model.cfg
+    return [(l, h) for l in range(c.n_layers) for h in range(c.n_heads)]
+
+
+def check_heads(model, heads) -> list[Head]:
+    """``heads`` as a list of ``(layer, head)`` ints; one pair may be passed alone. Raises AblationError."""
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    if heads is None:
+        return all_heads(model)
+    if isinstance(heads, tuple) and len(heads) == 2 and all(isinstance(x, int) for x in heads):
+        heads = [heads]
+    out = []
+    for item in heads:
+        try:
+            l, h = item
+            l, h = int(l), int(h)
+        except (TypeError, ValueError):
+            raise AblationError(f"a head is a (layer, head) pair of ints, got {item!r}") from None
+        if not (0 <= l < L and 0 <= h < H):
+            raise AblationError(
+                f"there is no head (layer {l}, head {h}): this model has {L} blocks, layers 0..{L - 1} in code "
+                f"(the chapter's blocks 1..{L}), and {H} heads per block, numbered 0..{H - 1}"
+            )
+        out.append((l, h))
+    if not out:
+        raise AblationError("no heads given: pass a list of (layer, head) pairs")
+    return out
+
+
+def check_kind(kind) -> str:
+    if kind not in KINDS:
+        raise AblationError(f"kind must be one of {KINDS}, got {kind!r}")
+    return kind
+
+
+
+
+def head_label(layer: int, head: int) -> str:
+    """How a head reads in tables, figures and verdicts: ``"block 2 head 0 (layer 1)"`` for ``(1, 0)``
+    (block counted from 1 as the chapter does, the 0-indexed layer of code and hook names in brackets)."""
+    return f"block {layer + 1} head {head} (layer {layer})"
