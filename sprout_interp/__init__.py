@@ -1,4 +1,11 @@
 """sprout_interp: interpretability toolkit for Sprout, the course's small GPT."""
+from sprout_interp.circuits import patching  # si.patching.activation_patch(model, clean, corrupted, metric, site=..., by=...)
+from sprout_interp.circuits.ablation import ablate, ablation_sweep, attribution_sweep
+from sprout_interp.circuits.attention import attention_patterns, find_induction_circuit, head_scores
+from sprout_interp.circuits.attribution import direct_logit_attribution, head_token_effects
+from sprout_interp.circuits.compare import compare_models
+from sprout_interp.circuits.composition import composition_scores, composition_table
+from sprout_interp.circuits.knockout import block_knockout
 from sprout_interp.core.errors import (
     AblationError,
     CheckpointNotFoundError,
@@ -11,6 +18,8 @@ from sprout_interp.core.errors import (
     NotACheckpointError,
     NotAPathError,
     PatchingError,
+    SAEMismatchError,
+    SAENotFoundError,
     SproutError,
     StateDictMismatchError,
     TokenizationError,
@@ -20,19 +29,14 @@ from sprout_interp.core.errors import (
     UnsafeCheckpointError,
     VocabularyMismatchError,
 )
-from sprout_interp.lens.logit_lens import logit_lens  # the function; the module: `from sprout_interp.lens.logit_lens import ...`
-from sprout_interp.lens.logit_lens import trajectories
-from sprout_interp.lens.tuned_lens import TunedLens, load_tuned_lens, save_tuned_lens, train_tuned_lens
-from sprout_interp.circuits.attribution import direct_logit_attribution, head_token_effects
-from sprout_interp.circuits import patching  # si.patching.activation_patch(model, clean, corrupted, metric, site=..., by=...)
-from sprout_interp.circuits.composition import composition_scores, composition_table
-from sprout_interp.circuits.ablation import ablate, ablation_sweep, attribution_sweep
-from sprout_interp.circuits.knockout import block_knockout
-from sprout_interp.circuits.attention import attention_patterns, find_induction_circuit, head_scores
-from sprout_interp.circuits.compare import compare_models
 from sprout_interp.core.hooked import HookedSprout, SproutCache, load_hooked
-from sprout_interp.lens.residual import residual_rms
 from sprout_interp.core.loading import LoadedCheckpoint, load_checkpoint
+from sprout_interp.lens.logit_lens import (
+    logit_lens,  # the function; the module: `from sprout_interp.lens.logit_lens import ...`
+    trajectories,
+)
+from sprout_interp.lens.residual import residual_rms
+from sprout_interp.lens.tuned_lens import TunedLens, load_tuned_lens, save_tuned_lens, train_tuned_lens
 
 load = load_hooked  # si.load("gpt-4") -> HookedSprout
 
@@ -46,5 +50,5 @@ __all__ = [
     "SproutError", "AblationError", "CheckpointNotFoundError", "NotACheckpointError", "UnsafeCheckpointError",
     "StateDictMismatchError", "VocabularyMismatchError", "ContextLengthError", "HookNameError", "TokenizationError",
     "HookOutputError", "NotAPathError", "UnreadablePathError", "InvalidConfigError", "InvalidWeightsError",
-    "MissingTokenizerError", "PatchingError", "TunedLensMismatchError", "TunedLensNotFoundError",
+    "MissingTokenizerError", "PatchingError", "SAEMismatchError", "SAENotFoundError", "TunedLensMismatchError", "TunedLensNotFoundError",
 ]

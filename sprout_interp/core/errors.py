@@ -83,3 +83,11 @@ class TunedLensMismatchError(SproutError, ValueError):
 
 class TunedLensNotFoundError(SproutError, FileNotFoundError):
     """No tuned lens saved beside the checkpoint (``lens="tuned"`` then falls back to the logit lens, with a notice)."""
+
+
+class SAEMismatchError(SproutError, ValueError):
+    """A sparse autoencoder made for another checkpoint or another hook point (layer), or a damaged SAE folder."""
+
+
+class SAENotFoundError(SproutError, FileNotFoundError):
+    """No sparse autoencoder saved for this checkpoint and layer (train one with ``python -m sprout_interp.features.train``)."""

@@ -1,0 +1,130 @@
+"""How good an SAE is, on held-out text: sparsity, reconstruction, and what the reconstruction costs the model.
+
+:func:`sae_quality` gives one row per SAE (SAELens's evaluation metrics):
+
+- ``l0``: mean number of active latents per token (at most ``k`` for a TopK SAE);
+- ``fve``: fraction of variance explained, ``1 - Σ‖x - x̂‖² / Σ‖x - mean(x)‖²`` over every held-out token;
+- ``ce_clean``, ``ce_sae``, ``ce_zero``: next-token cross-entropy (nats/token) of the clean model, of the model
+  with the SAE's hook point replaced by the reconstruction, and with it replaced by zeros;
+- ``loss_recovered``: ``(ce_zero - ce_sae) / (ce_zero - ce_clean)``, 1 = as good as clean;
+- ``dead``: latents that never fire on the sample; ``dense``: latents firing on more than ``dense_threshold`` of
+  its tokens.
+
+The held-out sample is :func:`sprout_interp.core.texts.held_out_for` (validation documents no shipped model
+trained on). :func:`feature_density` gives every latent's firing frequency on the same kind of sample.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from sprout_interp.core.hooked import as_hooked
+from sprout_interp.core.texts import held_out_for
+from sprout_interp.features.sae import SparseAutoencoder, check_for_model
+
+__all__ = ["held_out_tokens", "sae_quality", "feature_density", "QUALITY_UNITS"]
+
+QUALITY_UNITS = ("l0: latents/token; fve: fraction; ce_*: nats/token; loss_recovered: fraction; dead/dense: latents; "
+                 "layer 0-indexed, block = layer + 1")
+
+
+def held_out_tokens(model, n: int = 32, length: int = 256, seed: int = 0) -> Int[Tensor, "n length"]:
+    """``n`` held-out windows of ``length`` tokens (``held_out_for``), the sample every metric here defaults to."""
+    return held_out_for(as_hooked(model), n=n, length=length, seed=seed)
+
+
+def _ce(logits: Tensor, tokens: Tensor) -> Tensor:
+    """Per-token next-token cross-entropy, (batch, pos-1), nats."""
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction="none").view(
+        tokens.shape[0], -1)
+
+
+@torch.no_grad()
+def _passes(model, sae: SparseAutoencoder, tokens: Tensor, batch: int):
+    """Yield, per batch: (x (n, d), recon (n, d), active count per token (n,), fired latents mask (d_sae,),
+    per-token CE clean / spliced / zero (batch, pos-1))."""
+    m = as_hooked(model)
+    name, layer = sae.hook_name, sae.layer
+    for i in range(0, tokens.shape[0], batch):
+        t = tokens[i:i + batch]
+        logits, cache = m.run_with_cache(t, names_filter=name)
+        x = cache[name]
+        vals, idx = sae.topk(sae.pre_acts(x))
+        recon = sae.decode_sparse(vals, idx).to(x.dtype)
+        spliced = m(recon, start_at_layer=layer + 1, tokens=t)
+        zeroed = m(torch.zeros_like(x), start_at_layer=layer + 1, tokens=t)
+        yield x.flatten(0, 1), recon.flatten(0, 1), vals, idx, _ce(logits, t), _ce(spliced, t), _ce(zeroed, t)
+
+
+@torch.no_grad()
+def feature_density(model, sae: SparseAutoencoder, tokens: Optional[Int[Tensor, "batch pos"]] = None,
+                    batch: int = 8) -> Float[Tensor, " d_sae"]:
+    """The fraction of tokens on which each latent is active, ``(d_sae,)``, on ``tokens`` (default the held-out sample)."""
+    m = as_hooked(model)
+    check_for_model(sae, m)
+    tokens = held_out_tokens(m) if tokens is None else m.prepare_input(tokens)[0]
+    counts = torch.zeros(sae.d_sae, dtype=torch.float64)
+    n = 0
+    name = sae.hook_name
+    for i in range(0, tokens.shape[0], batch):
+        _, cache = m.run_with_cache(tokens[i:i + batch], names_filter=name, stop_at_layer=sae.layer + 1)
+        vals, idx = sae.topk(sae.pre_acts(cache[name]))
+        counts += torch.bincount(idx[vals > 0].flatten().cpu(), minlength=sae.d_sae).double()
+        n += vals.shape[0] * vals.shape[1]
+    return (counts / max(n, 1)).float()
+
+
+@torch.no_grad()
+def sae_quality(
+    model,
+    sae: SparseAutoencoder,
+    tokens: Optional[Int[Tensor, "batch pos"]] = None,
+    n: int = 32,
+    length: int = 256,
+    seed: int = 0,
+    batch: int = 8,
+    dense_threshold: float = 0.1,
+) -> pd.DataFrame:
+    """One row of quality metrics for ``sae`` on ``tokens`` (default: ``n`` held-out windows of ``length``).
+
+    Columns: ``model, layer, block, hook_name, d_sae, k, n_tokens, l0, fve, ce_clean, ce_sae, ce_zero,
+    loss_recovered, dead, dense`` (see the module docstring; units in ``df.attrs["units"]``). The SAE must
+    belong to the model (SAEMismatchError otherwise).
+    """
+    m = as_hooked(model)
+    check_for_model(sae, m)
+    tokens = held_out_tokens(m, n=n, length=length, seed=seed) if tokens is None else m.prepare_input(tokens)[0]
+    sq_err = sum_x = sum_x2 = l0 = 0.0
+    n_tok = 0
+    counts = torch.zeros(sae.d_sae, dtype=torch.float64)
+    ce = {"clean": 0.0, "sae": 0.0, "zero": 0.0}
+    n_ce = 0
+    for x, recon, vals, idx, c_clean, c_sae, c_zero in _passes(m, sae, tokens, batch):
+        x64 = x.double()
+        sq_err += float((x64 - recon.double()).pow(2).sum())
+        sum_x = sum_x + x64.sum(0)
+        sum_x2 += float(x64.pow(2).sum())
+        active = vals > 0
+        l0 += float(active.sum())
+        counts += torch.bincount(idx[active].flatten().cpu(), minlength=sae.d_sae).double()
+        n_tok += x.shape[0]
+        for key, c in (("clean", c_clean), ("sae", c_sae), ("zero", c_zero)):
+            ce[key] += float(c.double().sum())
+        n_ce += c_clean.numel()
+    total_var = sum_x2 - float((sum_x * sum_x).sum()) / n_tok
+    ce = {k: v / n_ce for k, v in ce.items()}
+    freq = counts / n_tok
+    df = pd.DataFrame([{
+        "model": m.name or "", "layer": sae.layer, "block": sae.layer + 1, "hook_name": sae.hook_name,
+        "d_sae": sae.d_sae, "k": sae.k, "n_tokens": n_tok, "l0": l0 / n_tok, "fve": 1 - sq_err / total_var,
+        "ce_clean": ce["clean"], "ce_sae": ce["sae"], "ce_zero": ce["zero"],
+        "loss_recovered": (ce["zero"] - ce["sae"]) / (ce["zero"] - ce["clean"]),
+        "dead": int((freq == 0).sum()), "dense": int((freq > dense_threshold).sum()),
+    }])
+    df.attrs.update(units=QUALITY_UNITS, dense_threshold=dense_threshold)
+    return df

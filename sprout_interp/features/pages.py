@@ -1,0 +1,336 @@
+"""Feature pages, as Neuronpedia shows them: where a latent fires on held-out text and what it writes.
+
+:func:`index_features` runs the model once over a token sample (default: held-out windows) and keeps, for every
+token, the SAE's k active latents and their values (a sparse record, small enough to keep for a dashboard).
+From it :func:`feature_summary` builds one latent's page:
+
+- the top-activating contexts (token strings around the token where it fires, with the activation of every
+  token in the window);
+- the histogram of its non-zero activations, and how often it fires;
+- the tokens its decoder direction promotes and suppresses: ``W_dec[f] @ W_U``, the direction read through the
+  unembedding the way the logit lens reads the stream (HookedSprout's ``W_U`` carries the final RMSNorm's gain;
+  the norm's division by the stream's scale is a positive number common to every token, so it changes no
+  ranking and is left out), in logits per unit of activation;
+- an automatic short description from its top tokens (no external model): the tokens it fires on, or the token
+  before them when that is the more consistent one, and the tokens it promotes.
+
+:func:`features_on_text` lists which latents fire where on a person's own text; :func:`features_for_token`
+finds latents by a token (the ones that fire on it most).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+import pandas as pd
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from sprout_interp.core.errors import SproutError
+from sprout_interp.core.hooked import as_hooked
+from sprout_interp.features.inputs import feature_input
+from sprout_interp.features.metrics import held_out_tokens
+from sprout_interp.features.sae import SparseAutoencoder, check_for_model
+
+__all__ = [
+    "FeatureIndex", "FeatureSummary", "index_features", "feature_acts", "logit_effects", "feature_summary",
+    "describe", "features_on_text", "features_for_token", "feature_table",
+]
+
+
+@dataclass
+class FeatureIndex:
+    """Every token's active latents on a token sample: ``vals``/``idx`` ``(batch, pos, k)`` (value 0 = not active).
+
+    Attributes:
+        tokens: the sample's token ids ``(batch, pos)``; ``mask`` True at real tokens (None: all real).
+        hook_name, d_sae: the SAE's.
+        token_strings: one string per vocabulary id (for tables).
+        notice: set when a text was cut to the context.
+    """
+
+    tokens: Int[Tensor, "batch pos"]
+    vals: Float[Tensor, "batch pos k"]
+    idx: Int[Tensor, "batch pos k"]
+    hook_name: str
+    d_sae: int
+    token_strings: list[str] = field(repr=False, default_factory=list)
+    mask: Optional[Tensor] = None
+    notice: Optional[str] = None
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.tokens.numel() if self.mask is None else self.mask.sum())
+
+    def density(self) -> Float[Tensor, " d_sae"]:
+        """Fraction of (real) tokens on which each latent is active."""
+        active = self.vals > 0
+        if self.mask is not None:
+            active = active & self.mask[..., None]
+        counts = torch.bincount(self.idx[active].flatten(), minlength=self.d_sae)
+        return counts.float() / max(self.n_tokens, 1)
+
+
+def _token_strings(model) -> list[str]:
+    m = as_hooked(model)
+    if m.tokenizer is None:  # ids-only model: tables show the ids
+        return [f"#{i}" for i in range(m.cfg.d_vocab)]
+    return list(m.to_str_tokens(torch.arange(m.cfg.d_vocab)))
+
+
+@torch.no_grad()
+def index_features(
+    model,
+    sae: SparseAutoencoder,
+    tokens=None,
+    n: int = 96,
+    length: int = 128,
+    seed: int = 0,
+    batch: int = 16,
+) -> FeatureIndex:
+    """Run the model over ``tokens`` (a text, texts or ids; default ``n`` held-out windows of ``length``) and
+    record the SAE's active latents at every token. A text longer than the context is cut (notice set)."""
+    m = as_hooked(model)
+    check_for_model(sae, m)
+    notice = None
+    if tokens is None:
+        toks, mask = held_out_tokens(m, n=n, length=length, seed=seed).to(m.device), None
+    else:
+        toks, mask, notice = feature_input(m, tokens)
+    vals, idx = [], []
+    for i in range(0, toks.shape[0], batch):
+        _, cache = m.run_with_cache(toks[i:i + batch], names_filter=sae.hook_name, stop_at_layer=sae.layer + 1)
+        v, j = sae.topk(sae.pre_acts(cache[sae.hook_name]))
+        vals.append(v.cpu())
+        idx.append(j.cpu())
+    return FeatureIndex(tokens=toks.cpu(), vals=torch.cat(vals), idx=torch.cat(idx), hook_name=sae.hook_name,
+                        d_sae=sae.d_sae, token_strings=_token_strings(m), mask=None if mask is None else mask.cpu(),
+                        notice=notice)
+
+
+def _check_feature(index_or_sae, feature) -> int:
+    d = index_or_sae.d_sae
+    if not isinstance(feature, int) or isinstance(feature, bool) or not 0 <= feature < d:
+        raise SproutError(f"feature {feature!r} is not a latent of this SAE: pick one of 0..{d - 1}")
+    return feature
+
+
+def feature_acts(index: FeatureIndex, feature: int) -> Float[Tensor, "batch pos"]:
+    """One latent's activation at every token of the index's sample (0 where it is off or at padding)."""
+    _check_feature(index, feature)
+    a = (index.vals * (index.idx == feature)).sum(-1)
+    return a if index.mask is None else a * index.mask
+
+
+def logit_effects(model, sae: SparseAutoencoder, feature: int) -> Float[Tensor, " vocab"]:
+    """``W_dec[feature] @ W_U``: the logit each token gains per unit of the latent's activation (see the module
+    docstring for the norm convention)."""
+    _check_feature(sae, feature)
+    m = as_hooked(model)
+    with torch.no_grad():
+        return (sae.W_dec[feature].to(m.W_U.dtype) @ m.W_U).cpu()
+
+
+@dataclass
+class FeatureSummary:
+    """One latent's page (see the module docstring). Tables use ``pos`` 0-based and layer 0-indexed (block = layer + 1).
+
+    Attributes:
+        contexts: ``rank, seq, pos, token, activation, tokens (list of str), acts (list of float), center``
+            (``center``: the index of the firing token inside ``tokens``).
+        histogram: ``left, right, count`` over the non-zero activations.
+        promoted / suppressed: ``rank, token, logit`` (logits per unit activation).
+        top_tokens: ``token, count, share, mean_act`` over the tokens it fires on; ``top_previous`` likewise for
+            the token before.
+    """
+
+    feature: int
+    layer: int
+    hook_name: str
+    frequency: float
+    max_activation: float
+    mean_activation: float
+    n_tokens: int
+    contexts: pd.DataFrame
+    histogram: pd.DataFrame
+    promoted: pd.DataFrame
+    suppressed: pd.DataFrame
+    top_tokens: pd.DataFrame
+    top_previous: pd.DataFrame
+    description: str
+
+    @property
+    def block(self) -> int:
+        return self.layer + 1
+
+
+def _shares(strings: list[str], weights: list[float], n: int) -> pd.DataFrame:
+    total = sum(weights) or 1.0
+    acc: dict[str, list[float]] = {}
+    for s, w in zip(strings, weights):
+        acc.setdefault(s, []).append(w)
+    rows = sorted(((s, len(ws), sum(ws) / total, sum(ws) / len(ws)) for s, ws in acc.items()),
+                  key=lambda r: -r[2])[:n]
+    return pd.DataFrame(rows, columns=["token", "count", "share", "mean_act"])
+
+
+def _quote(tokens: list[str]) -> str:
+    return ", ".join(repr(t) for t in tokens)
+
+
+def describe(top_tokens: pd.DataFrame, top_previous: pd.DataFrame, promoted: pd.DataFrame, frequency: float) -> str:
+    """A short description from a latent's top tokens: what it fires on (or after), and what it promotes."""
+    if frequency == 0 or top_tokens.empty:
+        return "never fires on the sample (dead)"
+    cur, prev = top_tokens.head(3), top_previous.head(3)
+    cur_share, prev_share = float(cur["share"].sum()), float(prev["share"].sum()) if len(prev) else 0.0
+    if prev_share > cur_share + 0.15:
+        what = f"fires after {_quote(list(prev['token']))} ({prev_share:.0%} of its activation)"
+    elif cur_share >= 0.3:
+        what = f"fires on {_quote(list(cur['token']))} ({cur_share:.0%} of its activation)"
+    else:
+        what = f"fires on many tokens, most on {_quote(list(cur['token']))} ({cur_share:.0%})"
+    if frequency > 0.1:
+        what += f"; dense ({frequency:.0%} of tokens)"
+    return f"{what}; promotes {_quote(list(promoted['token'].head(3)))}"
+
+
+def feature_summary(
+    model,
+    sae: SparseAutoencoder,
+    feature: int,
+    index: Optional[FeatureIndex] = None,
+    n_contexts: int = 12,
+    before: int = 12,
+    after: int = 4,
+    n_tokens: int = 10,
+    bins: int = 30,
+    top_for_tokens: int = 200,
+) -> FeatureSummary:
+    """The page of ``feature`` (see :class:`FeatureSummary`), from ``index`` (default :func:`index_features` on the
+    held-out sample; pass one index to build many pages). ``top_for_tokens``: how many of its strongest firings the
+    top-token tables and the description count."""
+    m = as_hooked(model)
+    check_for_model(sae, m)
+    _check_feature(sae, feature)
+    index = index_features(m, sae) if index is None else index
+    if index.hook_name != sae.hook_name or index.d_sae != sae.d_sae:
+        raise SproutError(f"the index was built for {index.hook_name} ({index.d_sae} latents), not for this SAE")
+    acts = feature_acts(index, feature)
+    strings = index.token_strings
+    flat = acts.flatten()
+    active = flat > 0
+    n_active = int(active.sum())
+    order = torch.argsort(flat, descending=True)[:max(n_contexts, top_for_tokens)]
+    order = order[flat[order] > 0]
+    B, T = acts.shape
+    rows = []
+    for rank, j in enumerate(order[:n_contexts].tolist()):
+        s, p = divmod(j, T)
+        lo, hi = max(0, p - before), min(T, p + after + 1)
+        if index.mask is not None:
+            hi = min(hi, int(index.mask[s].sum()))
+        ids = index.tokens[s, lo:hi].tolist()
+        rows.append(dict(rank=rank, seq=s, pos=p, token=strings[int(index.tokens[s, p])],
+                         activation=float(flat[j]), tokens=[strings[i] for i in ids],
+                         acts=[float(a) for a in acts[s, lo:hi]], center=p - lo))
+    contexts = pd.DataFrame(rows, columns=["rank", "seq", "pos", "token", "activation", "tokens", "acts", "center"])
+    nz = flat[active]
+    if n_active:
+        hist = torch.histc(nz, bins=bins, min=0.0, max=float(nz.max()))
+        edges = torch.linspace(0.0, float(nz.max()), bins + 1)
+        histogram = pd.DataFrame({"left": edges[:-1].tolist(), "right": edges[1:].tolist(),
+                                  "count": hist.long().tolist()})
+    else:
+        histogram = pd.DataFrame(columns=["left", "right", "count"])
+    eff = logit_effects(m, sae, feature)
+    top = torch.topk(eff, n_tokens)
+    bot = torch.topk(-eff, n_tokens)
+    promoted = pd.DataFrame({"rank": range(n_tokens), "token": [strings[i] for i in top.indices.tolist()],
+                             "logit": top.values.tolist()})
+    suppressed = pd.DataFrame({"rank": range(n_tokens), "token": [strings[i] for i in bot.indices.tolist()],
+                               "logit": (-bot.values).tolist()})
+    top_js = order[:top_for_tokens].tolist()
+    cur = [strings[int(index.tokens.flatten()[j])] for j in top_js]
+    prev = [strings[int(index.tokens[j // T, j % T - 1])] if j % T else "(start)" for j in top_js]
+    w = [float(flat[j]) for j in top_js]
+    top_tokens, top_previous = _shares(cur, w, n_tokens), _shares(prev, w, n_tokens)
+    freq = n_active / max(index.n_tokens, 1)
+    return FeatureSummary(
+        feature=feature, layer=sae.layer, hook_name=sae.hook_name, frequency=freq,
+        max_activation=float(nz.max()) if n_active else 0.0, mean_activation=float(nz.mean()) if n_active else 0.0,
+        n_tokens=index.n_tokens, contexts=contexts, histogram=histogram, promoted=promoted, suppressed=suppressed,
+        top_tokens=top_tokens, top_previous=top_previous,
+        description=describe(top_tokens, top_previous, promoted, freq),
+    )
+
+
+def feature_table(model, sae: SparseAutoencoder, index: FeatureIndex, features=None) -> pd.DataFrame:
+    """One row per latent (default all): ``layer, block, feature, frequency, max_act, description``."""
+    dens = index.density()
+    feats = range(sae.d_sae) if features is None else list(features)
+    maxes = torch.zeros(sae.d_sae)
+    flat_v, flat_i = index.vals.flatten(), index.idx.flatten()
+    maxes.scatter_reduce_(0, flat_i, flat_v, reduce="amax")
+    rows = []
+    for f in feats:
+        s = feature_summary(model, sae, int(f), index, n_contexts=0, n_tokens=3) if features is not None else None
+        rows.append(dict(layer=sae.layer, block=sae.layer + 1, feature=int(f), frequency=float(dens[f]),
+                         max_act=float(maxes[f]), description=s.description if s else ""))
+    return pd.DataFrame(rows)
+
+
+def features_on_text(model, sae: SparseAutoencoder, text: Union[str, Int[Tensor, "1 pos"]], min_act: float = 0.0):
+    """Which latents fire where on one text: ``(cells, by_feature)`` DataFrames.
+
+    ``cells``: one row per (pos, feature) where it is active, ``pos, token, feature, activation``.
+    ``by_feature``: ``feature, n_positions, max_act, pos_of_max, token_at_max``, strongest first. A text longer
+    than the context is cut (``cells.attrs["notice"]`` says so, and a TruncatedTextWarning is raised).
+    """
+    index = index_features(model, sae, text if not isinstance(text, str) else [text])
+    if index.tokens.shape[0] != 1:
+        raise SproutError("features_on_text reads one text; pass a string or ids of shape (1, pos)")
+    strings = index.token_strings
+    toks = index.tokens[0]
+    rows = []
+    for p in range(toks.shape[0]):
+        for v, f in zip(index.vals[0, p].tolist(), index.idx[0, p].tolist()):
+            if v > min_act:
+                rows.append(dict(pos=p, token=strings[int(toks[p])], feature=int(f), activation=float(v)))
+    cells = pd.DataFrame(rows, columns=["pos", "token", "feature", "activation"])
+    if cells.empty:
+        by = pd.DataFrame(columns=["feature", "n_positions", "max_act", "pos_of_max", "token_at_max"])
+    else:
+        g = cells.sort_values("activation", ascending=False).groupby("feature", sort=False)
+        by = pd.DataFrame({"n_positions": g.size(), "max_act": g["activation"].max(), "pos_of_max": g["pos"].first(),
+                           "token_at_max": g["token"].first()}).reset_index().sort_values("max_act", ascending=False)
+        by = by.reset_index(drop=True)
+    for df in (cells, by):
+        df.attrs.update(notice=index.notice, layer=sae.layer, block=sae.layer + 1, hook_name=sae.hook_name)
+    return cells, by
+
+
+def features_for_token(index: FeatureIndex, token: Union[int, str], n: int = 10, model=None) -> pd.DataFrame:
+    """The latents that fire most on ``token`` (an id, or a string that is one token: then pass ``model``):
+    ``feature, mean_act`` (mean over the token's occurrences in the sample, 0 where off), ``share`` (of the
+    occurrences on which it fires), ``occurrences``."""
+    if isinstance(token, str):
+        if model is None:
+            raise SproutError("to search by a token string, pass model=... (its tokenizer reads the string)")
+        token = as_hooked(model).to_single_token(token)
+    where = index.tokens == int(token)
+    if index.mask is not None:
+        where &= index.mask
+    occ = int(where.sum())
+    if occ == 0:
+        return pd.DataFrame(columns=["feature", "mean_act", "share", "occurrences"])
+    v, i = index.vals[where], index.idx[where]  # (occ, k)
+    sums = torch.zeros(index.d_sae).scatter_add_(0, i.flatten(), v.flatten())
+    fires = torch.bincount(i[v > 0].flatten(), minlength=index.d_sae).float()
+    top = torch.topk(sums, min(n, index.d_sae))
+    keep = top.values > 0
+    feats = top.indices[keep]
+    return pd.DataFrame({"feature": feats.tolist(), "mean_act": (top.values[keep] / occ).tolist(),
+                         "share": (fires[feats] / occ).tolist(), "occurrences": occ})
+
