@@ -40,8 +40,8 @@ def _load(spec: str):
     from sprout_interp.core.errors import CheckpointNotFoundError
 
     if spec.startswith("random-"):
-        from sprout_model import GPT, preset
         from sprout_interp import HookedSprout
+        from sprout_model import GPT, preset
 
         torch.manual_seed(0)
         return HookedSprout(GPT(preset(spec[len("random-"):])).eval(), name=spec), "untrained weights (timing only)"

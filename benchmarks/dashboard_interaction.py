@@ -52,11 +52,11 @@ def text_of(model, n: int = N_TOKENS) -> tuple[str, str]:
 def sprout_shaped(folder: Path) -> Path:
     """Save a random-weight model with Sprout's preset shape (and the shipped tokenizer) to ``folder``."""
     import torch
+
+    from sprout_interp.core import loading
     from sprout_model import GPT
     from sprout_model.checkpoint import save_checkpoint
     from sprout_model.presets import PRESETS
-
-    from sprout_interp.core import loading
 
     torch.manual_seed(0)
     gpt = GPT(PRESETS["sprout"]).eval()

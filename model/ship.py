@@ -24,7 +24,6 @@ from .model import GPT
 from .run_state import read_state
 from .train import evaluate
 
-
 VAL_SEQ_LEN = 256  # the shipped validation loss: every non-overlapping window of this many tokens
 
 

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_config
 
-from sprout_model import GPT
-from sprout_model.evaluation import repeated_tokens_batch
 from sprout_interp import HookedSprout
 from sprout_interp.circuits.ablation import (
     AblatedRunner,
@@ -25,8 +24,8 @@ from sprout_interp.circuits.ablation import (
     spearman,
 )
 from sprout_interp.core.errors import AblationError, SproutError
-
-from conftest import tiny_config
+from sprout_model import GPT
+from sprout_model.evaluation import repeated_tokens_batch
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "model" / "checkpoints"
 ATOL = 1e-5

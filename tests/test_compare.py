@@ -5,17 +5,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_config
 from tokenizers import Tokenizer
 
-from sprout_model import GPT
-from sprout_model.evaluation import NAME_TEXTS, name_copying
-from sprout_model.tokenizer import train_tokenizer
 from sprout_interp import HookedSprout
 from sprout_interp.circuits.ablation import name_copying_under_ablation
 from sprout_interp.circuits.compare import compare_models, name_copying_table, piece_probabilities
 from sprout_interp.core.errors import SproutError
-
-from conftest import tiny_config
+from sprout_model import GPT
+from sprout_model.evaluation import NAME_TEXTS, name_copying
+from sprout_model.tokenizer import train_tokenizer
 
 VOCAB = 300
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "model" / "checkpoints"

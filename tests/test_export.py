@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_config
 from tokenizers import Tokenizer
 
-from sprout_model import GPT
-from sprout_model.tokenizer import EOT, decode, encode, train_tokenizer
 from sprout_interp.core.errors import SproutError, VocabularyMismatchError
 from sprout_interp.core.export import ExportError, hf_config, hf_tokenizer, to_hf, to_transformer_lens
-
-from conftest import tiny_config
+from sprout_model import GPT
+from sprout_model.tokenizer import EOT, decode, encode, train_tokenizer
 
 VOCAB = 300
 TEXTS = [

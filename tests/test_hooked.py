@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import tiny_config
+
 from sprout_interp.core.errors import (
     ContextLengthError,
     HookNameError,

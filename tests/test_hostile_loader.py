@@ -23,17 +23,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_config
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, models
 
-from sprout_interp.core import errors
-
-from sprout_interp.core import loading
+from sprout_interp.core import errors, loading
 from sprout_interp.core.loading import expected_shapes, load_checkpoint, validate_config
 from sprout_model import GPT
 from sprout_model.checkpoint import save_checkpoint
-
-from conftest import tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,13 +6,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_config
 
-from sprout_model import GPT
 from sprout_interp import HookedSprout
 from sprout_interp.circuits.knockout import block_knockout
 from sprout_interp.core.errors import AblationError
-
-from conftest import tiny_config
+from sprout_model import GPT
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "model" / "checkpoints"
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_config
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, models
 
@@ -17,8 +18,6 @@ from sprout_interp.core.loading import build_model, infer_config, load_checkpoin
 from sprout_model import GPT
 from sprout_model.checkpoint import SHIPPED_DIR as REAL_SHIPPED_DIR
 from sprout_model.checkpoint import save_checkpoint
-
-from conftest import tiny_config
 
 TOKENS = torch.tensor([[1, 5, 9, 2, 33, 63, 0, 7, 7, 12]])
 

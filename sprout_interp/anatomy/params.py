@@ -6,6 +6,7 @@ so line numbers always match the file on disk.
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from dataclasses import dataclass
 
 import sprout_model.model as arch
@@ -14,6 +15,7 @@ from sprout_model import Config
 
 @dataclass(frozen=True)
 class Part:
+    """One part of the model in the chapter's parameter table: its name, parameter count and formula."""
     key: str  # short id used by the dashboard
     title: str  # what a person calls it
     obj: object  # the class or function in sprout_model.model
@@ -41,6 +43,27 @@ def source(part: Part | str) -> tuple[str, int, int, str]:
     part = PARTS_BY_KEY[part] if isinstance(part, str) else part
     lines, start = inspect.getsourcelines(part.obj)
     return inspect.getsourcefile(part.obj), start, start + len(lines) - 1, "".join(lines)
+
+
+def project_path(path: str | Path) -> str:
+    """A source file's path as a reader of the project knows it (``model/model.py``), not where the server
+    keeps it: relative to the project's root when it is inside it, else to the folder of its package."""
+    p = Path(path).resolve()
+    root = Path(__file__).resolve().parents[2]
+    for base in (root, *p.parents[1:2]):
+        try:
+            return p.relative_to(base).as_posix()
+        except ValueError:
+            continue
+    return p.name
+
+
+def numbered(code: str, first: int) -> str:
+    """``code`` with each line prefixed by its line number in the file (``first`` for the first line), so a
+    code box shows the file's own numbers (Streamlit's start at 1)."""
+    lines = code.rstrip("\n").split("\n")
+    width = len(str(first + len(lines) - 1))
+    return "\n".join(f"{first + i:>{width}} │ {line}" for i, line in enumerate(lines))
 
 
 def param_breakdown(d_model: int, n_layer: int, d_ff: int, vocab_size: int, n_head: int, tied: bool = True) -> dict:

@@ -36,7 +36,6 @@ of given tokens at given positions), or any callable ``fn(logits, tokens) -> flo
 """
 from __future__ import annotations
 
-
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from typing import Literal, NamedTuple, Optional
@@ -46,11 +45,6 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
-
-from sprout_model.model import apply_rope
-
-from sprout_interp.core.errors import AblationError
-from sprout_interp.core.hooked import HookedSprout, as_hooked, is_hooked
 
 from sprout_interp.circuits.heads import CONVENTION, KINDS, Head, Kind, all_heads, check_heads, check_kind, head_label
 from sprout_interp.circuits.metrics import (
@@ -64,6 +58,9 @@ from sprout_interp.circuits.metrics import (
     metric_reach_of,
 )
 from sprout_interp.circuits.replacements import Replacer, ablation_hooks, default_reference, head_means, is_means
+from sprout_interp.core.errors import AblationError
+from sprout_interp.core.hook_points import act_name
+from sprout_interp.core.hooked import HookedSprout, as_hooked, is_hooked
 
 __all__ = [
     "KINDS", "CONVENTION", "AblationResult", "ablate", "ablation_sweep", "attribution_sweep", "head_means",
@@ -77,6 +74,7 @@ __all__ = [
 
 
 class AblationResult(NamedTuple):
+    """One ablated run: its logits, the per-token next-token loss (nats) and the mean over real targets."""
     logits: Float[Tensor, "batch pos d_vocab"]
     loss: Float[Tensor, "batch pos_minus_1"]  # per-token next-token loss (nats); 0 where the target is padding
     mean_loss: float  # over real targets
@@ -139,6 +137,7 @@ class AblatedRunner:
             self.reference = head_means(self.model, reference)  # compute once
 
     def __call__(self, idx: Tensor):
+        """``(logits, None)`` of ``idx`` with the heads ablated, as ``GPT.__call__`` returns them."""
         if not self.heads:
             with torch.no_grad():
                 return self.model(idx), None
@@ -282,10 +281,10 @@ def _fast_sweep(model: HookedSprout, toks, heads, rep: Replacer, bound: BoundMet
     B, T = toks.shape
     C = model.cfg.d_model
     layers = sorted({l for l, _ in heads})
-    names = [f"blocks.{l}.hook_resid_pre" for l in layers] + [f"blocks.{l}.attn.hook_z" for l in layers]
-    names.append(f"blocks.{L - 1}.hook_resid_post")
+    names = [act_name("resid_pre", l) for l in layers] + [act_name("z", l) for l in layers]
+    names.append(act_name("resid_post", L - 1))
     _, cache = model.run_with_cache(toks, names_filter=names, return_type=None, return_cache_object=False)
-    clean = metric_from_resid(model, bound, cache[f"blocks.{L - 1}.hook_resid_post"], 1)[0]
+    clean = metric_from_resid(model, bound, cache[act_name("resid_post", L - 1)], 1)[0]
     at = trimmed_positions(model, bound, T)
     sel = slice(None) if at is None else at  # the positions the last block must produce
     if heads_per_batch is None:
@@ -295,7 +294,7 @@ def _fast_sweep(model: HookedSprout, toks, heads, rep: Replacer, bound: BoundMet
     results: dict[Head, float] = {}
     for l in layers:
         keep = sel if l == L - 1 else slice(None)  # the positions block l must produce
-        resid_pre, z = cache[f"blocks.{l}.hook_resid_pre"][:, keep], cache[f"blocks.{l}.attn.hook_z"][:, keep]
+        resid_pre, z = cache[act_name("resid_pre", l)][:, keep], cache[act_name("z", l)][:, keep]
         t = z.shape[1]
         blk = model.blocks[l]
         in_layer = [h for ll, h in heads if ll == l]
@@ -373,7 +372,7 @@ def _attribution(model: HookedSprout, toks, heads, rep: Replacer, bound: BoundMe
         zs[l], deltas[l] = z.detach(), d
         return z + d
 
-    hooks = [(f"blocks.{l}.attn.hook_z", partial(grab, l=l)) for l in layers]
+    hooks = [(act_name("z", l), partial(grab, l=l)) for l in layers]
     with torch.enable_grad():
         logits = model.run_with_hooks(toks, fwd_hooks=hooks)
         value = bound.from_logits(logits)

@@ -44,9 +44,9 @@ from torch import Tensor
 from sprout_interp.circuits.ablation import ablated, ablation_sweep
 from sprout_interp.circuits.heads import CONVENTION, Kind, check_heads
 from sprout_interp.circuits.replacements import head_means
-from sprout_interp.core.hooked import as_hooked
 from sprout_interp.core.errors import AblationError
-from sprout_interp.core.hooked import HookedSprout
+from sprout_interp.core.hook_points import act_name
+from sprout_interp.core.hooked import HookedSprout, as_hooked
 
 __all__ = [
     "attention_patterns", "score_masks", "pattern_scores", "head_scores", "find_induction_circuit",
@@ -81,7 +81,7 @@ def attention_patterns(
     for l in layers:
         if not 0 <= l < L:
             raise AblationError(f"there is no layer {l}: this model has {L} blocks, layers 0..{L - 1} in code (the chapter's 1..{L})")
-    names = [f"blocks.{l}.attn.hook_pattern" for l in layers]
+    names = [act_name("pattern", l) for l in layers]
     _, cache = model.run_with_cache(toks, names_filter=names, return_type=None, return_cache_object=False)
     pats = torch.stack([cache[n] for n in names], dim=1)  # (batch, layer, head, q, k)
     lengths = [toks.shape[1]] * toks.shape[0] if mask is None else [int(n) for n in mask.sum(1)]
@@ -147,7 +147,7 @@ def pattern_scores(
                 sums[n][layer] += (per_q * has[n][:, None].double()).sum((0, 2))
             return pattern
 
-        hooks = [(f"blocks.{l}.attn.hook_pattern", partial(reduce, layer=l)) for l in range(L)]
+        hooks = [(act_name("pattern", l), partial(reduce, layer=l)) for l in range(L)]
         model.run_with_hooks(t, return_type=None, fwd_hooks=hooks)
         for n in counts:
             counts[n] += int(has[n].sum())
@@ -312,7 +312,7 @@ def _head_induction_score(model: HookedSprout, rep: Int[Tensor, "batch pos"], la
         got["p"] = (pattern[:, head].double() * mk.double()).sum(-1)  # (batch, query)
         return pattern
 
-    model.run_with_hooks(rep, fwd_hooks=[(f"blocks.{layer}.attn.hook_pattern", grab)], stop_at_layer=layer + 1)
+    model.run_with_hooks(rep, fwd_hooks=[(act_name("pattern", layer), grab)], stop_at_layer=layer + 1)
     return float(got["p"][has].mean()) if bool(has.any()) else float("nan")
 
 
@@ -556,6 +556,7 @@ class InductionCircuit:
         return float(self.evidence.attrs["clean_copying_second"] - self.evidence.attrs["clean_copying_first"])
 
     def as_dict(self) -> dict:
+        """The circuit as plain values (heads, scores, evidence), for JSON or a table."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "evidence"}
         d.update(prev_block=self.prev_block, induction_block=self.induction_block, prev_label=self.prev_label,
                  induction_label=self.induction_label)

@@ -22,6 +22,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from sprout_interp.core.errors import SproutError
+from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import HookedSprout, as_hooked
 
 __all__ = ["direct_logit_attribution", "head_token_effects", "contribution_graph", "token_id", "head_label"]
@@ -63,9 +64,9 @@ def _run(model: HookedSprout, input, pos: int, need_pattern: bool):
     L = model.cfg.n_layers
     names = {"hook_embed", "ln_final.hook_scale"}
     for l in range(L):
-        names |= {f"blocks.{l}.attn.hook_z", f"blocks.{l}.hook_mlp_out"}
+        names |= {act_name("z", l), act_name("mlp_out", l)}
         if need_pattern:
-            names |= {f"blocks.{l}.attn.hook_pattern", f"blocks.{l}.attn.hook_v"}
+            names |= {act_name("pattern", l), act_name("v", l)}
     with torch.no_grad():
         logits, cache = model.run_with_cache(toks, names_filter=lambda n: n in names)
     return toks[0], p, logits[0, p], cache
@@ -121,17 +122,17 @@ def direct_logit_attribution(
     for l in range(L):
         W_O = model.blocks[l].attn.W_O  # (head, d_head, d_model)
         if by == "component":
-            attn = torch.einsum("hd,hdm->m", cache[f"blocks.{l}.attn.hook_z"][0, p], W_O)
+            attn = torch.einsum("hd,hdm->m", cache[act_name("z", l)][0, p], W_O)
             rows.append(dict(component=f"block {l + 1} attention", kind="attn", layer=l, block=l + 1, head=-1,
                              attribution=float(onto(attn))))
         elif by == "head":
-            per_head = torch.einsum("hd,hdm->hm", cache[f"blocks.{l}.attn.hook_z"][0, p], W_O)
+            per_head = torch.einsum("hd,hdm->hm", cache[act_name("z", l)][0, p], W_O)
             vals = onto(per_head)
             rows += [dict(component=head_label(l, h), kind="head", layer=l, block=l + 1, head=h,
                           attribution=float(vals[h])) for h in range(H)]
         else:
-            pattern = cache[f"blocks.{l}.attn.hook_pattern"][0, :, p, : p + 1]  # (head, src)
-            v = cache[f"blocks.{l}.attn.hook_v"][0, : p + 1]  # (src, head, d_head)
+            pattern = cache[act_name("pattern", l)][0, :, p, : p + 1]  # (head, src)
+            v = cache[act_name("v", l)][0, : p + 1]  # (src, head, d_head)
             per_src = torch.einsum("hs,shd,hdm->hsm", pattern, v, W_O)
             vals = onto(per_src)  # (head, src)
             src_tokens = _token_strings(model, toks[: p + 1].tolist())
@@ -140,7 +141,7 @@ def direct_logit_attribution(
                               src_pos=s, src_token=src_tokens[s],
                               attribution=float(vals[h, s])) for s in range(p + 1)]
         rows.append(dict(component=f"block {l + 1} feed-forward", kind="mlp", layer=l, block=l + 1, head=-1,
-                         attribution=float(onto(cache[f"blocks.{l}.hook_mlp_out"][0, p]))))
+                         attribution=float(onto(cache[act_name("mlp_out", l)][0, p]))))
     df = pd.DataFrame(rows)
     df.insert(5, "pos", p)
     if by != "source":
@@ -171,7 +172,7 @@ def head_token_effects(
     if not (0 <= layer < L and 0 <= head < H):
         raise SproutError(f"no head {head} in layer {layer}: layers 0..{L - 1} (block = layer + 1), heads 0..{H - 1}")
     toks, p, _, cache = _run(model, input, pos, need_pattern=False)
-    write = cache[f"blocks.{layer}.attn.hook_z"][0, p, head] @ model.blocks[layer].attn.W_O[head]
+    write = cache[act_name("z", layer)][0, p, head] @ model.blocks[layer].attn.W_O[head]
     effect = (write / cache["ln_final.hook_scale"][0, p]) @ model.W_U  # (d_vocab,)
     k = max(1, min(k, effect.shape[0] // 2))
     rows = []
@@ -204,7 +205,7 @@ def contribution_graph(
     ``attrs["token"]`` (the token explained), ``attrs["pos"]`` and ``attrs["logit"]``.
     """
     model = as_hooked(model)
-    toks, p = model.prepare_input(input)[0][0], pos
+    toks = model.prepare_input(input)[0][0]
     if token is None:
         logits = model(toks[None])[0, pos]
         token = int(logits.argmax())

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 import torch
 
-from sprout_interp.core.hooked import as_hooked
 from sprout_interp.core.errors import SproutError
+from sprout_interp.core.hooked import as_hooked
 
 __all__ = ["compare_models", "name_copying_table", "piece_probabilities", "model_dict"]
 

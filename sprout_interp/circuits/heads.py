@@ -46,6 +46,7 @@ def check_heads(model, heads) -> list[Head]:
 
 
 def check_kind(kind) -> str:
+    """``kind`` itself when it is one of :data:`KINDS`; :class:`AblationError` otherwise."""
     if kind not in KINDS:
         raise AblationError(f"kind must be one of {KINDS}, got {kind!r}")
     return kind

@@ -17,7 +17,6 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
-
 from sprout_interp.core.errors import AblationError
 from sprout_interp.core.hooked import HookedSprout, as_hooked
 

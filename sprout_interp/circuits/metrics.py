@@ -8,7 +8,6 @@ returning ``BoundMetric(name, rows, pos, targets, reduce)`` from ``bind``, or pa
 """
 from __future__ import annotations
 
-
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,7 +17,6 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
-
 
 from sprout_interp.core.errors import AblationError
 from sprout_interp.core.hooked import HookedSprout
@@ -60,6 +58,7 @@ class Loss:
     name = "loss"
 
     def bind(self, tokens: Tensor, mask: Optional[Tensor]) -> BoundMetric:
+        """This metric bound to one batch of token ids ``(batch, pos)`` and its mask (False at padding)."""
         B, T = tokens.shape
         if T < 2:
             raise AblationError("the loss needs at least 2 tokens per row")
@@ -85,6 +84,7 @@ class CopyingLoss:
         self.name = "copying_ratio" if ratio else "copying"
 
     def bind(self, tokens: Tensor, mask: Optional[Tensor]) -> BoundMetric:
+        """This metric bound to one batch of token ids ``(batch, pos)`` and its mask (False at padding)."""
         B, T = tokens.shape
         n = self.seq_len
         if n is None:
@@ -130,6 +130,7 @@ class TargetLogProb:
             raise AblationError("TargetLogProb needs as many positions as targets (and rows, if given), at least one")
 
     def bind(self, tokens: Tensor, mask: Optional[Tensor]) -> BoundMetric:
+        """This metric bound to one batch of token ids ``(batch, pos)`` and its mask (False at padding)."""
         B, T = tokens.shape
         dev = tokens.device
         pos = torch.tensor(self.positions, device=dev)
@@ -146,6 +147,7 @@ class TargetLogProb:
 
 
 def bind_metric(metric, tokens: Tensor, mask: Optional[Tensor]) -> BoundMetric:
+    """Any accepted metric (a name, an object with ``bind``, or ``fn(logits[, tokens])``) bound to ``tokens``."""
     if isinstance(metric, str):
         table = {"loss": Loss(), "copying": CopyingLoss(), "copying_ratio": CopyingLoss(ratio=True)}
         if metric not in table:

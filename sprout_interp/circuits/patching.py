@@ -41,10 +41,10 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from sprout_model.model import apply_rope
-
 from sprout_interp.core.errors import PatchingError
+from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import HookedSprout, as_hooked, is_hooked
+from sprout_model.model import apply_rope
 
 __all__ = [
     "PatchingError", "LogitDiff", "LogProb", "Loss", "activation_patch", "naive_patch", "SITES", "patch_macs",
@@ -57,12 +57,6 @@ SITES: dict[str, tuple[str, ...]] = {
     "resid_pre": ("layer_pos", "layer"), "resid_mid": ("layer_pos", "layer"), "resid_post": ("layer_pos", "layer"),
     "attn_out": ("layer_pos", "layer"), "mlp_out": ("layer_pos", "layer"),
     "z": ("head", "head_pos"), "q": ("head",), "k": ("head",), "v": ("head",), "pattern": ("head",),
-}
-_HOOK = {
-    "resid_pre": "blocks.{l}.hook_resid_pre", "resid_mid": "blocks.{l}.hook_resid_mid",
-    "resid_post": "blocks.{l}.hook_resid_post", "attn_out": "blocks.{l}.hook_attn_out",
-    "mlp_out": "blocks.{l}.hook_mlp_out", "z": "blocks.{l}.attn.hook_z", "q": "blocks.{l}.attn.hook_q",
-    "k": "blocks.{l}.attn.hook_k", "v": "blocks.{l}.attn.hook_v", "pattern": "blocks.{l}.attn.hook_pattern",
 }
 _CHUNK = 16  # positions patched per batched forward: each chunk runs from its first position on
 
@@ -84,9 +78,11 @@ class LogitDiff:
     name: str = "logit difference"
 
     def positions(self, T: int) -> list[int]:
+        """The positions (0-based) whose logits this metric reads, for inputs of ``T`` tokens."""
         return [self.pos % T]
 
     def rows(self, logits: Float[Tensor, "n r vocab"], targets: Int[Tensor, "n t"]) -> Float[Tensor, " n"]:
+        """One value per row from the logits at :meth:`positions` and the rows' tokens."""
         a, w = _ids(self.answer, logits), _ids(self.wrong, logits)
         last = logits[:, 0]
         return last.gather(1, a[:, None])[:, 0] - last.gather(1, w[:, None])[:, 0]
@@ -101,9 +97,11 @@ class LogProb:
     name: str = "log-probability"
 
     def positions(self, T: int) -> list[int]:
+        """The positions (0-based) whose logits this metric reads, for inputs of ``T`` tokens."""
         return [self.pos % T]
 
     def rows(self, logits: Float[Tensor, "n r vocab"], targets: Int[Tensor, "n t"]) -> Float[Tensor, " n"]:
+        """One value per row from the logits at :meth:`positions` and the rows' tokens."""
         t = _ids(self.target, logits)
         return F.log_softmax(logits[:, 0].float(), -1).gather(1, t[:, None])[:, 0]
 
@@ -115,9 +113,11 @@ class Loss:
     name: str = "loss"
 
     def positions(self, T: int) -> list[int]:
+        """The positions (0-based) whose logits this metric reads, for inputs of ``T`` tokens."""
         return list(range(T - 1))
 
     def rows(self, logits: Float[Tensor, "n r vocab"], targets: Int[Tensor, "n t"]) -> Float[Tensor, " n"]:
+        """One value per row from the logits at :meth:`positions` and the rows' tokens."""
         lp = F.log_softmax(logits.float(), -1).gather(2, targets[:, 1:, None])[..., 0]
         return -lp.mean(1)
 
@@ -130,6 +130,7 @@ class _Callable:
         self.name = getattr(fn, "__name__", "metric")
 
     def positions(self, T: int) -> list[int]:
+        """The positions (0-based) whose logits this metric reads, for inputs of ``T`` tokens."""
         return list(range(T))
 
 
@@ -231,7 +232,7 @@ def _naive_values(model, base, src_cache, metric, site, patches, B) -> list[floa
     read = metric.positions(T)
     out = []
     for l, h, p in patches:
-        name = _HOOK[site].format(l=l)
+        name = act_name(site, l)
         logits = model.run_with_hooks(base, fwd_hooks=[(name, _setter(site, h, p, src_cache[name]))])
         out.append(float(_value(metric, logits[:, read], base, B)[0]))
     return out
@@ -253,8 +254,8 @@ class _Run:
         logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names, return_cache_object=False)
         self.logits = logits
         self.cache = cache
-        self.k = [cache[f"blocks.{l}.attn.hook_rot_k"].transpose(1, 2) for l in range(L)]  # (batch, head, pos, d_head)
-        self.v = [cache[f"blocks.{l}.attn.hook_v"].transpose(1, 2) for l in range(L)]
+        self.k = [cache[act_name("rot_k", l)].transpose(1, 2) for l in range(L)]  # (batch, head, pos, d_head)
+        self.v = [cache[act_name("v", l)].transpose(1, 2) for l in range(L)]
 
     def __getitem__(self, name: str) -> Tensor:
         return self.cache[name]
@@ -303,14 +304,14 @@ def _head_z(model: HookedSprout, run: _Run, src: dict, site: str, l: int, heads:
     """Block ``l``'s hook_z with one head per copy recomputed from ``src``'s q, k, v or pattern: (n*B, pos, head, d_head)."""
     blk = model.model.blocks[l]
     B, T = run.logits.shape[:2]
-    z = run[f"blocks.{l}.attn.hook_z"].repeat(len(heads), 1, 1, 1)
+    z = run[act_name("z", l)].repeat(len(heads), 1, 1, 1)
     cos, sin = model.model.cos[:T], model.model.sin[:T]
     for i, h in enumerate(heads):
         rows = slice(i * B, (i + 1) * B)
-        q = run[f"blocks.{l}.attn.hook_rot_q"][:, :, h]  # (B, T, d_head)
+        q = run[act_name("rot_q", l)][:, :, h]  # (B, T, d_head)
         k = run.k[l][:, h]  # (B, T, d_head)
         v = run.v[l][:, h]
-        s = src[_HOOK[site].format(l=l)]
+        s = src[act_name(site, l)]
         if site == "q":
             q = apply_rope(blk.attn.q_norm(s[:, :, h]), cos, sin)
         elif site == "k":
@@ -328,9 +329,9 @@ def _head_z(model: HookedSprout, run: _Run, src: dict, site: str, l: int, heads:
 def _fast_values(model: HookedSprout, base: Tensor, src_tokens: Tensor, metric, site: str, by: str,
                  patches) -> list[float]:
     B, T = base.shape
-    L, H = model.cfg.n_layers, model.cfg.n_heads
+    L = model.cfg.n_layers
     run = _Run(model, base, site)
-    names = [_HOOK[site].format(l=l) for l in range(L)]
+    names = [act_name(site, l) for l in range(L)]
     _, src = model.run_with_cache(src_tokens, names_filter=names, return_cache_object=False)
     read = metric.positions(T)
     targets = base
@@ -362,7 +363,7 @@ def _fast_values(model: HookedSprout, base: Tensor, src_tokens: Tensor, metric, 
                 else:
                     z = _head_z(model, run, src, site, l, [pt[1] for pt in chunk])
                 attn = gpt.blocks[l].attn.proj(z.reshape(n * B, T - s0, -1))
-                x = run[f"blocks.{l}.hook_resid_pre"][:, s0:].repeat(n, 1, 1) + attn
+                x = run[act_name("resid_pre", l)][:, s0:].repeat(n, 1, 1) + attn
                 logits = _finish(model, run, x, l, "mid", s0, n, read)
                 for pt, v in zip(chunk, _value(metric, logits, targets.repeat(n, 1), B).tolist()):
                     values[pt] = v
@@ -372,9 +373,9 @@ def _fast_values(model: HookedSprout, base: Tensor, src_tokens: Tensor, metric, 
         start = {"pre": "hook_resid_pre", "mid": "hook_resid_mid", "post": "hook_resid_post"}[stage]
         stream = run[f"blocks.{l}.{start}"]
         if site == "attn_out":
-            new = run[f"blocks.{l}.hook_resid_pre"] + s_act
+            new = run[act_name("resid_pre", l)] + s_act
         elif site == "mlp_out":
-            new = run[f"blocks.{l}.hook_resid_mid"] + s_act
+            new = run[act_name("resid_mid", l)] + s_act
         else:
             new = s_act
         if by == "layer":
@@ -446,7 +447,7 @@ def activation_patch(
     patches = _patches(model, site, by, T)
     user_hooks = any(is_hooked(hp) for hp in model.hook_dict.values())
     if method == "naive" or user_hooks:
-        names = [_HOOK[site].format(l=l) for l in range(model.cfg.n_layers)]
+        names = [act_name(site, l) for l in range(model.cfg.n_layers)]
         _, src = model.run_with_cache(source, names_filter=names, return_cache_object=False)
         vals = _naive_values(model, base, src, m, site, patches, B)
     elif method == "fast":
@@ -526,7 +527,7 @@ def _path_values(model: HookedSprout, base: Tensor, source: Tensor, metric, send
     """The metric for each set of senders, their changed output reaching only ``receivers``."""
     B, T = base.shape
     L = model.cfg.n_layers
-    names = [f"blocks.{l}.attn.hook_z" for l in range(L)] + [f"blocks.{l}.hook_resid_pre" for l in range(L)]
+    names = [act_name("z", l) for l in range(L)] + [act_name("resid_pre", l) for l in range(L)]
     _, bc = model.run_with_cache(base, names_filter=names, return_cache_object=False)
     _, sc = model.run_with_cache(source, names_filter=names, return_cache_object=False)
     W_O = model.W_O
@@ -538,10 +539,10 @@ def _path_values(model: HookedSprout, base: Tensor, source: Tensor, metric, send
         """Per (receiver layer, q/k/v): the raw projections (B, T, head, d_head) with the senders' change added."""
         out = {}
         for l2 in sorted({r[0] for r in receivers}):
-            delta = sum(((sc[f"blocks.{l}.attn.hook_z"][:, :, h] - bc[f"blocks.{l}.attn.hook_z"][:, :, h]) @ W_O[l, h]
+            delta = sum(((sc[act_name("z", l)][:, :, h] - bc[act_name("z", l)][:, :, h]) @ W_O[l, h]
                          for l, h in senders if l < l2), torch.zeros(B, T, model.cfg.d_model))
             blk = gpt.blocks[l2]
-            q, k, v = blk.attn.heads(blk.norm1(bc[f"blocks.{l2}.hook_resid_pre"] + delta))
+            q, k, v = blk.attn.heads(blk.norm1(bc[act_name("resid_pre", l2)] + delta))
             for kind, t in zip("qkv", (q, k, v)):
                 out[(l2, kind)] = t.transpose(1, 2)  # (B, T, head, d_head), as the hooks see it
         return out
@@ -564,7 +565,7 @@ def _path_values(model: HookedSprout, base: Tensor, source: Tensor, metric, send
     if batched:
         inputs = [new_inputs(s) for s in sender_sets]
         n = len(inputs)
-        start = bc[f"blocks.{first}.hook_resid_pre"].repeat(n, 1, 1)
+        start = bc[act_name("resid_pre", first)].repeat(n, 1, 1)
         logits = model.run_with_hooks(start, start_at_layer=first, fwd_hooks=hooks_for(inputs))
         return _value(metric, logits[:, read], base.repeat(n, 1), B).tolist()
     for s in sender_sets:

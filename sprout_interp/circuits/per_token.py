@@ -19,8 +19,8 @@ from torch import Tensor
 
 from sprout_interp.circuits.ablation import ablate
 from sprout_interp.circuits.heads import Kind, check_heads
-from sprout_interp.core.hooked import as_hooked
 from sprout_interp.core.errors import ContextLengthError
+from sprout_interp.core.hooked import as_hooked
 
 __all__ = ["next_token_table", "ablation_effect"]
 

@@ -4,7 +4,6 @@ another sequence (resample); and the hooks that put the replacement in."""
 from __future__ import annotations
 
 import weakref
-
 from collections.abc import Callable
 from functools import partial
 
@@ -13,11 +12,10 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-
-from sprout_interp.core.errors import AblationError
-from sprout_interp.core.hooked import HookedSprout, as_hooked
-
 from sprout_interp.circuits.heads import Head
+from sprout_interp.core.errors import AblationError
+from sprout_interp.core.hook_points import act_name
+from sprout_interp.core.hooked import HookedSprout, as_hooked
 
 __all__ = ["default_reference", "head_means", "is_means", "Replacer", "ablation_hooks", "DEFAULT_REFERENCE"]
 
@@ -62,7 +60,7 @@ def head_means(
     L = model.cfg.n_layers
     total = torch.zeros(L, model.cfg.n_heads, model.cfg.d_head, dtype=torch.float64, device=model.device)
     count = 0
-    names = [f"blocks.{l}.attn.hook_z" for l in range(L)]
+    names = [act_name("z", l) for l in range(L)]
     starts = range(0, toks.shape[0], batch_size)
     bar = tqdm(starts, desc="mean ablation: averaging each head's output over held-out text (once per model)",
                disable=not default, leave=False)
@@ -90,6 +88,7 @@ def _weights_key(model: HookedSprout) -> tuple:
 
 
 def is_means(reference, model) -> bool:
+    """Whether ``reference`` is already :func:`head_means` output for ``model`` (float, ``(n_layers, n_heads, d_head)``)."""
     c = model.cfg
     return isinstance(reference, Tensor) and reference.is_floating_point() and tuple(reference.shape) == (c.n_layers, c.n_heads, c.d_head)
 
@@ -129,10 +128,10 @@ class Replacer:
                     f"which has {ref.shape[1]} positions but the input has {T}: pass a longer reference"
                 )
             ref = ref[:, :T]
-            names = [f"blocks.{l}.attn.hook_z" for l in layers]
+            names = [act_name("z", l) for l in layers]
             with torch.no_grad():
                 _, cache = model.run_with_cache(ref, names_filter=names, return_type=None, return_cache_object=False)
-            self.ref_z = {l: cache[f"blocks.{l}.attn.hook_z"] for l in layers}
+            self.ref_z = {l: cache[act_name("z", l)] for l in layers}
 
     def value(self, l: int, h: int) -> Tensor:
         """The replacement for head (l, h): a scalar, (d_head,) or (batch, pos, d_head)."""
@@ -151,9 +150,10 @@ def _patch_z(z: Tensor, hook, items: list[tuple[int, Tensor]]) -> Tensor:
 
 
 def ablation_hooks(heads: list[Head], rep: Replacer) -> list[tuple[str, Callable]]:
+    """Forward hooks on ``blocks.{l}.attn.hook_z`` that put each head's replacement in, one hook per layer."""
     by_layer: dict[int, list] = {}
     for l, h in heads:
         by_layer.setdefault(l, []).append((h, rep.value(l, h)))
-    return [(f"blocks.{l}.attn.hook_z", partial(_patch_z, items=items)) for l, items in sorted(by_layer.items())]
+    return [(act_name("z", l), partial(_patch_z, items=items)) for l, items in sorted(by_layer.items())]
 
 

@@ -1,16 +1,13 @@
 """``SproutCache``: TransformerLens's ``ActivationCache`` whose failed look-ups say what to type instead."""
 from __future__ import annotations
 
-
 from torch import Tensor
 from transformer_lens import ActivationCache
 from transformer_lens.utilities import get_act_name
 
-
 from sprout_interp.core.errors import (
     HookNameError,
 )
-
 from sprout_interp.core.hook_points import unknown_name_message
 
 __all__ = ["SproutCache"]
@@ -53,5 +50,6 @@ class SproutCache(ActivationCache):
         return key in self.cache_dict
 
     def get(self, key, default=None):
+        """The cached activation of a full hook name, or ``default`` (no shorthand keys, no error)."""
         return self.cache_dict.get(key, default)
 

@@ -14,10 +14,8 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-from sprout_model.model import GPT, Attention, Block, Config, FeedForward, RMSNorm, apply_rope
-
-
 from sprout_interp.core.hook_points import heads_hook, hook_point, is_hooked
+from sprout_model.model import GPT, Attention, Block, Config, FeedForward, RMSNorm, apply_rope
 
 __all__ = ["HookedSproutConfig", "HookedRMSNorm", "HookedHeadNorm", "HookedAttention", "HookedMLP", "HookedBlock", "HookedUnembed"]
 
@@ -66,6 +64,7 @@ class HookedSproutConfig:
 
     @classmethod
     def from_sprout(cls, cfg: Config, name: str = "") -> "HookedSproutConfig":
+        """The TransformerLens-named view of a Sprout ``Config``."""
         return cls(
             n_layers=cfg.n_layer,
             n_heads=cfg.n_head,
@@ -123,6 +122,7 @@ class HookedRMSNorm(nn.Module):
         return is_hooked(self.hook_scale) or is_hooked(self.hook_normalized)
 
     def forward(self, x: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d"]:
+        """``x / scale`` (before the gain), firing ``hook_scale`` and ``hook_normalized``."""
         xf = x.float()  # float32 inside, as the GPT's RMSNorm
         inv = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self._norm.eps)
         scale = 1.0 / inv
@@ -156,6 +156,7 @@ class HookedHeadNorm(nn.Module):
         return self._norm.weight
 
     def forward(self, x: Float[Tensor, "batch head pos d_head"]) -> Float[Tensor, "batch head pos d_head"]:
+        """The per-head QK-norm with its gain, firing ``hook_normalized`` as ``(batch, pos, head, d_head)``."""
         return heads_hook(self.hook_normalized, self._norm(x))
 
 
@@ -234,6 +235,7 @@ class HookedAttention(nn.Module):
         cos: Float[Tensor, "pos half"],
         sin: Float[Tensor, "pos half"],
     ) -> Float[Tensor, "batch pos d_model"]:
+        """This part's output, computed with the checkpoint's own modules, firing its hook points."""
         B, T, C = x.shape
         q, k, v = self._attn.heads(x)  # each (batch, head, pos, d_head), before QK-norm and RoPE
         q = heads_hook(self.hook_q, q)
@@ -298,6 +300,7 @@ class HookedMLP(nn.Module):
         return self._ffn.w2.weight.T
 
     def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+        """The SwiGLU feed-forward's output, firing ``hook_pre``, ``hook_pre_linear`` and ``hook_post``."""
         pre = self.hook_pre(self._ffn.w1(x))
         pre_linear = self.hook_pre_linear(self._ffn.w3(x))
         post = self.hook_post(F.silu(pre) * pre_linear)
@@ -325,6 +328,7 @@ class HookedBlock(nn.Module):
     def forward(
         self, resid: Float[Tensor, "batch pos d_model"], cos: Tensor, sin: Tensor
     ) -> Float[Tensor, "batch pos d_model"]:
+        """This part's output, computed with the checkpoint's own modules, firing its hook points."""
         resid = self.hook_resid_pre(resid)
         attn_out = self.hook_attn_out(self.attn(self.ln1.with_gain(resid), cos, sin))
         resid = self.hook_resid_mid(resid + attn_out)
@@ -348,4 +352,5 @@ class HookedUnembed(nn.Module):
         return self._model.head.weight.new_zeros(self._model.head.weight.shape[0])
 
     def forward(self, x: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_vocab"]:
+        """Logits of the final norm's output (``ln_final.hook_normalized @ W_U``)."""
         return self._model.head(x * self._model.norm.weight)

@@ -41,9 +41,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from tokenizers import Tokenizer
 
-from sprout_model import GPT, Config
-
 from sprout_interp.core.errors import SproutError, VocabularyMismatchError
+from sprout_model import GPT, Config
 
 if TYPE_CHECKING:  # imported lazily at run time: transformers is heavy and optional for most users
     from transformer_lens.model_bridge import TransformerBridge

@@ -10,8 +10,6 @@ from torch import Tensor
 
 from sprout_model.model import GPT, Block, apply_rope
 
-
-
 __all__ = ["HookedRunner", "KVCacheRunner"]
 
 
@@ -23,6 +21,7 @@ class HookedRunner:
         self.cfg = hooked.model.cfg
 
     def __call__(self, idx: Tensor) -> tuple[Tensor, None]:
+        """``(logits, None)`` for the sequence so far, as ``GPT.generate`` expects."""
         return self.hooked(idx), None
 
 
@@ -58,6 +57,7 @@ class KVCacheRunner:
         return x + blk.ffn(blk.norm2(x))
 
     def __call__(self, idx: Tensor) -> tuple[Tensor, None]:
+        """``(logits, None)`` for the sequence so far, as ``GPT.generate`` expects."""
         prev = self.seen
         step = prev is not None and idx.shape[1] == prev.shape[1] + 1 and torch.equal(idx[:, :-1], prev)
         start = prev.shape[1] if step else 0

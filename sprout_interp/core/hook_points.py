@@ -16,11 +16,9 @@ from torch import Tensor
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.utilities import get_act_name
 
-
 from sprout_interp.core.errors import (
     HookOutputError,
 )
-
 
 __all__ = ["CheckedHookPoint", "hook_point", "heads_hook", "is_hooked", "act_name", "unknown_name_message", "HookFn", "HookList"]
 
@@ -37,6 +35,7 @@ class CheckedHookPoint(HookPoint):
     """
 
     def add_hook(self, hook, dir: Literal["fwd", "bwd"] = "fwd", *args: Any, **kwargs: Any):
+        """TransformerLens's ``add_hook``, with forward hooks wrapped so that a wrong shape or dtype raises."""
         if dir == "fwd":
             hook = _checked(hook)
         return super().add_hook(hook, dir, *args, **kwargs)
@@ -89,6 +88,7 @@ def heads_hook(hp: HookPoint, x: Float[Tensor, "batch head pos d_head"]) -> Floa
     return hp(x.transpose(1, 2)).transpose(1, 2)
 
 def unknown_name_message(name: str, valid: Sequence[str], n_layers: Optional[int]) -> str:
+    """The message for a hook name that is not one: the block range and the closest valid names."""
     msg = f"unknown hook name {name!r}"
     suggestions: list[str] = []
     m = re.match(r"^blocks\.(-?\d+)\.(.+)$", name)

@@ -62,16 +62,7 @@ from transformer_lens.hook_points import HookPoint
 from transformer_lens.utilities import Slice, lm_cross_entropy_loss
 from transformer_lens.utilities import remove_batch_dim as _drop_batch_dim
 
-from sprout_model.model import GPT, apply_rope
-
 from sprout_interp.core import tokens as _tok
-from sprout_interp.core.errors import (
-    ContextLengthError,
-    HookNameError,
-    SproutError,
-    VocabularyMismatchError,
-)
-
 from sprout_interp.core.cache import SproutCache
 from sprout_interp.core.components import (
     HookedAttention,
@@ -82,8 +73,15 @@ from sprout_interp.core.components import (
     HookedSproutConfig,
     HookedUnembed,
 )
+from sprout_interp.core.errors import (
+    ContextLengthError,
+    HookNameError,
+    SproutError,
+    VocabularyMismatchError,
+)
 from sprout_interp.core.generation import HookedRunner, KVCacheRunner
 from sprout_interp.core.hook_points import HookList, act_name, hook_point, is_hooked, unknown_name_message
+from sprout_model.model import GPT, apply_rope
 
 __all__ = [
     "HookedSprout", "HookedSproutConfig", "SproutCache", "load_hooked", "as_hooked", "is_hooked", "act_name",
@@ -392,6 +390,7 @@ class HookedSprout(HookedRootModule):
             return super().add_hook(name, hook, dir=dir, is_permanent=is_permanent, level=level, prepend=prepend)
 
     def reset_hooks(self, clear_contexts: bool = True, direction="both", including_permanent: bool = False, level=None):
+        """TransformerLens's ``reset_hooks``, holding the model's lock."""
         with self._lock:
             return super().reset_hooks(clear_contexts, direction, including_permanent, level=level)
 

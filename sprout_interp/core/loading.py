@@ -47,17 +47,13 @@ import stat
 import struct
 import warnings
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Mapping
 from typing import IO, Any
 
 import torch
 from tokenizers import Tokenizer
-
-from sprout_model.checkpoint import SHIPPED, TIED
-from sprout_model.checkpoint import SHIPPED_DIR as _SHIPPED_DIR
-from sprout_model.model import GPT, Config
 
 from sprout_interp.core.errors import (
     CheckpointNotFoundError,
@@ -72,6 +68,9 @@ from sprout_interp.core.errors import (
     UnsafeCheckpointError,
     VocabularyMismatchError,
 )
+from sprout_model.checkpoint import SHIPPED, TIED
+from sprout_model.checkpoint import SHIPPED_DIR as _SHIPPED_DIR
+from sprout_model.model import GPT, Config
 
 SHIPPED_DIR: Path = _SHIPPED_DIR  # module attribute so tests can point it at a temporary folder
 DEFAULT_CONTEXT = 512
@@ -97,6 +96,7 @@ _FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}  # safetenso
 
 @dataclass
 class LoadedCheckpoint:
+    """A validated checkpoint: the GPT, its tokenizer (or None), where it came from, its training info and any warnings."""
     model: GPT  # float32, eval mode, on the CPU
     tokenizer: Tokenizer
     info: dict = field(default_factory=dict)  # train.json (empty if none), plus "warnings" when there are any

@@ -23,10 +23,9 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
+from sprout_interp.core.errors import ContextLengthError, SproutError, TokenizationError
 from sprout_model.tokenizer import EOT, TokenizerError
 from sprout_model.tokenizer import encode as _encode
-
-from sprout_interp.core.errors import ContextLengthError, SproutError, TokenizationError
 
 __all__ = [
     "EOT",

@@ -17,6 +17,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import as_hooked
 
 __all__ = [
@@ -34,7 +35,7 @@ CHAPTER_GPT4_GROWTH: float = 200.0
 
 def stream_names(n_layers: int) -> list[str]:
     """Hook names of the stream rows: ``hook_embed`` then ``blocks.{l}.hook_resid_post`` for l = 0..n_layers-1."""
-    return ["hook_embed"] + [f"blocks.{l}.hook_resid_post" for l in range(n_layers)]
+    return ["hook_embed"] + [act_name("resid_post", l) for l in range(n_layers)]
 
 
 def row_labels(n_layers: int) -> list[str]:

@@ -359,8 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     """Train and save tuned lenses: ``python -m sprout_interp.lens.tuned_lens --models gpt-1 gpt-4 sprout``."""
     import argparse
 
-    from sprout_interp.core.loading import SHIPPED
     from sprout_interp.core.hooked import load_hooked
+    from sprout_interp.core.loading import SHIPPED
     from sprout_interp.core.texts import held_out_for, training_sample_for
 
     p = argparse.ArgumentParser(description=main.__doc__)
