@@ -97,6 +97,12 @@ def patterns(_m, key: str, text: str, layer: int):
     return attention.attention_patterns(_m, tokens(_m, text), layers=[layer])[0]
 
 
+@st.cache_data(max_entries=16, show_spinner=False)
+def all_patterns(_m, key: str, text: str, n: int):
+    """Attention patterns (layer, head, query, key) of every block on the text's first ``n`` tokens."""
+    return attention.attention_patterns(_m, tokens(_m, text)[:, :n])
+
+
 @st.cache_data(**_CACHE)
 def head_scores(_m, key: str, text: str):
     """Previous-token / duplicate / induction scores on repeated random tokens and on this text."""
@@ -110,9 +116,14 @@ def circuit(_m, key: str):
 
 
 @st.cache_data(**_CACHE)
-def copying_scores(_m, key: str, kind: str = "zero"):
-    """Each head's part in in-context copying: the copying ratio with that head ablated (a sweep)."""
-    return attention.head_scores(_m, natural=False, copying=True, copying_kind=kind)
+def copying_sweep(_m, key: str, kind: str = "zero", seq_len: int = 64, batch: int = 16, seed: int = 0):
+    """Each head's part in in-context copying: the copying ratio (loss on copy 2 / copy 1) with that head
+    ablated alone, on ``batch`` rows of ``seq_len`` random tokens repeated twice; the exact fast sweep
+    (one forward per group of heads from their block on, not one full forward per head)."""
+    from sprout_model.evaluation import repeated_tokens_batch
+
+    rep = repeated_tokens_batch(_m.cfg.d_vocab, seq_len, batch, seed)
+    return ablation.ablation_sweep(_m, rep, metric="copying_ratio", kind=kind, method="fast")
 
 
 @st.cache_data(**_CACHE)
@@ -137,6 +148,16 @@ def copying_ratio(_m, key: str, seq_len: int, seed: int):
     from sprout_model.evaluation import repeated_tokens_loss_ratio
 
     return tuple(repeated_tokens_loss_ratio(_m.model, seq_len=seq_len, batch=16, seed=seed))
+
+
+@st.cache_data(**_CACHE)
+def head_qk(_m, key: str, text: str, layer: int, head: int):
+    """((the head's own queries, keys) before RoPE, its scores by distance, its score grid) on the text."""
+    from sprout_interp.anatomy import rope
+
+    toks = tokens(_m, text)
+    grid = rope.head_score_grid(_m, toks, layer, head)
+    return rope.head_qk(_m, toks, layer, head), rope.scores_by_distance(_m, toks, layer, head, grid=grid), grid
 
 
 # -- ablations --------------------------------------------------------------------------------

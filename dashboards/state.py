@@ -8,10 +8,14 @@ lone surrogates by :func:`clean_text` before any widget or the tokenizer sees it
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import html
 import os
 import re
+import sys
+import tempfile
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -28,6 +32,14 @@ OWN_TEXT = "type your own…"
 TOKENIZER_SEP = " + tokenizer "  # a model key with a tokenizer passed for it: "<path> + tokenizer <path>"
 MAX_TEXT_CHARS = 100_000  # a typed text is cut here (the model reads at most its context, 512 tokens)
 TYPED = ("own_text", "model_path", "model_tokenizer")  # session keys of what a person types
+UPLOAD = "upload checkpoint files…"
+MAX_UPLOAD_MB = 512  # one upload of checkpoint files (Sprout's own weights are 70 MB in float32)
+MAX_TEXT_UPLOAD_MB = 1
+MAX_URL_TEXT = 2_000  # a typed text longer than this is not put in the link (links this long are already unwieldy)
+#: the files an upload may hold: a checkpoint folder's, or one weights file
+UPLOAD_NAMES = ("config.json", "tokenizer.json", "train.json", "model.safetensors")
+WEIGHT_SUFFIXES = (".pt", ".pth", ".safetensors")
+NO_PATH_BOX_ENV = "SPROUT_DASHBOARD_NO_PATH_BOX"
 
 
 def clean_text(s: str) -> str:
@@ -59,10 +71,17 @@ def installed_shipped() -> list[str]:
     return [n for n in SHIPPED if (Path(loading.SHIPPED_DIR) / n / "model.safetensors").is_file()]
 
 
+def path_box_allowed() -> bool:
+    """False when the dashboard is served to others: ``streamlit run dashboards/app.py -- --no-path-box`` or
+    ``SPROUT_DASHBOARD_NO_PATH_BOX=1``. Then nobody can make the server read a path of their choosing (neither
+    the path box nor a ``?model=<path>`` link); the shipped models and uploads still work."""
+    if "--no-path-box" in sys.argv[1:]:
+        return False
+    return os.environ.get(NO_PATH_BOX_ENV, "").strip().lower() not in ("1", "true", "yes", "on")
+
+
 def _model_argument() -> str | None:
     """``streamlit run dashboards/app.py -- --model gpt-4`` (a shipped name or a path), if given."""
-    import sys
-
     args = sys.argv[1:]
     for i, a in enumerate(args):
         if a == "--model" and i + 1 < len(args):
@@ -89,32 +108,294 @@ def load_model(key: str) -> si.HookedSprout:
 
 
 def sidebar() -> None:
-    """Model and text pickers; their values live in st.session_state for the pages."""
+    """Model and text pickers; their values live in st.session_state for the pages, and in the URL (see
+    :func:`bind`) so that a link or a reload restores them."""
+    st.session_state["_url_run"] = {}  # the page parameters bound during this run (see bind)
+    st.session_state["_figs_run"] = []  # the figures drawn during this run (see chart)
+    allowed = path_box_allowed()
     with st.sidebar:
-        options = SHIPPED + [OWN_PATH]
         for k in TYPED:  # before the widgets are drawn: a lone surrogate would stop the page from reaching the browser
             v = st.session_state.get(k)
             if isinstance(v, str) and clean_text(v) != v:
                 st.session_state[k] = clean_text(v)
-        # first visit: the default model (a --model path goes into the path box); index only when the
-        # session has no choice yet (setting both makes Streamlit warn)
+        # first visit: the default model (a --model path goes into the path box, or, with the path box
+        # hidden, is offered as it is: the server's operator chose it); index only when the session has
+        # no choice yet (setting both makes Streamlit warn)
         first = clean_text(default_model())
+        fixed = [first] if first not in SHIPPED and not allowed else []
+        options = SHIPPED + fixed + ([OWN_PATH] if allowed else []) + [UPLOAD]
+        _model_and_text_from_url(allowed, fixed)
+        if st.session_state.get("model_choice") not in (None, *options):
+            del st.session_state["model_choice"]
         if first not in options and "model_choice" not in st.session_state:
             st.session_state["model_choice"], st.session_state["model_path"] = OWN_PATH, first
         kw = {} if "model_choice" in st.session_state else {"index": options.index(first)}
         choice = st.selectbox("model", options, key="model_choice",
-                              format_func=lambda o: o if o == OWN_PATH or o in installed_shipped() else f"{o} (not installed)",
-                              **kw)
+                              format_func=lambda o: o if o in (OWN_PATH, UPLOAD) or o not in SHIPPED
+                              or o in installed_shipped() else f"{o} (not installed)", **kw)
         if choice == OWN_PATH:
             st.text_input("path", key="model_path", placeholder="runs/gpt-4/checkpoint or my_model.pt",
                           help="A checkpoint folder or a .pt/.safetensors file on this machine (regular files only).")
             st.text_input("tokenizer (optional)", key="model_tokenizer", placeholder="its tokenizer.json",
                           help="Only for weights without a tokenizer.json beside them: the model then loads with a "
                                "warning, since nothing can check that it was trained with this tokenizer.")
+        elif choice == UPLOAD:
+            files = st.file_uploader(
+                "checkpoint files", accept_multiple_files=True, key="model_upload", max_upload_size=MAX_UPLOAD_MB,
+                type=["json", "safetensors", "pt", "pth"],
+                help="A checkpoint folder's files (model.safetensors with its config.json, and tokenizer.json, "
+                     "train.json if you have them), or one .pt/.safetensors file. The loader checks them as it "
+                     "checks a path; an uploaded model is not kept in the page's link.")
+            try:
+                st.session_state["upload_key"] = save_upload(files or [])
+            except UploadError as err:
+                st.session_state["upload_key"] = ""
+                st.error(md(err))
         tchoice = st.selectbox("text", list(TEXTS) + [OWN_TEXT], key="text_choice")
         if tchoice == OWN_TEXT:
             st.text_area("your text", key="own_text", height=160)
+            if len(st.session_state.get("own_text") or "") > MAX_URL_TEXT:
+                st.caption(f"A text over {MAX_URL_TEXT:,} characters is not kept in the page's link.")
+        st.file_uploader("or read a text file", type=["txt", "md"], key="text_upload",
+                         max_upload_size=MAX_TEXT_UPLOAD_MB, on_change=_read_text_upload,
+                         help=f"UTF-8 text, at most {MAX_TEXT_UPLOAD_MB} MB; it becomes 'your text'.")
         st.caption("Layers: the chapter counts blocks from 1 (\"block 3\"); code and hook names from 0 (`blocks.2`).")
+        if st.session_state.pop("_url_refused", None):
+            st.warning("The link names a model path, but this dashboard does not read paths: "
+                       "its default model is shown instead.")
+
+
+# -- uploads ------------------------------------------------------------------------------------
+
+
+class UploadError(si.SproutError):
+    """Uploaded files that cannot be a checkpoint (the message says what to upload instead)."""
+
+
+def _upload_dir() -> Path:
+    return Path(tempfile.gettempdir()) / "sprout-dashboard-uploads"
+
+
+def save_upload(files) -> str:
+    """Write uploaded checkpoint files to a folder of their own (named by their content's hash, so the same
+    upload is the same model to the cache) and return the path to load: the folder, or the one weights file.
+    Only a checkpoint folder's file names (:data:`UPLOAD_NAMES`) or one weights file are taken; the loader
+    then checks the contents as it checks any path. "" when nothing is uploaded yet."""
+    if not files:
+        return ""
+    names = [Path(f.name).name for f in files]
+    if len(set(names)) != len(names):
+        raise UploadError("Two uploaded files have the same name: upload each file once.")
+    weights = [n for n in names if n.lower().endswith(WEIGHT_SUFFIXES)]
+    if len(weights) != 1:
+        raise UploadError(f"Upload exactly one weights file (.safetensors, .pt or .pth); got {len(weights)}.")
+    others = [n for n in names if n not in weights]
+    bad = [n for n in others if n not in UPLOAD_NAMES]
+    if bad:
+        raise UploadError(f"Only {', '.join(UPLOAD_NAMES)} may go with the weights; not {', '.join(bad)}.")
+    total = sum(f.size for f in files)
+    if total > MAX_UPLOAD_MB << 20:
+        raise UploadError(f"The upload is {total / 2**20:,.0f} MB; at most {MAX_UPLOAD_MB} MB are accepted.")
+    h = hashlib.sha256()
+    for f in sorted(files, key=lambda f: Path(f.name).name):
+        h.update(Path(f.name).name.encode() + b"\0")
+        h.update(f.getvalue())
+    folder = _upload_dir() / h.hexdigest()[:24]
+    w = weights[0]
+    # a folder upload keeps the loader's names; a lone weights file keeps its suffix (what the loader reads it by)
+    target = {n: n for n in others}
+    target[w] = "model.safetensors" if w.lower().endswith(".safetensors") else "model" + Path(w).suffix.lower()
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        out = folder / target[Path(f.name).name]
+        if not out.is_file() or out.stat().st_size != f.size:
+            tmp = out.with_suffix(out.suffix + ".part")
+            tmp.write_bytes(f.getvalue())
+            tmp.replace(out)
+    # with its config the folder is a checkpoint folder; otherwise the loader reads the weights file (and a
+    # tokenizer.json beside it)
+    return str(folder if "config.json" in others else folder / target[w])
+
+
+def is_upload(key: str) -> bool:
+    """Whether a model key is an uploaded checkpoint's folder or file."""
+    try:
+        return Path(key.partition(TOKENIZER_SEP)[0]).resolve().is_relative_to(_upload_dir().resolve())
+    except (OSError, ValueError):
+        return False
+
+
+def shown_key(key: str) -> str:
+    """A model key as a person should read it: an upload's temporary path is the server's business."""
+    return "the uploaded checkpoint" if is_upload(key) else key
+
+
+def _read_text_upload() -> None:
+    """The text file just uploaded becomes 'your text' (UTF-8; undecodable bytes become U+FFFD)."""
+    f = st.session_state.get("text_upload")
+    if f is None:
+        return
+    raw = f.getvalue()[: MAX_TEXT_UPLOAD_MB << 20]
+    st.session_state["own_text"] = clean_text(raw.decode("utf-8", errors="replace"))[:MAX_TEXT_CHARS]
+    st.session_state["text_choice"] = OWN_TEXT
+
+
+# -- the URL: model, text and each page's main choices --------------------------------------------
+
+
+def _seen() -> dict:
+    """The URL value of each parameter already applied to (or written from) this session."""
+    return st.session_state.setdefault("_url_seen", {})
+
+
+def _arrived(param: str, many: bool = False):
+    """The URL's value of ``param`` if it is new to this session (a link just opened, a reload), else None."""
+    qp = st.query_params
+    if param not in qp:
+        return None
+    raw = [clean_text(v) for v in qp.get_all(param)] if many else clean_text(qp.get(param) or "")
+    if _seen().get(param) == raw:
+        return None
+    _seen()[param] = raw
+    return raw
+
+
+def _model_and_text_from_url(allowed: bool, fixed: list[str]) -> None:
+    raw = _arrived("model")
+    if raw is not None:
+        v = raw.strip()
+        if v in SHIPPED or v in fixed:
+            st.session_state["model_choice"] = v
+        elif v and allowed:
+            st.session_state["model_choice"], st.session_state["model_path"] = OWN_PATH, v
+            st.session_state["model_tokenizer"] = clean_text(st.query_params.get("tokenizer") or "").strip()
+        elif v:
+            st.session_state["_url_refused"] = True
+    raw = _arrived("text")
+    if raw is not None:
+        if raw in TEXTS:
+            st.session_state["text_choice"] = raw
+        else:
+            st.session_state["text_choice"], st.session_state["own_text"] = OWN_TEXT, raw[:MAX_TEXT_CHARS]
+
+
+def bind(param: str, key: str, parse: Callable[[str], object] | None = None,
+         fmt: Callable[[object], str] = str, many: bool = False) -> None:
+    """Keep the widget state ``st.session_state[key]`` in the URL as ``?param=…``.
+
+    Call before the widget is drawn (and before :func:`remember`). A value that arrives in the URL (a shared
+    link, a bookmark, a reload) is parsed by ``parse`` (None or an exception: ignored) and applied once;
+    after every run the state's value is written back by :func:`write_url` with ``fmt``. With ``many`` the
+    parameter repeats (``?heads=1.0&heads=2.1``): ``parse`` gets the list and ``fmt`` returns one.
+    """
+    raw = _arrived(param, many)
+    if raw is not None:
+        try:
+            v = (parse or (lambda r: r))(raw)
+        except (ValueError, TypeError, KeyError, IndexError):
+            v = None
+        if v is not None:
+            st.session_state[key] = v
+    st.session_state.setdefault("_url_run", {})[param] = (key, fmt, many)
+
+
+def int_in(lo: int, hi: int) -> Callable[[str], int | None]:
+    """A parser for :func:`bind`: a whole number in [lo, hi], else None."""
+    def parse(raw: str) -> int | None:
+        v = int(raw)
+        return v if lo <= v <= hi else None
+    return parse
+
+
+def one_of(options) -> Callable[[str], object]:
+    """A parser for :func:`bind`: the option whose ``str`` is the URL's value, else None."""
+    by_text = {str(o): o for o in options}
+    return lambda raw: by_text.get(raw)
+
+
+def as_bool(raw: str) -> bool | None:
+    return {"1": True, "true": True, "0": False, "false": False}.get(raw.strip().lower())
+
+
+def fmt_bool(v) -> str:
+    return "1" if v else "0"
+
+
+def _model_param() -> dict:
+    choice = st.session_state.get("model_choice")
+    if choice == OWN_PATH:
+        path = clean_text(st.session_state.get("model_path") or "").strip()
+        tok = clean_text(st.session_state.get("model_tokenizer") or "").strip()
+        return ({"model": path} if path else {}) | ({"tokenizer": tok} if path and tok else {})
+    if choice in (None, UPLOAD):
+        return {}
+    return {"model": choice}
+
+
+def _text_param() -> dict:
+    choice = st.session_state.get("text_choice")
+    if choice in TEXTS:
+        return {"text": choice}
+    own = clean_text(st.session_state.get("own_text") or "")
+    return {"text": own} if choice == OWN_TEXT and 0 < len(own) <= MAX_URL_TEXT else {}
+
+
+def write_url() -> None:
+    """Put the model, the text and this run's bound page choices in the URL (replacing what was there)."""
+    want: dict[str, str | list[str]] = {**_model_param(), **_text_param()}
+    for param, (key, fmt, many) in (st.session_state.get("_url_run") or {}).items():
+        if key in st.session_state and st.session_state[key] is not None:
+            try:
+                want[param] = [str(x) for x in fmt(st.session_state[key])] if many else str(fmt(st.session_state[key]))
+            except (ValueError, TypeError):
+                continue
+    qp = st.query_params
+    have = {k: (qp.get_all(k) if isinstance(want.get(k), list) else qp.get(k)) for k in qp}
+    _seen().update(want)
+    if have != want:
+        qp.from_dict(want)
+
+
+# -- figures and tables, with their downloads ---------------------------------------------------
+
+#: the plotly tool bar of every chart: its camera button saves a PNG drawn by the browser (no network, no kaleido)
+PLOTLY_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+
+
+def chart(fig, name: str, **kw):
+    """``st.plotly_chart`` with the dashboard's tool bar; the figure joins this page's HTML download."""
+    st.session_state.setdefault("_figs_run", []).append((name, fig))
+    kw.setdefault("width", "content")
+    return st.plotly_chart(fig, config=PLOTLY_CONFIG, **kw)
+
+
+def table(df, name: str, data=None, **kw):
+    """``st.dataframe(data or df)`` with a button that downloads ``df`` as CSV (written only when clicked)."""
+    kw.setdefault("hide_index", True)
+    out = st.dataframe(df if data is None else data, **kw)
+    st.download_button(f"⬇ {name} (CSV)", data=lambda: df.to_csv(index=False).encode("utf-8"),
+                       file_name=_file_name(name) + ".csv", mime="text/csv", on_click="ignore",
+                       key=f"csv_{_file_name(name)}")
+    return out
+
+
+def _file_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_").lower() or "table"
+
+
+def page_downloads(page: str) -> None:
+    """In the sidebar: every figure the page drew, in one HTML file (plotly.js inline once: it opens offline)."""
+    figs = list(st.session_state.get("_figs_run") or [])
+    if not figs:
+        return
+    from sprout_interp.plots.common import figures_html
+
+    title = f"Sprout dashboard: {page}"
+    st.sidebar.download_button(
+        f"⬇ this page's {len(figs)} figure(s) (HTML)", data=lambda: figures_html(figs, title).encode("utf-8"),
+        file_name=_file_name(page) + "_figures.html", mime="text/html", on_click="ignore", key="dl_page_figures",
+        help="One HTML file with every figure of this page, plotly.js inside it once: it opens without a network. "
+             "Each chart's camera button saves it as a PNG (and in the HTML file, as an SVG).")
 
 
 def header(title: str, what: str = "") -> None:
@@ -128,6 +409,8 @@ def header(title: str, what: str = "") -> None:
 def model_key() -> str:
     """The chosen model: a shipped name, or the typed path (with `` + tokenizer <path>`` when one is typed)."""
     choice = st.session_state.get("model_choice") or default_model()
+    if choice == UPLOAD:
+        return st.session_state.get("upload_key") or ""
     if choice != OWN_PATH:
         return choice
     path = clean_text(st.session_state.get("model_path") or "").strip()
@@ -139,19 +422,28 @@ def current_model() -> si.HookedSprout | None:
     """The chosen model, or None after showing why it could not be loaded."""
     key = model_key()
     if not key:
-        st.info("Type the path of a checkpoint folder or a course `.pt` file in the sidebar.")
+        if st.session_state.get("model_choice") == UPLOAD:
+            st.info("Upload a checkpoint's files in the sidebar (model.safetensors with its config.json, or one .pt file).")
+        else:
+            st.info("Type the path of a checkpoint folder or a course `.pt` file in the sidebar.")
         return None
+    shown = shown_key(key)
     try:
         m = load_model(key)
     except si.SproutError as err:
-        st.error(f"Could not load **{md(key)}**: {md(err)}")
+        st.error(f"Could not load **{md(shown)}**: {md(_hide_upload_paths(str(err)))}")
         return None
     except Exception as err:  # a damaged file can make torch or safetensors raise anything
-        st.error(f"Could not load **{md(key)}**: {md(type(err).__name__)}: {md(err)}")
+        st.error(f"Could not load **{md(shown)}**: {md(type(err).__name__)}: {md(_hide_upload_paths(str(err)))}")
         return None
     for w in m.info.get("warnings") or []:
-        st.warning(f"**{md(m.name or key)}**: {md(w)}")
+        st.warning(f"**{md(shown if is_upload(key) else m.name or key)}**: {md(_hide_upload_paths(str(w)))}")
     return m
+
+
+def _hide_upload_paths(msg: str) -> str:
+    """A loader message with the uploads' temporary folder written as "upload/"."""
+    return msg.replace(str(_upload_dir()) + os.sep, "upload/").replace(str(_upload_dir().resolve()) + os.sep, "upload/")
 
 
 def current_text() -> str:
@@ -197,6 +489,15 @@ def page_inputs():
     if toks is None:
         st.stop()
     return m, model_key(), current_text(), toks
+
+
+def points_delta(change: float) -> tuple[str, str]:
+    """(``st.metric`` delta, delta colour) of a change in a probability: "+3 points" (green), "-3 points" (red),
+    and "no change (within 0.5 points)" in grey when it rounds to 0, never "-0 points"."""
+    pts = round(100 * float(change))
+    if pts == 0:
+        return "no change (within 0.5 points)", "off"
+    return f"{pts:+d} points", "normal"
 
 
 def clamp_state(key: str, lo: int, hi: int) -> None:

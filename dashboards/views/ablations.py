@@ -24,6 +24,20 @@ if T < 2:
 
 heads_all = [(l, h) for l in range(L) for h in range(H)]
 hkey = f"abl_heads_{key}"
+
+
+def _heads(raw: list[str]) -> list[tuple[int, int]] | None:
+    """``?heads=1.0&heads=2.1`` (layer.head, 0-indexed) as the heads it names, the impossible ones left out."""
+    out = []
+    for r in raw:
+        lh = tuple(int(x) for x in r.split("."))
+        if len(lh) == 2 and lh in heads_all and lh not in out:
+            out.append(lh)
+    return out or None
+
+
+state.bind("heads", hkey, _heads, lambda v: [f"{l}.{h}" for l, h in v], many=True)
+state.bind("kind", "abl_kind", state.one_of(KINDS))
 if hkey not in st.session_state:
     with st.spinner("finding the induction circuit for a first choice…"):
         try:  # the detected circuit, or (none found) the best previous-token head alone
@@ -54,13 +68,13 @@ else:
     width = 60
     state.clamp_state("abl_start", 1, max(n - width + 1, 1))
     start = st.slider("first predicted token shown", 1, max(n - width + 1, 1), key="abl_start") if n > width else 1
-    st.plotly_chart(token_change_chart(eff, positions=range(start, start + width),
-                                       title=f"change in P(actual next token) with {len(heads)} head(s) {kind}-ablated "
-                                             f"(tokens {start}–{min(start + width, n + 1) - 1} of {n})"),
-                    width="content")
+    state.chart(token_change_chart(eff, positions=range(start, start + width),
+                                   title=f"change in P(actual next token) with {len(heads)} head(s) {kind}-ablated "
+                                         f"(tokens {start}–{min(start + width, n + 1) - 1} of {n})"),
+                "change in P(next token)")
     st.markdown("**Every token**, largest drop first (position = the predicted token's index in the text, "
                 "the first token being 0; context = the token before it)")
-    st.dataframe(eff.sort_values("prob_change"), hide_index=True)
+    state.table(eff.sort_values("prob_change"), "every token, ablated")
 
 st.subheader("Every head alone")
 st.markdown(f"Ablate each of the {L * H} heads by itself ({kind}) and measure the loss on this text: which heads "
@@ -72,9 +86,9 @@ if st.button(f"run the full sweep ({L * H} heads, {kind})", key="abl_sweep_btn")
 if want in st.session_state.get(flag, set()):
     with st.spinner("sweeping every head…"), state.shown_errors("the sweep"):
         sw = compute.sweep(m, key, text, kind)
-    st.plotly_chart(sweep_heatmap(sw, title=f"loss change, {kind}"), width="content")
+    state.chart(sweep_heatmap(sw, title=f"loss change, {kind}"), "sweep")
     st.caption(f"Change in the mean loss on this text (nats/token) when that head alone is {kind}-ablated; "
                f"clean loss {float(sw['clean'].iloc[0]):.3f}. Rows: block (from 1) and layer (code index).")
-    st.dataframe(sw.sort_values("change", ascending=False), hide_index=True)
+    state.table(sw.sort_values("change", ascending=False), "sweep")
 else:
     st.caption("The sweep runs only when you ask: it is the slowest thing on this page.")

@@ -14,6 +14,7 @@ n_layer = cfg.n_layer if cfg else 8
 
 left, right = st.columns([5, 6])
 with right:
+    state.bind("part", "anatomy_part", state.one_of([p.key for p in anatomy.PARTS]))
     key = st.radio("part", [p.key for p in anatomy.PARTS], format_func=lambda k: anatomy.PARTS_BY_KEY[k].title,
                    horizontal=True, key="anatomy_part")
     part = anatomy.PARTS_BY_KEY[key]
@@ -23,13 +24,16 @@ with right:
         n = anatomy.part_params(cfg)[key]
         where = " per block" if key in ("attention", "ffn", "block") else (" per norm" if key == "rmsnorm" else "")
         st.markdown(f"Parameters in **{state.md(m.name) if m.name else 'this model'}**: **{n:,}**{where}")
-    st.caption(f"`{path}`, lines {first}–{last} (read from the file now)")
-    st.code(code, language="python", line_numbers=True)
+    st.caption(f"`{anatomy.project_path(path)}`, lines {first}–{last} (read from the file now; the numbers are "
+               "the file's own)")
+    st.code(anatomy.numbered(code, first), language="python", wrap_lines=True)
 with left:
-    st.plotly_chart(model_diagram(n_layer, selected=key), width="stretch")
+    state.chart(model_diagram(n_layer, selected=key), "model diagram", width="stretch")
 
 st.subheader("Count your own model")
-preset = st.selectbox("preset", list(anatomy.CALCULATOR_PRESETS), index=2, key="calc_preset")
+state.bind("preset", "calc_preset", state.one_of(list(anatomy.CALCULATOR_PRESETS)))
+st.session_state.setdefault("calc_preset", list(anatomy.CALCULATOR_PRESETS)[2])
+preset = st.selectbox("preset", list(anatomy.CALCULATOR_PRESETS), key="calc_preset")
 p = anatomy.CALCULATOR_PRESETS[preset]
 c = st.columns(5)
 d_model = c[0].slider("d_model", 64, 1024, p["d_model"], step=64, key=f"calc_d_{preset}")

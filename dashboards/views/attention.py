@@ -1,12 +1,20 @@
-"""Attention heads: one head's pattern on the text, the head scores with the induction circuit, and the
-repeated-random-tokens test."""
+"""Attention heads: every head of every block at a glance, one head's pattern on the text (with the text
+itself to hover over), the head scores with the induction circuit, and the repeated-random-tokens test."""
 from __future__ import annotations
 
 import streamlit as st
 
 import compute
 import state
-from sprout_interp.plots.heads import block_label, head_scores_figure, head_scores_heatmap, pattern_figure
+from sprout_interp.circuits.attention import find_induction_circuit
+from sprout_interp.plots.heads import (
+    all_heads_figure,
+    attention_hover_html,
+    block_label,
+    head_scores_figure,
+    head_scores_heatmap,
+    pattern_figure,
+)
 
 state.header(
     "Attention heads",
@@ -16,32 +24,50 @@ state.header(
 m, key, text, toks = state.page_inputs()
 L, H, T = m.cfg.n_layers, m.cfg.n_heads, int(toks.shape[1])
 
+# the head scores come first: the detected induction head is the head shown when nothing is chosen yet
+with st.spinner("scoring every head…"), state.shown_errors("the head scores"):
+    scores = compute.head_scores(m, key, text)
+    circ = find_induction_circuit(scores=scores, on="random")
+circuit_heads = set(circ.heads())
+
 c = st.columns([2, 1, 3])
-state.remember("attn_layer", L - 1, 0, L - 1)
-state.remember("attn_head", 0, 0, H - 1)
+state.bind("layer", "attn_layer", state.int_in(0, L - 1))
+state.bind("head", "attn_head", state.int_in(0, H - 1))
+state.bind("n", "attn_n", state.int_in(1, T))
+state.remember("attn_layer", circ.induction_layer, 0, L - 1)
+state.remember("attn_head", circ.induction_head, 0, H - 1)
 layer = c[0].selectbox("block", list(range(L)), format_func=block_label, key="attn_layer")
-head = c[1].selectbox("head", list(range(H)), key="attn_head")
+head = c[1].selectbox("head", list(range(H)), key="attn_head",
+                      help="Starts on the detected induction head (best induction score on repeated random tokens).")
 state.remember("attn_n", min(T, 48), 1, T)
 n = c[2].slider("first tokens shown", 1, T, key="attn_n") if T > 1 else 1
 
-# -- the pattern on this text -------------------------------------------------------------------
-with st.spinner("running the model…"), state.shown_errors("the attention pattern"):
-    pat = compute.patterns(m, key, text, layer)
+# -- every head at a glance ------------------------------------------------------------------
+st.subheader("Every head at a glance")
+with st.spinner("running the model…"), state.shown_errors("the attention patterns"):
+    pats = compute.all_patterns(m, key, text, n)
     strs = compute.str_tokens(m, key, text)
-st.plotly_chart(pattern_figure(pat[head, :n, :n], strs[:n], title=f"{block_label(layer)}, head {head} "
-                               f"(blocks.{layer}.attn.hook_pattern), first {n} of {T} tokens"), width="content")
+state.chart(all_heads_figure(pats, strs, selected=(layer, head), n=n), "every head", key="attn_all")
+st.caption(f"One small pattern per head, first {n} of {T} tokens, all on one colour scale (0–1); the chosen head "
+           f"is framed in red ({block_label(layer)}, head {head}). Hover shows the tokens and the weight. "
+           f"The detected induction head: {block_label(circ.induction_layer)}, head {circ.induction_head}.")
+
+# -- the chosen head ---------------------------------------------------------------------------
+st.subheader(f"{block_label(layer)}, head {head}")
+left, right = st.columns([1, 1])
+with left:
+    state.chart(pattern_figure(pats[layer, head], strs[:n], title=f"{block_label(layer)}, head {head} "
+                               f"(blocks.{layer}.attn.hook_pattern), first {n} of {T} tokens"), "the chosen head")
+with right:
+    st.html(attention_hover_html(pats[layer, head], strs[:n], element_id=f"attn-hover-{layer}-{head}",
+                                 title=f"{block_label(layer)}, head {head} on the text (first {n} tokens)"),
+            unsafe_allow_javascript=True)
 
 # -- head scores and the circuit ----------------------------------------------------------------
 st.subheader("Head scores")
 st.markdown("**previous-token**: attention to the token just before; **duplicate**: to earlier copies of the "
             "same token; **induction**: to the token *after* an earlier copy. Measured on repeated random "
             "tokens (16 rows of 64 tokens, each repeated twice) and on this text.")
-with st.spinner("scoring every head…"), state.shown_errors("the head scores"):
-    scores = compute.head_scores(m, key, text)
-    from sprout_interp.circuits.attention import find_induction_circuit
-
-    circ = find_induction_circuit(scores=scores, on="random")
-circuit_heads = set(circ.heads())
 (st.success if circ.found else st.info)(circ.summary())
 
 
@@ -50,20 +76,26 @@ def _mark(row):
     return ["background-color: #fff3b0" if hit else ""] * len(row)
 
 
-st.dataframe(scores.style.apply(_mark, axis=1).format(precision=3), hide_index=True)
+state.table(scores, "head scores", data=scores.style.apply(_mark, axis=1).format(precision=3))
 st.caption("Highlighted: the best previous-token head and the best induction head on the repeated random tokens. "
            "layer = index in code (blocks.{layer}); block = layer + 1, the chapter's count.")
-st.plotly_chart(head_scores_figure(scores), width="content")
+state.chart(head_scores_figure(scores), "head scores")
 
 # -- the repeated-random-tokens test ------------------------------------------------------------
 st.subheader("The repeated-random-tokens test")
 st.markdown("Random tokens, then the same tokens again. The first time nothing predicts them; the second time a "
             "model with an induction circuit copies them from the first copy. An induction head at position "
             "*n + i* of the second copy attends to position *i + 1* of the first (the token after the earlier "
-            "copy of its own token): a diagonal stripe *n − 1* tokens behind the main diagonal.")
+            "copy of its own token): a diagonal stripe *n − 1* tokens behind the main diagonal. The head shown is "
+            "the one chosen above (at first, the detected induction head).")
 c = st.columns(2)
-seq_len = c[0].select_slider("random tokens per copy", [8, 16, 32, 64, 128], value=32, key="rep_len")
-seed = c[1].number_input("seed", 0, 10_000, 0, key="rep_seed")
+lengths = [8, 16, 32, 64, 128]
+state.bind("rep_len", "rep_len", state.one_of(lengths))
+state.bind("seed", "rep_seed", state.int_in(0, 10_000))
+st.session_state.setdefault("rep_len", 32)
+st.session_state.setdefault("rep_seed", 0)
+seq_len = c[0].select_slider("random tokens per copy", lengths, key="rep_len")
+seed = c[1].number_input("seed", 0, 10_000, key="rep_seed")
 seq_len = min(int(seq_len), m.cfg.n_ctx // 2)
 with st.spinner("running the test…"), state.shown_errors("the repeated-tokens test"):
     _, rstrs = compute.repeated_tokens(m, key, seq_len, int(seed))
@@ -73,18 +105,21 @@ k = st.columns(3)
 k[0].metric("loss on copy 1 (nats/token)", f"{first:.2f}")
 k[1].metric("loss on copy 2", f"{second:.2f}")
 k[2].metric("ratio copy 2 / copy 1", f"{ratio:.2f}", help="near 1: no copying; far below 0.5: an induction circuit")
-st.plotly_chart(pattern_figure(rpat[head], rstrs, title=f"{block_label(layer)}, head {head} on {seq_len} random "
-                               f"tokens repeated twice"), width="content")
+state.chart(pattern_figure(rpat[head], rstrs, title=f"{block_label(layer)}, head {head} on {seq_len} random "
+                           f"tokens repeated twice"), "repeated tokens")
 
 st.markdown("**Which heads does copying need?** Ablate each head alone on the repeated tokens and see how much the "
-            "copying ratio rises (this runs the model once per head).")
+            "copying ratio rises (the exact fast sweep: each group of heads reruns only the blocks from its own on; "
+            "computed once per model and shared by every session).")
 flag = f"copying_sweep_{key}"
 if st.button("measure each head's part in copying", key="copy_btn"):
     st.session_state[flag] = True
 if st.session_state.get(flag):
-    with st.spinner("ablating every head on the repeated tokens…"), state.shown_errors("the copying sweep"):
-        cs = compute.copying_scores(m, key)
-    st.plotly_chart(head_scores_heatmap(cs, "copying_ratio_change", zmin=None, zmax=None, colorscale="Reds",
-                                        title="copying ratio change"), width="content")
-    st.caption(f"How much the copying ratio (loss on copy 2 / copy 1; clean {cs.attrs['clean_copying_ratio']:.2f}) "
-               "rises when that head alone is zero-ablated, on 16 rows of 64 random tokens repeated twice.")
+    with st.spinner(f"ablating each of the {L * H} heads on the repeated tokens…"), \
+            state.shown_errors("the copying sweep"):
+        cs = compute.copying_sweep(m, key)
+    state.chart(head_scores_heatmap(cs, "change", zmin=None, zmax=None, colorscale="Reds",
+                                    title="copying ratio change when the head is zero-ablated"), "copying sweep")
+    st.caption(f"How much the copying ratio (loss on copy 2 / copy 1; clean {cs.attrs['clean']:.2f}) rises when that "
+               "head alone is zero-ablated, on 16 rows of 64 random tokens repeated twice.")
+    state.table(cs, "copying sweep")

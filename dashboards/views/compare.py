@@ -18,14 +18,18 @@ have = state.installed_shipped()
 missing = [n for n in state.SHIPPED if n not in have]
 options = list(reversed(have))  # smallest first: gpt-1, gpt-4, sprout
 own = state.model_key()
-if own and own not in options and st.session_state.get("model_choice") == state.OWN_PATH:
+if own and own not in options and st.session_state.get("model_choice") in (state.OWN_PATH, state.UPLOAD):
     options.append(own)
 if missing:
     st.caption(f"Not installed here: {', '.join(missing)}.")
 if not options:
     st.error("No shipped checkpoint is installed and no model path is chosen: nothing to compare.")
     st.stop()
-keys = st.multiselect("models", options, default=options, key="cmp_models_" + "|".join(options))
+mkey = "cmp_models_" + "|".join(options)
+state.bind("models", mkey, lambda raw: [o for o in options if o in raw] or None,
+           lambda v: [k for k in v if not state.is_upload(k)], many=True)
+st.session_state.setdefault(mkey, list(options))
+keys = st.multiselect("models", options, key=mkey, format_func=state.shown_key)
 if not keys:
     st.info("Choose at least one model.")
     st.stop()
@@ -35,7 +39,7 @@ for k in keys:  # a model that does not load is left out, and the page says why
         state.load_model(k)
         loaded.append(k)
     except Exception as err:
-        st.warning(f"Could not load **{state.md(k)}**, so it is left out: {state.md(err)}")
+        st.warning(f"Could not load **{state.md(state.shown_key(k))}**, so it is left out: {state.md(err)}")
 keys = loaded
 if not keys:
     st.error("None of the chosen models could be loaded.")
@@ -53,25 +57,26 @@ if df.attrs.get("text") != text:
 
 n = len(df)
 width = 40
+state.bind("start", "cmp_start", state.int_in(1, max(n - width + 1, 1)))
 state.clamp_state("cmp_start", 1, max(n - width + 1, 1))
 start = st.slider("first predicted token shown", 1, max(n - width + 1, 1), key="cmp_start") if n > width else 1
-label = {k: state.plain(k) for k in keys}  # a typed path is a legend entry: literal text, never plotly markup
-st.plotly_chart(compare_models_figure(df.rename(columns=label), models=[label[k] for k in keys],
-                                      positions=range(start, start + width),
-                                      title=f"P(actual next token), tokens {start}–{min(start + width, n + 1) - 1} of {n}"),
-                width="content")
+label = {k: state.plain(state.shown_key(k)) for k in keys}  # a typed path is a legend entry: literal text, never plotly markup
+state.chart(compare_models_figure(df.rename(columns=label), models=[label[k] for k in keys],
+                                  positions=range(start, start + width),
+                                  title=f"P(actual next token), tokens {start}–{min(start + width, n + 1) - 1} of {n}"),
+            "P(actual next token)")
 st.markdown("**Mean probability of the actual next token over the text**")
-st.dataframe(df[keys].mean().rename("mean P(next token)").to_frame().T, hide_index=True)
+state.table(df[keys].mean().rename("mean P(next token)").to_frame().T, "mean P(next token)")
 with st.expander("every token"):
-    st.dataframe(df, hide_index=True)
+    state.table(df, "every token")
 
 st.subheader("Invented names")
 st.markdown(f"{len(NAME_TEXTS)} short stories each name an invented person twice (\"Zorbin Plax\" …). The first time the name's "
             "later tokens are a surprise; the second time a model that copies from context should expect them.")
 with st.spinner("reading the name stories…"), state.shown_errors("the name-copying view"):
     nc = compute.name_copying(tuple(keys))
-st.plotly_chart(name_copying_figure(nc.assign(model=nc["model"].map(lambda k: label.get(k, state.plain(k))))),
-                width="content")
+state.chart(name_copying_figure(nc.assign(model=nc["model"].map(lambda k: label.get(k, state.plain(k))))),
+            "invented names")
 table = nc.pivot_table(index=["model", "name"], columns="occurrence", values="prob", aggfunc="mean")
 table.columns = [f"occurrence {c}: mean P(later tokens)" for c in table.columns]
-st.dataframe(table.reset_index(), hide_index=True)
+state.table(table.reset_index(), "invented names")

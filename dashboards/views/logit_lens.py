@@ -1,6 +1,8 @@
 """Logit lens: what the model would say if it stopped after each block."""
 from __future__ import annotations
 
+import hashlib
+
 import pandas as pd
 import streamlit as st
 
@@ -20,6 +22,7 @@ state.header(
 m, key, text, toks = state.page_inputs()
 T = int(toks.shape[1])
 
+state.bind("lens", "lens_which", state.one_of(["logit", "tuned"]))
 which = st.radio("lens", ["logit", "tuned"], horizontal=True, key="lens_which",
                  help="tuned: each block's stream first goes through a learned affine translator (the tuned lens, "
                       "Belrose et al. 2023) trained for this checkpoint")
@@ -29,16 +32,34 @@ if lens.notice:
     st.warning(lens.notice)
 R = lens.n_rows
 
+
+
 # -- which tokens to draw, which cell to inspect ------------------------------------------------
+# a new model or text starts the cell pickers afresh (a position and row chosen on the old text, or a click
+# on the old grid, would otherwise leave the pickers and the detail panel naming different cells)
+text_id = hashlib.sha1(f"{key}\0{text}".encode("utf-8", "replace")).hexdigest()[:12]
+if st.session_state.get("lens_text_id") not in (None, text_id):
+    for k in ("lens_pos", "lens_row", "lens_start", "lens_applied"):
+        st.session_state.pop(k, None)
+st.session_state["lens_text_id"] = text_id
+grid_key = f"lens_grid_{text_id}"  # the grid's click selection belongs to this text only
+
+widths = [10, 20, 30, 40, 60, 80, 120]
 c = st.columns([1, 3, 1, 1])
-width = c[0].selectbox("tokens shown", [10, 20, 30, 40, 60, 80], index=1, key="lens_width")
+state.bind("tokens", "lens_width", state.one_of(widths))
+state.bind("start", "lens_start", state.int_in(0, max(T - 1, 0)))
+state.bind("pos", "lens_pos", state.int_in(0, T - 1))
+state.bind("row", "lens_row", state.int_in(0, R - 1))
+st.session_state.setdefault("lens_width", 30)
+width = c[0].selectbox("tokens shown", widths, key="lens_width",
+                       help="More than fit the page: scroll the grid sideways.")
 state.clamp_state("lens_start", 0, max(T - width, 0))
 start = c[1].slider("first token shown", 0, max(T - width, 0), key="lens_start") if T > width else 0
 end = min(start + width, T)
 
 # a click on the grid (previous run) picks the cell: apply it once, before the pickers are drawn
 try:
-    pts = st.session_state["lens_grid"]["selection"]["points"]
+    pts = st.session_state[grid_key]["selection"]["points"]
 except (KeyError, TypeError):
     pts = []
 picked = next((tuple(int(v) for v in p["customdata"][:2]) for p in pts if p.get("customdata")), None)
@@ -53,8 +74,12 @@ row = c[3].selectbox("row", list(range(R)), format_func=lambda r: lens.rows[r], 
 # -- the grid ----------------------------------------------------------------------------------
 fig = logit_lens_grid(lens, m.to_str_tokens, positions=range(start, end), clickable=True, selected=(pos, row),
                       title=f"{state.plain(m.name or key)}, {lens.lens} lens: top-1 guess after each block, tokens {start}–{end - 1} of {T}")
-st.plotly_chart(fig, on_select="rerun", selection_mode="points", key="lens_grid", width="content")
-st.caption("Click a cell (or set position and row above) to see its five candidates. Hover shows them too.")
+st.html("<style>.st-key-lens_grid_box { overflow-x: auto; }</style>")
+with st.container(key="lens_grid_box"):  # scrolls sideways when the grid is wider than the page
+    state.chart(fig, "logit lens grid", on_select="rerun", selection_mode="points", key=grid_key,
+                width=int(fig.layout.width))
+st.caption("Click a cell (or set position and row above) to see its five candidates. Hover shows them too; a cell "
+           "shows at most 8 characters of its token.")
 
 # -- the chosen cell -------------------------------------------------------------------------
 cell = cells[(cells["pos"] == pos) & (cells["block"] == row)]
@@ -78,7 +103,9 @@ with right:
     st.subheader("Does the last block step back?")
     k = st.columns(2)
     k[0].metric(f"confidence after block {pv['penultimate_block']} (penultimate)", f"{pv['penultimate']:.0%}")
-    k[1].metric(f"after block {pv['final_block']} (final)", f"{pv['final']:.0%}", f"{-100 * pv['drop']:+.0f} points")
+    delta, color = state.points_delta(pv["final"] - pv["penultimate"])
+    k[1].metric(f"after block {pv['final_block']} (final)", f"{pv['final']:.0%}", delta, delta_color=color,
+                delta_arrow="auto" if color == "normal" else "off")
     with state.shown_errors("the three-text figure"):
         pv3 = penultimate_vs_final(compute.lens_three_texts(m, key, which))
     st.markdown(
@@ -93,20 +120,21 @@ with right:
 # -- per-layer metrics -----------------------------------------------------------------------
 st.subheader("Confidence, accuracy and KL to the final output, by block")
 chapter = CHAPTER_SPROUT_CONFIDENCE if m.cfg.n_layers == 8 else None
-st.plotly_chart(layer_metrics_chart(summary.assign(model=state.plain(m.name or key)), color="model", dash=None,
-                                    chapter=chapter, title=f"{state.plain(m.name or key)}: the logit lens by block (this text)"),
-                width="content")
+state.chart(layer_metrics_chart(summary.assign(model=state.plain(m.name or key)), color="model", dash=None,
+                                chapter=chapter, title=f"{state.plain(m.name or key)}: the logit lens by block (this text)"),
+            "logit lens by block")
 if chapter is None:
     st.caption(f"The chapter's 77% / 59% are for Sprout's blocks 7 and 8; this model has {m.cfg.n_layers} blocks.")
-st.dataframe(summary, hide_index=True)
+state.table(summary, "logit lens by block")
 
 # -- per-token trajectories, both lenses -----------------------------------------------------
 st.subheader("Per-token trajectories: logit lens vs tuned lens")
+state.bind("colour", "lens_traj_metric", state.one_of(list(TRAJECTORY_METRICS)))
 metric = st.selectbox("colour", list(TRAJECTORY_METRICS), format_func=lambda k: TRAJECTORY_METRICS[k][0],
                       key="lens_traj_metric")
 with state.shown_errors("the trajectories"):
     traj = compute.lens_trajectories(m, key, text)
-    st.plotly_chart(trajectory_heatmaps(traj, metric, positions=range(start, end),
-                                        title=f"{state.plain(m.name or key)}: {TRAJECTORY_METRICS[metric][0]}, "
-                                              f"tokens {start}–{end - 1} (text = top-1 token)"),
-                    width="content", key="lens_traj")
+    state.chart(trajectory_heatmaps(traj, metric, positions=range(start, end),
+                                    title=f"{state.plain(m.name or key)}: {TRAJECTORY_METRICS[metric][0]}, "
+                                          f"tokens {start}–{end - 1} (text = top-1 token)"),
+                "trajectories", key="lens_traj")

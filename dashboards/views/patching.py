@@ -49,16 +49,18 @@ k = st.columns(3)
 k[0].metric("logit difference, clean run", f"{resid.attrs['clean']:.3f}")
 k[1].metric("logit difference, corrupted run", f"{resid.attrs['corrupted']:.3f}")
 k[2].metric("tokens", f"{len(toks)}")
-st.plotly_chart(patching_heatmap(resid, toks), width="stretch")
+state.chart(patching_heatmap(resid, toks), "block x position patching", width="stretch")
 st.caption("Each cell: the stream entering that block (`blocks.{block-1}.hook_resid_pre`) at that position copied "
            "from the clean run into the corrupted run. Early blocks: the information sits where the texts differ; "
            "after the induction head's block it sits at the last position.")
-st.plotly_chart(head_patching_heatmap(heads), width="stretch")
+state.chart(head_patching_heatmap(heads), "head patching", width="stretch")
 st.caption("Each cell: one head's output (`hook_z`, every position) copied from the clean run. Blocks counted from 1, "
            "heads from 0.")
 
 st.subheader("Contribution graph (clean text)")
 n = len(toks)
+state.bind("pos", "patch_pos", state.int_in(0, n - 1))
+state.bind("threshold", "patch_threshold_pct", state.int_in(1, 50))
 state.remember("patch_pos", n - 1, 0, n - 1)
 c = st.columns([3, 1])
 pos = c[0].slider("prediction at position (0-based; the token after it is predicted)", 0, n - 1, key="patch_pos")
@@ -66,12 +68,16 @@ state.remember("patch_threshold_pct", 5, 1, 50)
 thr = c[1].slider("keep parts ≥ % of the largest", 1, 50, key="patch_threshold_pct")
 with st.spinner("attributing the prediction…"), state.shown_errors("the contribution graph"):
     nodes, edges = compute.graph(m, key, clean, pos, thr / 100)
-st.plotly_chart(contribution_graph_figure(nodes, edges, toks), width="stretch")
+state.chart(contribution_graph_figure(nodes, edges, toks), "contribution graph", width="stretch")
 st.caption(f"Predicted token at position {pos}: {state.md(nodes.attrs['token'])} (logit {nodes.attrs['logit']:.2f}). "
            "Node size: how much that part pushes the token (blue for, red against), in logits through the final "
            "norm; lines: the part of a head's push that comes from each earlier position it reads.")
 head_rows = nodes[nodes["kind"] == "head"]
 choices = [(int(r.layer), int(r.head)) for r in head_rows.itertuples()] or [(0, 0)]
+state.bind("head", "patch_head", lambda raw: next((c for c in choices if f"{c[0]}.{c[1]}" == raw), None),
+           lambda lh: f"{lh[0]}.{lh[1]}")
+if st.session_state.get("patch_head") not in choices:
+    st.session_state.pop("patch_head", None)
 pick = st.selectbox("look at a head", choices, format_func=lambda lh: f"block {lh[0] + 1} head {lh[1]} (layer {lh[0]})",
                     key="patch_head")
 with state.shown_errors("the head's tokens"):
@@ -79,10 +85,12 @@ with state.shown_errors("the head's tokens"):
 c = st.columns(2)
 c[0].markdown(f"**Tokens block {pick[0] + 1} head {pick[1]} promotes and suppresses at position {pos}** "
               "(direct effect on each logit)")
-c[0].dataframe(eff[["effect", "rank", "token", "logit"]], hide_index=True)
+with c[0]:
+    state.table(eff[["effect", "rank", "token", "logit"]], "the head's tokens")
 c[1].markdown(f"**Where it looks from position {pos}** (attention weights, largest first)")
-c[1].dataframe(row.sort_values("weight", ascending=False).head(10), hide_index=True)
+with c[1]:
+    state.table(row.sort_values("weight", ascending=False).head(10), "where the head looks")
 with st.expander("tables"):
-    st.dataframe(resid, hide_index=True)
-    st.dataframe(heads, hide_index=True)
-    st.dataframe(edges, hide_index=True)
+    state.table(resid, "block x position patching")
+    state.table(heads, "head patching")
+    state.table(edges, "contribution graph edges")

@@ -1,4 +1,5 @@
-"""Figures for the anatomy and positions pages: the one-page diagram of the model, the RoPE score grid."""
+"""Figures for the anatomy and positions pages: the one-page diagram of the model, the RoPE score grid, a real
+head's score by distance."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -44,10 +45,33 @@ def model_diagram(n_layer: int, selected: str | None = None) -> go.Figure:
     return fig
 
 
-def rope_grid_figure(grid: Tensor) -> go.Figure:
-    """Heatmap of score[m, n] (query position m, key position n): constant along every diagonal."""
-    fig = go.Figure(go.Heatmap(z=grid.tolist(), colorscale="RdBu", zmid=0, colorbar=dict(title="q·k")))
+def rope_grid_figure(grid: Tensor, title: str | None = None, colorbar: str = "q·k") -> go.Figure:
+    """Heatmap of score[m, n] (query position m, key position n): constant along every diagonal for one q and
+    k rotated by RoPE; NaN cells (future keys of a real head) are left blank."""
+    fig = go.Figure(go.Heatmap(z=grid.tolist(), colorscale="RdBu", zmid=0, colorbar={"title": colorbar},
+                               hovertemplate="query m=%{y}, key n=%{x}<br>score %{z:.3f}<extra></extra>"))
     fig.update_layout(xaxis_title="key position n", yaxis_title="query position m", height=480,
-                      margin=dict(l=10, r=10, t=30, b=10))
+                      margin={"l": 10, "r": 10, "t": 40 if title else 30, "b": 10}, title=title)
     fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def distance_profile_figure(df, title: str | None = None) -> go.Figure:
+    """A real head's mean score by distance m − n, with a band of ± one standard deviation (from
+    ``sprout_interp.anatomy.rope.scores_by_distance``): a narrow band means the distance decides the score."""
+    d = df.sort_values("distance")
+    x, mu, sd = d["distance"].tolist(), d["mean"].to_numpy(), d["std"].fillna(0).to_numpy()
+    fig = go.Figure([
+        go.Scatter(x=x + x[::-1], y=list(mu + sd) + list((mu - sd)[::-1]), fill="toself", line={"width": 0},
+                   fillcolor="rgba(55,126,184,0.2)", hoverinfo="skip", name="± 1 std"),
+        go.Scatter(x=x, y=mu, mode="lines", line={"color": "#377eb8"}, name="mean score",
+                   customdata=d[["std", "n"]].to_numpy(),
+                   hovertemplate="distance %{x}: mean %{y:.3f}, std %{customdata[0]:.3f} over %{customdata[1]} pairs"
+                                 "<extra></extra>"),
+    ])
+    r2 = df.attrs.get("r2")
+    head = f"block {int(d['block'].iloc[0])} head {int(d['head'].iloc[0])}" if len(d) else "the head"
+    fig.update_layout(title=title or f"{head}: score by distance" + (f" (distance explains {r2:.0%} of the variance)"
+                                                                     if r2 is not None else ""),
+                      xaxis_title="distance m − n (tokens)", yaxis_title="score q·k / √d_head", height=420)
     return fig

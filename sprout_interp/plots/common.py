@@ -9,7 +9,7 @@ from typing import Optional
 
 import plotly.graph_objects as go
 
-__all__ = ["escape_label", "show_token", "PLOTLY_JS", "plotly_js", "save_figure"]
+__all__ = ["PLOTLY_JS", "escape_label", "figures_html", "plotly_js", "save_figure", "show_token"]
 
 
 def escape_label(s: str) -> str:
@@ -67,3 +67,18 @@ def save_figure(fig: go.Figure, path: str | Path, png: bool = False) -> tuple[li
         except Exception as e:  # kaleido present but no browser, or export failed
             note = f"PNG skipped: static export failed ({type(e).__name__}: {str(e).splitlines()[0][:160]})"
     return written, note
+
+
+def figures_html(figures, title: str = "figures") -> str:
+    """One self-contained HTML page of several figures: plotly.js inline once (it opens offline, no CDN),
+    then each figure under its name. ``figures``: ``(name, figure)`` pairs. Each figure's camera button
+    saves it as an SVG, drawn by the browser."""
+    import html as _html
+
+    config = {"displaylogo": False, "toImageButtonOptions": {"format": "svg"}}
+    parts = [f"<h2>{_html.escape(str(name))}</h2>\n"
+             + fig.to_html(full_html=False, include_plotlyjs=False, config=config)
+             for name, fig in figures]
+    return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + _html.escape(str(title))
+            + "</title>\n<script>" + _plotly_source() + "</script></head>\n<body style=\"font-family: sans-serif\">"
+            + "<h1>" + _html.escape(str(title)) + "</h1>\n" + "\n".join(parts) + "\n</body></html>\n")

@@ -15,9 +15,12 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from sprout_interp.plots.common import escape_label
+
 __all__ = [
     "block_label", "head_grid", "pattern_figure", "head_scores_heatmap", "head_scores_figure",
-    "sweep_heatmap", "compare_models_figure", "name_copying_figure",
+    "sweep_heatmap", "compare_models_figure", "name_copying_figure", "all_heads_figure", "attention_hover_html",
+    "MODEL_COLORS", "model_style", "thinned_ticks",
 ]
 
 _SCORE_TITLES = {
@@ -107,19 +110,157 @@ def head_scores_figure(df: pd.DataFrame, columns: Optional[Sequence[str]] = None
     columns = list(columns)
     ncols = min(3, len(columns))
     nrows = (len(columns) + ncols - 1) // ncols
+    # the panels of a row share their y axis, so only the first carries the block labels: labels drawn on
+    # every panel would overlap the last column of the panel to their left
     fig = make_subplots(rows=nrows, cols=ncols, subplot_titles=[_SCORE_TITLES.get(c, c) for c in columns],
-                        horizontal_spacing=0.08, vertical_spacing=0.12)
+                        shared_yaxes=True, horizontal_spacing=0.03, vertical_spacing=0.14)
     for i, c in enumerate(columns):
         grid, layers, heads = head_grid(df, c)
         fig.add_trace(go.Heatmap(
             z=grid, x=[f"h{h}" for h in heads], y=[block_label(l) for l in layers], zmin=0, zmax=1,
             colorscale="Blues", showscale=(i == 0), text=np.round(grid, 2), texttemplate="%{text}", name=c,
-            hovertemplate="%{y}, %{x}<br>" + c + " %{z:.3f}<extra></extra>",
+            hovertemplate="%{y}, %{x}<br>" + c + " %{z:.3f}<extra></extra>", colorbar=dict(x=1.02),
         ), row=i // ncols + 1, col=i % ncols + 1)
     fig.update_yaxes(autorange="reversed")
+    for r in range(1, nrows + 1):
+        for c in range(2, ncols + 1):
+            fig.update_yaxes(showticklabels=False, row=r, col=c)
+    fig.update_annotations(font_size=12)
     fig.update_layout(title=title or "head scores (blocks counted from 1; layer = index in code)",
-                      width=380 * ncols, height=140 + 320 * nrows)
+                      width=140 + 340 * ncols, height=140 + 320 * nrows, margin=dict(l=140))
     return fig
+
+
+def all_heads_figure(
+    patterns, str_tokens: Sequence[str], selected: Optional[tuple[int, int]] = None, n: Optional[int] = None,
+    title: Optional[str] = None, panel: int = 170,
+) -> go.Figure:
+    """Every head of every block at a glance: one small attention pattern per head (rows = blocks, counted
+    from 1; columns = heads), one shared colour scale, the ``selected`` (layer, head) framed in red.
+
+    ``patterns``: ``(layer, head, query, key)`` from ``attention_patterns`` (or a list of per-layer
+    ``(head, query, key)``); ``n``: only the first ``n`` tokens (queries and keys).
+    """
+    if isinstance(patterns, (list, tuple)):
+        patterns = [p.detach().cpu().float().numpy() if hasattr(p, "detach") else np.asarray(p) for p in patterns]
+        p = np.stack(patterns)
+    else:
+        p = patterns.detach().cpu().float().numpy() if hasattr(patterns, "detach") else np.asarray(patterns, dtype=float)
+    if p.ndim != 4:
+        raise ValueError(f"expected (layer, head, query, key) patterns, got shape {p.shape}")
+    L, H = p.shape[:2]
+    n = p.shape[-1] if n is None else max(1, min(int(n), p.shape[-1]))
+    p = p[:, :, :n, :n].astype(np.float32)
+    toks = [f"{i}:{_vis(t)}" for i, t in enumerate(list(str_tokens)[:n])]
+    labels = [escape_label(t) for t in toks]
+    fig = make_subplots(rows=L, cols=H, horizontal_spacing=0.012, vertical_spacing=0.03 if L > 1 else 0.0,
+                        subplot_titles=[f"block {l + 1} head {h}" for l in range(L) for h in range(H)])
+    for l in range(L):
+        for h in range(H):
+            fig.add_trace(go.Heatmap(
+                z=p[l, h], x=labels, y=labels, coloraxis="coloraxis", name=f"block {l + 1} head {h}",
+                hovertemplate=f"block {l + 1} head {h} (layer {l})<br>query %{{y}}<br>key %{{x}}<br>"
+                              "attention %{z:.3f}<extra></extra>",
+            ), row=l + 1, col=h + 1)
+    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
+    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed")
+    fig.update_annotations(font_size=11)
+    if selected is not None:
+        sl, sh = int(selected[0]), int(selected[1])
+        if 0 <= sl < L and 0 <= sh < H:
+            i = sl * H + sh
+            xa = fig.layout["xaxis" + (str(i + 1) if i else "")]
+            ya = fig.layout["yaxis" + (str(i + 1) if i else "")]
+            fig.add_shape(type="rect", xref="paper", yref="paper", x0=xa.domain[0], x1=xa.domain[1],
+                          y0=ya.domain[0], y1=ya.domain[1], line=dict(color="#d62728", width=3))
+            fig.layout.annotations[i].font = dict(color="#d62728", size=12)
+            fig.layout.annotations[i].text = f"<b>block {sl + 1} head {sh}</b>"
+    fig.update_layout(
+        title=title or f"every head's attention pattern, first {n} tokens (rows: blocks from 1; queries down, keys across)",
+        coloraxis=dict(colorscale="Blues", cmin=0, cmax=1, colorbar=dict(title="attention")),
+        width=120 + panel * H, height=120 + int(panel * 1.05) * L, margin=dict(l=30, r=30, t=90, b=30),
+        plot_bgcolor="white",
+    )
+    return fig
+
+
+def attention_hover_html(pattern, str_tokens: Sequence[str], title: str = "", element_id: str = "attn-hover") -> str:
+    """One head's pattern as the text itself, CircuitsVis-style, offline (plain HTML and JavaScript, no CDN).
+
+    Hover over (or click, to keep) a token: the tokens it attends to are shaded blue by their weight, the
+    later tokens that attend to it are underlined orange by theirs, and the strongest of each are listed.
+    ``pattern``: ``(query, key)``. Token strings reach the page only as JSON data written with ``textContent``,
+    never as markup, so any text is shown literally.
+    """
+    import json
+
+    p = pattern.detach().cpu().float().numpy() if hasattr(pattern, "detach") else np.asarray(pattern, dtype=float)
+    if p.ndim != 2 or p.shape[0] != p.shape[1]:
+        raise ValueError(f"expected a square (query, key) pattern, got shape {p.shape}")
+    n = p.shape[0]
+    toks = [_vis(t) for t in list(str_tokens)[:n]]
+    if len(toks) < n:
+        raise ValueError(f"{n} positions but only {len(toks)} token strings")
+    data = json.dumps({"tokens": toks, "pattern": np.round(p, 4).tolist(), "title": str(title)}, ensure_ascii=True)
+    data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    uid = "".join(ch for ch in str(element_id) if ch.isalnum() or ch in "-_") or "attn-hover"
+    return _HOVER_TEMPLATE.replace("__UID__", uid).replace("__DATA__", data)
+
+
+_HOVER_TEMPLATE = """<div id="__UID__" class="sprout-attn" style="font-family: sans-serif; font-size: 15px; line-height: 2.1;">
+<div class="sa-title" style="font-weight: 600; margin-bottom: 4px;"></div>
+<div class="sa-help" style="font-size: 13px; color: #555;">Hover over a token (click to keep it):
+<span style="background: rgba(31,119,180,0.55); padding: 0 4px;">blue</span> = what it attends to,
+<span style="border-bottom: 3px solid rgb(255,127,14); padding: 0 4px;">orange</span> = what attends to it.</div>
+<div class="sa-tokens" style="margin: 6px 0; max-height: 420px; overflow-y: auto;"></div>
+<div class="sa-info" style="font-size: 13px; color: #333; min-height: 3.2em; line-height: 1.5;"></div>
+</div>
+<script>
+(function () {
+  const root = document.getElementById("__UID__");
+  if (!root) return;
+  const D = __DATA__;
+  const n = D.tokens.length, P = D.pattern;
+  root.querySelector(".sa-title").textContent = D.title;
+  const box = root.querySelector(".sa-tokens"), info = root.querySelector(".sa-info");
+  const spans = [];
+  let kept = -1;
+  for (let i = 0; i < n; i++) {
+    const s = document.createElement("span");
+    s.textContent = D.tokens[i];
+    s.dataset.pos = String(i);
+    s.style.cssText = "padding: 2px 1px; margin: 0 1px; border-radius: 3px; cursor: pointer; white-space: pre; border-bottom: 3px solid transparent;";
+    s.addEventListener("mouseenter", () => { if (kept < 0) show(i); });
+    s.addEventListener("click", () => { kept = (kept === i) ? -1 : i; show(i); });
+    box.appendChild(s);
+    spans.push(s);
+  }
+  function top(pairs) {
+    return pairs.filter(p => p[1] > 0.005).sort((a, b) => b[1] - a[1]).slice(0, 4)
+      .map(p => p[0] + ":" + JSON.stringify(D.tokens[p[0]]) + " " + (100 * p[1]).toFixed(0) + "%").join(", ") || "none";
+  }
+  function show(i) {
+    for (let j = 0; j < n; j++) {
+      const a = j <= i ? P[i][j] : 0, b = j >= i ? P[j][i] : 0, s = spans[j];
+      s.style.background = a > 0 ? "rgba(31,119,180," + (0.9 * a).toFixed(3) + ")" : "transparent";
+      s.style.borderBottomColor = (j > i && b > 0) ? "rgba(255,127,14," + Math.min(1, 0.15 + b).toFixed(3) + ")" : "transparent";
+      s.style.outline = j === i ? "2px solid #222" : "none";
+      s.style.color = a > 0.6 ? "white" : "black";
+    }
+    const to = [], from = [];
+    for (let j = 0; j <= i; j++) to.push([j, P[i][j]]);
+    for (let q = i + 1; q < n; q++) from.push([q, P[q][i]]);
+    info.textContent = "";
+    const l1 = document.createElement("div"), l2 = document.createElement("div");
+    l1.textContent = "position " + i + " " + JSON.stringify(D.tokens[i]) + (kept === i ? " (kept; click again to let go)" : "") + " attends to: " + top(to);
+    l2.textContent = "attended to by: " + top(from);
+    info.appendChild(l1); info.appendChild(l2);
+  }
+  root.dataset.ready = "1";
+  if (n) show(n - 1);
+})();
+</script>
+"""
 
 
 def sweep_heatmap(df: pd.DataFrame, value: str = "change", title: Optional[str] = None) -> go.Figure:
@@ -148,12 +289,35 @@ def compare_models_figure(df: pd.DataFrame, models: Optional[Sequence[str]] = No
     models = list(models or df.attrs.get("models") or [c for c in df.columns if c not in ("position", "context", "token")])
     d = df if positions is None else df[df["position"].isin(list(positions))]
     x = [f"{p}:{_vis(t)}" for p, t in zip(d["position"], d["token"])]
-    fig = go.Figure([go.Bar(name=m, x=x, y=d[m], hovertemplate="%{x}<br>P = %{y:.3f}<extra>" + m + "</extra>") for m in models])
+    fig = go.Figure([go.Bar(name=m, x=x, y=d[m], marker=model_style(i),
+                            hovertemplate="%{x}<br>P = %{y:.3f}<extra>" + m + "</extra>") for i, m in enumerate(models)])
     fig.update_layout(barmode="group", title=title or "probability of the actual next token", yaxis_range=[0, 1],
                       width=max(700, 28 * len(x) * max(1, len(models)) // 2), height=450)
     fig.update_yaxes(title="P(token | text before it)")
-    fig.update_xaxes(title="position:token", tickangle=-60)
+    fig.update_xaxes(title="position:token", tickangle=-60, **thinned_ticks(x))
     return fig
+
+
+#: one colour per model, of clearly different hues (ColorBrewer Set1, colour-blind safer than shades of one
+#: hue), and a bar pattern each, so models stay apart in grey print too
+MODEL_COLORS = ("#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00", "#a65628", "#f781bf", "#999999")
+MODEL_PATTERNS = ("", "/", ".", "x", "-", "|", "+", "\\")
+
+
+def model_style(i: int) -> dict:
+    """The bar ``marker`` of the ``i``-th model: its colour and its fill pattern."""
+    return dict(color=MODEL_COLORS[i % len(MODEL_COLORS)],
+                pattern=dict(shape=MODEL_PATTERNS[i % len(MODEL_PATTERNS)], fillmode="overlay", size=6))
+
+
+def thinned_ticks(labels: Sequence[str], most: int = 24) -> dict:
+    """x-axis settings that label at most ``most`` of a category axis's ``labels`` (every k-th one, in order)."""
+    labels = list(dict.fromkeys(labels))
+    if len(labels) <= most:
+        return {}
+    step = -(-len(labels) // most)
+    keep = labels[::step]
+    return dict(tickmode="array", tickvals=keep, ticktext=keep)
 
 
 def name_copying_figure(df: pd.DataFrame, title: Optional[str] = None) -> go.Figure:
@@ -165,10 +329,11 @@ def name_copying_figure(df: pd.DataFrame, title: Optional[str] = None) -> go.Fig
 
     x_order = list(dict.fromkeys(labels(d)))
     fig = go.Figure()
-    for m in dict.fromkeys(d["model"]):
+    for i, m in enumerate(dict.fromkeys(d["model"])):
         dm = d[d["model"] == m]
-        fig.add_trace(go.Bar(name=m, x=labels(dm), y=dm["prob"], hovertemplate="%{x}<br>P = %{y:.3f}<extra>" + m + "</extra>"))
+        fig.add_trace(go.Bar(name=m, x=labels(dm), y=dm["prob"], marker=model_style(i),
+                             hovertemplate="%{x}<br>P = %{y:.3f}<extra>" + m + "</extra>"))
     fig.update_layout(barmode="group", title=title or "invented names, second occurrence: P(each later token)",
                       yaxis_range=[0, 1], width=max(700, 40 * len(x_order)), height=450)
-    fig.update_xaxes(categoryorder="array", categoryarray=x_order, tickangle=-60)
+    fig.update_xaxes(categoryorder="array", categoryarray=x_order, tickangle=-60, **thinned_ticks(x_order, 40))
     return fig

@@ -20,7 +20,7 @@ from sprout_interp.plots.common import show_token
 
 __all__ = [
     "logit_lens_grid", "layer_metrics_chart", "rms_growth_chart", "rms_position_chart",
-    "token_change_chart", "block_knockout_chart",
+    "token_change_chart", "block_knockout_chart", "log_axis",
 ]
 
 BLOCK_AXIS = "after block (counted from 1; 0 = after the embedding)"
@@ -41,6 +41,11 @@ def _str_tokens(to_str: Optional[Callable[[Sequence[int]], Sequence[str]]], ids:
     return dict(zip(ids, (str(s) for s in to_str(ids))))
 
 
+def _cut(s: str, most: int = 8) -> str:
+    """A token cut to ``most`` characters for a cell (with "…" where it was cut)."""
+    return s if len(s) <= most else s[: most - 1] + "…"
+
+
 def logit_lens_grid(
     lens: LogitLens,
     to_str: Optional[Callable[[Sequence[int]], Sequence[str]]] = None,
@@ -50,6 +55,8 @@ def logit_lens_grid(
     colorscale: str = "Blues",
     clickable: bool = False,
     selected: Optional[tuple[int, int]] = None,
+    cell_font: int = 13,
+    cell_width: int = 64,
 ) -> go.Figure:
     """The logit-lens grid as the chapter draws it: rows of the stream × input tokens.
 
@@ -67,6 +74,8 @@ def logit_lens_grid(
             row]) so a click can select a cell where heat-maps cannot be selected (Streamlit's
             ``on_select``); the selected cell gets a black outline.
         selected: (position, row) of a cell to outline (with ``clickable``).
+        cell_font, cell_width: the cells' text size (px; tokens longer than 8 characters are cut, the hover
+            has them whole) and width (px): the figure is as wide as its cells need.
     """
     mask = lens.mask[batch].cpu()
     if positions is None:
@@ -89,7 +98,7 @@ def logit_lens_grid(
         zr, tr, hr = [], [], []
         for p in positions:
             zr.append(float(probs[r, p, 0]))
-            tr.append(show_token(s[int(ids[r, p, 0])]))
+            tr.append(show_token(_cut(s[int(ids[r, p, 0])])))
             lines = [f"<b>{lens.rows[r]}</b>, position {p}: input {_esc(repr(s[int(tokens[p])]))}"]
             if nxt[p] >= 0:
                 lines.append(f"actual next {_esc(repr(s[int(nxt[p])]))}: p = {float(next_prob[r, p]):.1%}, "
@@ -105,7 +114,7 @@ def logit_lens_grid(
 
     xs = list(range(len(positions)))
     fig = go.Figure(go.Heatmap(
-        z=z, x=xs, y=list(range(R)), text=text, texttemplate="%{text}", customdata=hover,
+        z=z, x=xs, y=list(range(R)), text=text, texttemplate="%{text}", textfont=dict(size=cell_font), customdata=hover,
         hovertemplate="%{customdata}<extra></extra>", zmin=0.0, zmax=1.0, colorscale=colorscale,
         colorbar=dict(title="top-1 p", tickformat=".0%"), name="top-1 probability",
     ))
@@ -125,13 +134,13 @@ def logit_lens_grid(
             selectedpoints=chosen, selected=dict(marker=dict(opacity=1.0)), unselected=dict(marker=dict(opacity=0.0)),
             hovertext=tips, hovertemplate="%{hovertext}<extra></extra>", showlegend=False, name="cells",
         ))
-    fig.update_xaxes(tickmode="array", tickvals=xs, ticktext=[show_token(s[int(tokens[p])]) for p in positions],
-                     title="input token", tickangle=-60)
+    fig.update_xaxes(tickmode="array", tickvals=xs, ticktext=[show_token(_cut(s[int(tokens[p])])) for p in positions],
+                     title="input token", tickangle=-60, tickfont=dict(size=cell_font))
     fig.update_yaxes(tickmode="array", tickvals=list(range(R)), ticktext=lens.rows,
                      title="read after (blocks counted from 1)")
     fig.update_layout(
         title=title or "Logit lens: top-1 guess after each block (frame = the actual next token)",
-        width=max(500, 48 * len(positions) + 200), height=max(300, 40 * R + 200),
+        width=max(500, cell_width * len(positions) + 200), height=max(300, 40 * R + 200),
         plot_bgcolor="white",
     )
     return fig
@@ -201,6 +210,28 @@ def layer_metrics_chart(
     return fig
 
 
+def _ys(fig: go.Figure) -> list[float]:
+    return [float(v) for tr in fig.data if tr.y is not None for v in tr.y if v is not None]
+
+
+def log_axis(values: Sequence[float]) -> dict:
+    """Log-axis settings that label only round values: the powers of ten (1, 10, 100 …) when the data spans at
+    least one, else 1, 2 and 5 times them; unlabelled minor ticks at the other multiples. (Plotly's default
+    labels minor ticks too: "5, 2, 10, 5, 2, 1 …".)"""
+    import math
+
+    pos = [v for v in values if v > 0 and math.isfinite(v)]
+    if not pos:
+        return {"type": "log"}
+    lo, hi = min(pos), max(pos)
+    e0, e1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    mults = (1,) if sum(lo <= 10.0 ** e <= hi for e in range(e0, e1 + 1)) >= 2 else (1, 2, 5)
+    major = [m * 10.0 ** e for e in range(e0, e1 + 1) for m in mults]
+    minor = [m * 10.0 ** e for e in range(e0, e1 + 1) for m in range(1, 10) if m not in mults]
+    return {"type": "log", "tickmode": "array", "tickvals": major, "ticktext": [f"{v:g}" for v in major],
+            "minor": {"tickmode": "array", "tickvals": minor, "ticks": "outside", "ticklen": 4, "showgrid": True}}
+
+
 def rms_growth_chart(
     rms: pd.DataFrame,
     color: Optional[str] = "model",
@@ -234,7 +265,7 @@ def rms_growth_chart(
             textposition="top center", hovertemplate="chapter: block %{x}: RMS %{y}<extra></extra>",
         ))
     fig.update_xaxes(title=BLOCK_AXIS, dtick=1)
-    fig.update_yaxes(title="RMS of the stream (mean over positions)", type="log" if log_y else "linear")
+    fig.update_yaxes(title="RMS of the stream (mean over positions)", **(log_axis(_ys(fig)) if log_y else {"type": "linear"}))
     fig.update_layout(title=title or "Residual stream size after each block", width=800, height=480)
     return fig
 
@@ -265,7 +296,7 @@ def rms_position_chart(
             hovertemplate=f"{label}<br>position %{{x}} %{{customdata}}: RMS %{{y:.3g}}<extra></extra>",
         ))
     fig.update_xaxes(title="token position (from 0)")
-    fig.update_yaxes(title="RMS of the stream", type="log" if log_y else "linear")
+    fig.update_yaxes(title="RMS of the stream", **(log_axis(_ys(fig)) if log_y else {"type": "linear"}))
     fig.update_layout(title=title or "Residual stream size at each position (rows: blocks counted from 1)",
                       width=900, height=480)
     return fig
