@@ -1,12 +1,10 @@
 """Sprout, layer by layer: `streamlit run dashboards/app.py`."""
 from __future__ import annotations
 
-
 import traceback
 
-import streamlit as st
-
 import state
+import streamlit as st
 
 st.set_page_config(page_title="Sprout, layer by layer", page_icon="🌱", layout="wide")
 state.sidebar()

@@ -7,23 +7,15 @@ to the same question. Nothing here does tensor maths; it calls the library.
 """
 from __future__ import annotations
 
+import state
 import streamlit as st
 
-from sprout_interp.circuits import ablation
-
-from sprout_interp.circuits import attention
-
-from sprout_interp.circuits import compare
-
-from sprout_interp.circuits import per_token
-
-from sprout_interp.lens import residual
-from sprout_interp.lens.logit_lens import embedding_echo_rate, logit_lens, trajectories
+from sprout_interp.circuits import ablation, attention, compare, per_token
 from sprout_interp.circuits.knockout import block_knockout
 from sprout_interp.core.errors import AblationError
 from sprout_interp.core.texts import TEXTS
-
-import state
+from sprout_interp.lens import residual
+from sprout_interp.lens.logit_lens import embedding_echo_rate, logit_lens, trajectories
 
 _CACHE = dict(max_entries=32, show_spinner=False)
 

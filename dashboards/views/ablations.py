@@ -1,10 +1,10 @@
 """Ablations: knock out heads and see which tokens the model loses."""
 from __future__ import annotations
 
-import streamlit as st
-
 import compute
 import state
+import streamlit as st
+
 from sprout_interp.circuits.ablation import KINDS
 from sprout_interp.plots import token_change_chart
 from sprout_interp.plots.heads import block_label, sweep_heatmap

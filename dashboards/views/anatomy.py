@@ -1,9 +1,9 @@
 """Anatomy: the one-page diagram, each part's real code with line numbers, and a parameter calculator."""
 from __future__ import annotations
 
+import state
 import streamlit as st
 
-import state
 from sprout_interp.anatomy import params as anatomy
 from sprout_interp.plots.anatomy import model_diagram
 
@@ -47,6 +47,7 @@ k = st.columns(4)
 k[0].metric("total parameters", f"{b['total']:,}")
 k[1].metric("spent on the vocabulary", f"{b['vocab_share']:.0%}")
 k[2].metric("per block", f"{b['per_block']:,}")
-k[3].metric("without weight tying", f"{anatomy.param_breakdown(d_model, n_layer_c, d_ff, int(vocab), n_head, tied=False)['total']:,}")
+untied = anatomy.param_breakdown(d_model, n_layer_c, d_ff, int(vocab), n_head, tied=False)
+k[3].metric("without weight tying", f"{untied['total']:,}")
 st.caption("Embedding V·d + n_layer × (attention 4d² + 2·head_dim QK-norm gains + SwiGLU 3·d·d_ff + norms 2d) "
            "+ final norm d — the chapter's count, computed by `sprout_interp.anatomy.params.param_breakdown`.")

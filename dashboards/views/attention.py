@@ -2,10 +2,10 @@
 itself to hover over), the head scores with the induction circuit, and the repeated-random-tokens test."""
 from __future__ import annotations
 
-import streamlit as st
-
 import compute
 import state
+import streamlit as st
+
 from sprout_interp.circuits.attention import find_induction_circuit
 from sprout_interp.plots.heads import (
     all_heads_figure,

@@ -1,10 +1,10 @@
 """Compare models: the same text under gpt-1, gpt-4 and sprout (whichever are installed)."""
 from __future__ import annotations
 
-import streamlit as st
-
 import compute
 import state
+import streamlit as st
+
 from sprout_interp.plots.heads import compare_models_figure, name_copying_figure
 from sprout_model.evaluation import NAME_TEXTS
 

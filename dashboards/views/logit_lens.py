@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import hashlib
 
+import compute
 import pandas as pd
+import state
 import streamlit as st
 
-import compute
-import state
 from sprout_interp.lens.logit_lens import CHAPTER_SPROUT_CONFIDENCE, penultimate_vs_final
 from sprout_interp.plots import layer_metrics_chart, logit_lens_grid
 from sprout_interp.plots.trajectories import TRAJECTORY_METRICS, trajectory_heatmaps
@@ -73,7 +73,8 @@ row = c[3].selectbox("row", list(range(R)), format_func=lambda r: lens.rows[r], 
 
 # -- the grid ----------------------------------------------------------------------------------
 fig = logit_lens_grid(lens, m.to_str_tokens, positions=range(start, end), clickable=True, selected=(pos, row),
-                      title=f"{state.plain(m.name or key)}, {lens.lens} lens: top-1 guess after each block, tokens {start}–{end - 1} of {T}")
+                      title=f"{state.plain(m.name or key)}, {lens.lens} lens: top-1 guess after each block, "
+                            f"tokens {start}–{end - 1} of {T}")
 st.html("<style>.st-key-lens_grid_box { overflow-x: auto; }</style>")
 with st.container(key="lens_grid_box"):  # scrolls sideways when the grid is wider than the page
     state.chart(fig, "logit lens grid", on_select="rerun", selection_mode="points", key=grid_key,

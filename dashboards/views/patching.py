@@ -1,10 +1,10 @@
 """Patching / circuits: where the information that decides a prediction lives, and what built it."""
 from __future__ import annotations
 
-import streamlit as st
-
 import compute
 import state
+import streamlit as st
+
 from sprout_interp.plots.patching import contribution_graph_figure, head_patching_heatmap, patching_heatmap
 
 CLEAN = ("When the boat came in, old Zorbin Plax was waiting on the pier. The sailors tied the ropes, and the last "

@@ -1,10 +1,10 @@
 """Positions (RoPE): the chapter's check made interactive, with random vectors or a real head's own."""
 from __future__ import annotations
 
-import streamlit as st
-
 import compute
 import state
+import streamlit as st
+
 from sprout_interp.anatomy import rope
 from sprout_interp.plots.anatomy import distance_profile_figure, rope_grid_figure
 from sprout_interp.plots.heads import block_label

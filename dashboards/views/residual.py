@@ -1,12 +1,12 @@
 """Residual stream: how big the stream gets after the embedding and after each block."""
 from __future__ import annotations
 
-import streamlit as st
-
 import compute
 import state
-from sprout_interp.plots import block_knockout_chart, rms_growth_chart, rms_position_chart
+import streamlit as st
+
 from sprout_interp.lens.residual import CHAPTER_GPT4_RMS, growth_claims
+from sprout_interp.plots import block_knockout_chart, rms_growth_chart, rms_position_chart
 
 state.header(
     "Residual stream",

@@ -6,8 +6,8 @@ so line numbers always match the file on disk.
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 
 import sprout_model.model as arch
 from sprout_model import Config

@@ -103,7 +103,8 @@ def head_scores_heatmap(
 
 
 def head_scores_figure(df: pd.DataFrame, columns: Optional[Sequence[str]] = None, title: Optional[str] = None) -> go.Figure:
-    """Side-by-side heat-maps of several head-score columns (default: the three scores on random tokens, and on text if present)."""
+    """Side-by-side heat-maps of several head-score columns (default: the three scores on random tokens, and on
+    text if present); the panels of a row share one y axis, labelled once."""
     if columns is None:
         columns = [c for c in ("prev_token_random", "duplicate_random", "induction_random",
                                "prev_token_text", "duplicate_text", "induction_text") if c in df]
@@ -229,7 +230,8 @@ _HOVER_TEMPLATE = """<div id="__UID__" class="sprout-attn" style="font-family: s
     const s = document.createElement("span");
     s.textContent = D.tokens[i];
     s.dataset.pos = String(i);
-    s.style.cssText = "padding: 2px 1px; margin: 0 1px; border-radius: 3px; cursor: pointer; white-space: pre; border-bottom: 3px solid transparent;";
+    s.style.cssText = "padding: 2px 1px; margin: 0 1px; border-radius: 3px; cursor: pointer; " +
+      "white-space: pre; border-bottom: 3px solid transparent;";
     s.addEventListener("mouseenter", () => { if (kept < 0) show(i); });
     s.addEventListener("click", () => { kept = (kept === i) ? -1 : i; show(i); });
     box.appendChild(s);
@@ -252,7 +254,8 @@ _HOVER_TEMPLATE = """<div id="__UID__" class="sprout-attn" style="font-family: s
     for (let q = i + 1; q < n; q++) from.push([q, P[q][i]]);
     info.textContent = "";
     const l1 = document.createElement("div"), l2 = document.createElement("div");
-    l1.textContent = "position " + i + " " + JSON.stringify(D.tokens[i]) + (kept === i ? " (kept; click again to let go)" : "") + " attends to: " + top(to);
+    l1.textContent = "position " + i + " " + JSON.stringify(D.tokens[i]) +
+      (kept === i ? " (kept; click again to let go)" : "") + " attends to: " + top(to);
     l2.textContent = "attended to by: " + top(from);
     info.appendChild(l1); info.appendChild(l2);
   }
