@@ -75,10 +75,12 @@ row = c[3].selectbox("row", list(range(R)), format_func=lambda r: lens.rows[r], 
 fig = logit_lens_grid(lens, m.to_str_tokens, positions=range(start, end), clickable=True, selected=(pos, row),
                       title=f"{state.plain(m.name or key)}, {lens.lens} lens: top-1 guess after each block, "
                             f"tokens {start}–{end - 1} of {T}")
-st.html("<style>.st-key-lens_grid_box { overflow-x: auto; }</style>")
+grid_px = int(fig.layout.width)
+st.html(f"<style>.st-key-lens_grid_box {{ overflow-x: auto; }} .st-key-lens_grid_box [data-testid='stElementContainer'], "
+        f".st-key-lens_grid_box [data-testid='stPlotlyChart'] {{ min-width: {grid_px}px; }}</style>")
 with st.container(key="lens_grid_box"):  # scrolls sideways when the grid is wider than the page
     state.chart(fig, "logit lens grid", on_select="rerun", selection_mode="points", key=grid_key,
-                width=int(fig.layout.width))
+                width=grid_px)
 st.caption("Click a cell (or set position and row above) to see its five candidates. Hover shows them too; a cell "
            "shows at most 8 characters of its token.")
 

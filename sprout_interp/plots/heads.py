@@ -177,7 +177,7 @@ def all_heads_figure(
             fig.layout.annotations[i].font = dict(color="#d62728", size=12)
             fig.layout.annotations[i].text = f"<b>block {sl + 1} head {sh}</b>"
     fig.update_layout(
-        title=title or f"every head's attention pattern, first {n} tokens (rows: blocks from 1; queries down, keys across)",
+        title=title or f"every head, first {n} tokens (queries down, keys across)",
         coloraxis=dict(colorscale="Blues", cmin=0, cmax=1, colorbar=dict(title="attention")),
         width=120 + panel * H, height=120 + int(panel * 1.05) * L, margin=dict(l=30, r=30, t=90, b=30),
         plot_bgcolor="white",
