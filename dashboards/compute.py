@@ -250,3 +250,64 @@ def head_effects(_m, key: str, text: str, layer: int, head: int, pos: int):
 
     eff = head_token_effects(_m, text, layer, head, pos=pos, k=8)
     return eff, attention.attention_row(_m, tokens(_m, text), layer, head, pos)
+
+
+# -- features (sparse autoencoders) ---------------------------------------------------------
+
+
+@st.cache_data(**_CACHE)
+def sae_layers(_m, key: str) -> list[int]:
+    """The layers (0-indexed) with an SAE saved beside the checkpoint."""
+    from sprout_interp.features.sae import available_saes
+
+    return available_saes(_m)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def sae(_m, key: str, layer: int):
+    """The SAE of ``layer`` (SAEMismatchError when the saved one belongs to another checkpoint)."""
+    from sprout_interp.features.sae import load_sae
+
+    return load_sae(_m, layer)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def feature_index(_m, key: str, layer: int):
+    """Every held-out token's active latents (96 windows of 128 tokens), shared by every feature page of the layer."""
+    from sprout_interp.features.pages import index_features
+
+    return index_features(_m, sae(_m, key, layer))
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def feature_page(_m, key: str, layer: int, feature: int):
+    """One latent's page (FeatureSummary) on the held-out sample."""
+    from sprout_interp.features.pages import feature_summary
+
+    return feature_summary(_m, sae(_m, key, layer), feature, feature_index(_m, key, layer))
+
+
+@st.cache_data(**_CACHE)
+def features_for_token(_m, key: str, layer: int, token: str):
+    """The latents firing most on a token (a string that is one token) in the held-out sample."""
+    from sprout_interp.features.pages import features_for_token as search
+
+    return search(feature_index(_m, key, layer), token, n=15, model=_m)
+
+
+@st.cache_data(**_CACHE)
+def text_features(_m, key: str, text: str, layer: int):
+    """(cells, by_feature): which latents fire where on the text (cut to the context, with a notice)."""
+    import warnings
+
+    from sprout_interp.features.pages import features_on_text
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the page shows the notice itself
+        return features_on_text(_m, sae(_m, key, layer), text)
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def feature_descriptions(_m, key: str, layer: int, features: tuple) -> dict:
+    """{feature: its automatic description} for a few latents."""
+    return {f: feature_page(_m, key, layer, f).description for f in features}

@@ -35,12 +35,13 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from sprout_interp.core.errors import SAEMismatchError, SAENotFoundError, SproutError
+from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import as_hooked
 from sprout_interp.lens.tuned_lens import fingerprint
 
 __all__ = [
     "SAE_WEIGHTS", "SAE_CFG", "RECIPE", "SparseAutoencoder", "resid_hook", "hook_layer", "sae_folder",
-    "save_sae", "load_sae", "available_saes", "check_for_model",
+    "save_sae", "read_sae", "load_sae", "available_saes", "check_for_model",
 ]
 
 SAE_WEIGHTS, SAE_CFG = "sae_weights.safetensors", "cfg.json"
@@ -57,7 +58,7 @@ _HOOK = re.compile(r"^blocks\.(\d+)\.hook_resid_(pre|mid|post)$")
 
 def resid_hook(layer: int) -> str:
     """The hook point an SAE of ``layer`` (0-indexed) reads: ``blocks.{layer}.hook_resid_post``."""
-    return f"blocks.{int(layer)}.hook_resid_post"
+    return act_name("resid_post", int(layer))
 
 
 def hook_layer(hook_name: str) -> int:

@@ -1,0 +1,188 @@
+"""Claims about the sparse autoencoders shipped with Sprout (``model/checkpoints/sprout/saes/``):
+
+1. quality: on the middle layer (layer 3 = block 4) the SAE recovers at least 90% of the loss at L0 <= 40
+   (loss recovered = (CE zero-ablated - CE spliced) / (CE zero-ablated - CE clean), held-out text);
+2. a feature fires on the second occurrence of an invented name (sprout_model.evaluation's ten name texts), not
+   on the same tokens the first time, nor elsewhere; and ablating it (clamped to 0, error term kept) lowers
+   name copying at the second occurrence more than ablating as many features that fire as often;
+3. a feature tracks the previous token: one previous token carries most of its activation while the tokens it
+   fires on vary, and it fires after that token far more than elsewhere.
+
+    python analyses/sae_features.py                              # sprout, every layer with a shipped SAE
+    python analyses/sae_features.py --layers 3 --n 16 --length 256 --threads 1
+
+Quality on --n held-out windows of --length tokens (seed --seed); pages and previous-token search on 96 held-out
+windows of 128 tokens. Tables: layer 0-indexed, block = layer + 1, feature = latent index, pos 0-based.
+Writes quality.csv, second_name.csv, previous_token.csv, ablation.csv and a page (HTML) per named feature into
+out/sae_features/.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from argparse import Namespace
+from pathlib import Path
+
+import pandas as pd
+
+from sprout_interp.core.errors import SproutError
+from sprout_interp.features.metrics import sae_quality
+from sprout_interp.features.pages import feature_summary, feature_table, index_features
+from sprout_interp.features.sae import available_saes, load_sae
+from sprout_interp.features.search import name_copying_with_features, previous_token_features, second_name_features
+from sprout_interp.plots.features import activation_histogram, contexts_html, logit_effect_chart
+from sprout_interp.report.claims import Claim, verdict_lines
+from sprout_interp.report.cli import pct, print_table, save_figure, script_parser, start
+
+SCRIPT = "sae_features"
+COMMAND = f".venv/bin/python analyses/{SCRIPT}.py"
+MIDDLE = 3  # Sprout's middle layer (8 blocks)
+TARGET_RECOVERED, TARGET_L0 = 0.90, 40
+SECOND_RATIO = 3.0  # "fires on the second occurrence": mean there >= 3x its mean at the first and elsewhere
+PREV_SHARE, PREV_RATIO, PREV_DISTINCT = 0.5, 5.0, 5
+
+
+def parser():
+    p = script_parser(SCRIPT, __doc__)
+    p.set_defaults(models=["sprout"])
+    p.add_argument("--layers", type=int, nargs="+", default=None, help="layers (default: every shipped SAE)")
+    p.add_argument("--n", type=int, default=32, help="held-out windows for the quality metrics")
+    p.add_argument("--length", type=int, default=256, help="tokens per held-out window")
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def measure(model, args: Namespace) -> dict:
+    """Per layer: the quality row, the second-occurrence candidates, the previous-token candidates, name copying
+    with the best second-occurrence feature (and controls of equal firing rate) ablated, and feature pages."""
+    layers = args.layers or available_saes(model)
+    out = {"quality": [], "second": [], "previous": [], "ablation": [], "pages": {}}
+    for layer in layers:
+        try:
+            sae = load_sae(model, layer)
+        except SproutError as e:
+            print(f"layer {layer}: {e}", file=sys.stderr)
+            continue
+        out["quality"].append(sae_quality(model, sae, n=args.n, length=args.length, seed=args.seed))
+        index = index_features(model, sae)
+        second = second_name_features(model, sae, pieces="later", n=5)
+        prev = previous_token_features(model, sae, index, n=5)
+        best = int(second["feature"].iloc[0])
+        table = feature_table(model, sae, index)
+        freq = float(table.loc[best, "frequency"])
+        table = table[table["feature"] != best].assign(gap=(table["frequency"] - freq).abs())
+        controls = [int(f) for f in table.nsmallest(3, "gap")["feature"]]
+        abl = name_copying_with_features(model, sae, {"clean": [], f"feature {best}": [best],
+                                                      **{f"control {c}": [c] for c in controls}})
+        abl.insert(0, "layer", layer)
+        abl.insert(1, "block", layer + 1)
+        out["second"].append(second)
+        out["previous"].append(prev)
+        out["ablation"].append(abl)
+        for f in {best, int(prev["feature"].iloc[0])}:
+            out["pages"][(layer, f)] = feature_summary(model, sae, f, index)
+    return {k: (pd.concat(v, ignore_index=True) if isinstance(v, list) and v else v) for k, v in out.items()}
+
+
+def judge(m: dict) -> list[Claim]:
+    """One verdict per claim and layer, each from its own measurement (thresholds at the top of the script)."""
+    claims = []
+    q = m["quality"]
+    for r in q.itertuples():
+        ok = r.loss_recovered >= TARGET_RECOVERED and r.l0 <= TARGET_L0
+        claims.append(Claim(
+            claim=f"SAE recovers >= {pct(TARGET_RECOVERED)} of the loss at L0 <= {TARGET_L0}", chapter="",
+            ours=f"{pct(r.loss_recovered, 1)} recovered at L0 {r.l0:.0f}, variance explained {pct(r.fve, 1)}",
+            verdict=("MET" if ok else "NOT met") + ("" if r.layer == MIDDLE else " (side layer)"),
+            command=COMMAND, model="sprout", part=f"layer {r.layer} (block {r.block})", headline=r.layer == MIDDLE))
+    for layer, s in m["second"].groupby("layer"):
+        top = s.iloc[0]
+        ratio = top["second"] / max(top["first"], top["elsewhere"], 1e-9)
+        abl = m["ablation"][m["ablation"]["layer"] == layer]
+        clean = float(abl[abl["condition"] == "clean"]["second"].iloc[0])
+        drop = clean - float(abl[abl["condition"] == f"feature {int(top['feature'])}"]["second"].iloc[0])
+        ctrl = (clean - abl[abl["condition"].str.startswith("control")]["second"]).max()
+        found = ratio >= SECOND_RATIO and top["texts_firing"] >= 7
+        causal = drop > 0 and drop > 2 * max(ctrl, 0)
+        claims.append(Claim(
+            claim="a feature fires on the second occurrence of an invented name", chapter="",
+            ours=(f"feature {int(top['feature'])}: mean {top['second']:.2f} at 2nd-occurrence name tokens vs "
+                  f"{top['first']:.2f} at the 1st and {top['elsewhere']:.2f} elsewhere ({ratio:.1f}x), in "
+                  f"{int(top['texts_firing'])}/10 texts; ablated, name copying {pct(clean, 1)} -> "
+                  f"{pct(clean - drop, 1)} (controls: at most {ctrl * 100:+.1f} points)"),
+            verdict=("FOUND" if found else "NOT found") + ("" if not found else " and causal" if causal
+                                                            else " (ablating it barely moves copying)"),
+            command=COMMAND, model="sprout", part=f"layer {layer} (block {layer + 1})"))
+    for layer, p in m["previous"].groupby("layer"):
+        top = p.iloc[0]
+        ratio = top["after"] / max(top["elsewhere"], 1e-9)
+        found = top["prev_share"] >= PREV_SHARE and ratio >= PREV_RATIO and top["distinct_current"] >= PREV_DISTINCT
+        claims.append(Claim(
+            claim="a feature tracks the previous token", chapter="",
+            ours=(f"feature {int(top['feature'])}: {pct(top['prev_share'])} of its activation follows "
+                  f"{top['prev_token']!r} over {int(top['distinct_current'])} different current tokens (the most "
+                  f"common one only {pct(top['cur_share'])}); mean {top['after']:.2f} after {top['prev_token']!r} "
+                  f"vs {top['elsewhere']:.3f} elsewhere ({ratio:.0f}x), fires on {pct(top['fires_after'])} of them"),
+            verdict="FOUND" if found else "NOT found", command=COMMAND, model="sprout",
+            part=f"layer {layer} (block {layer + 1})"))
+    return claims
+
+
+def report(m: dict, claims: list[Claim], out: Path) -> None:
+    """Print the tables and verdicts; write the CSVs and one HTML page per named feature."""
+    q = m["quality"]
+    q.to_csv(out / "quality.csv", index=False)
+    shown = q[["layer", "block", "d_sae", "k", "n_tokens", "l0", "fve", "ce_clean", "ce_sae", "ce_zero",
+               "loss_recovered", "dead", "dense"]].copy()
+    for c in ("fve", "loss_recovered"):
+        shown[c] = [pct(v, 1) for v in shown[c]]
+    for c in ("ce_clean", "ce_sae", "ce_zero"):
+        shown[c] = [f"{v:.3f}" for v in shown[c]]
+    shown["l0"] = [f"{v:.1f}" for v in shown["l0"]]
+    print_table(shown, "SAE quality on held-out text (CE in nats/token; dense = fires on > 10% of tokens)")
+    m["second"].to_csv(out / "second_name.csv", index=False)
+    print_table(m["second"].round(3), "features firing on the later tokens of a name's 2nd occurrence (mean activation)")
+    m["previous"].to_csv(out / "previous_token.csv", index=False)
+    print_table(m["previous"].round(3), "features whose firing is fixed by the previous token")
+    m["ablation"].to_csv(out / "ablation.csv", index=False)
+    ab = m["ablation"].copy()
+    for c in ("first", "second"):
+        ab[c] = [pct(v, 1) for v in ab[c]]
+    print_table(ab, "name copying (mean P of a name's later tokens) with one feature ablated, error term kept")
+    for (layer, f), s in m["pages"].items():
+        print(f"\nfeature {f}, layer {layer} (block {layer + 1}): {s.description}; fires on {pct(s.frequency, 2)} of "
+              f"{s.n_tokens:,} held-out tokens")
+        for r in s.contexts.head(4).itertuples():
+            left = "".join(r.tokens[:r.center])[-50:]
+            right = "".join(r.tokens[r.center + 1:])[:20]
+            print(f"   {r.activation:6.2f}  ...{left}[[{r.token}]]{right}".replace("\n", "\\n"))
+        name = f"feature_L{layer}_{f}"
+        save_figure(activation_histogram(s), out / f"{name}_histogram", png=False)
+        save_figure(logit_effect_chart(s), out / f"{name}_logits", png=False)
+        (out / f"{name}_contexts.html").write_text(
+            f"<h3>feature {f}, layer {layer} (block {layer + 1})</h3><p>{s.description}</p>"
+            + contexts_html(s.contexts), encoding="utf-8")
+    print("\n== verdicts ==")
+    print(verdict_lines(claims))
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    t0 = time.time()
+    started = start(SCRIPT, a)
+    if started is None:
+        return 2
+    models, out = started
+    for nm in models:
+        measured = measure(nm.model, a)
+        if not isinstance(measured["quality"], pd.DataFrame):
+            print(f"{nm.label}: no SAE to measure (train one: python -m sprout_interp.features.train --model "
+                  f"{nm.spec} --layer {MIDDLE})", file=sys.stderr)
+            return 2
+        report(measured, judge(measured), out)
+    print(f"\nwrote {out}/ in {time.time() - t0:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""The dashboard's Features page, driven headless with streamlit.testing.v1.AppTest: a feature's page from the
+shipped sprout SAEs, the search by token, the features of the sidebar's text (also one longer than the context),
+a checkpoint without SAEs, and typed text shown literally."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from sprout_interp.core import loading  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = ROOT / "dashboards" / "app.py"
+PAGE = "views/features.py"
+OWN_TEXT = "type your own…"
+SAES = Path(loading.SHIPPED_DIR) / "sprout" / "saes"
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not (SAES / "blocks.3.hook_resid_post" / "cfg.json").is_file(),
+                       reason="the shipped sprout SAEs are not installed"),
+]
+
+
+def app(model: str = "sprout", text: str | None = None) -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=300)
+    at.session_state["model_choice"] = model
+    if text is not None:
+        at.session_state["text_choice"] = OWN_TEXT
+        at.session_state["own_text"] = text
+    return at.switch_page(PAGE)
+
+
+def ok(at: AppTest) -> AppTest:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def shown(markdown: str) -> str:
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
+
+
+def test_feature_page_and_the_text_tab():
+    at = ok(app().run())
+    assert "Features" in at.header[0].value
+    labels = {m.label for m in at.metric}
+    assert {"loss recovered", "L0", "fires on", "max activation"} <= labels
+    assert any("feature 0" in shown(m.value) for m in at.markdown)
+    assert at.get("plotly_chart"), "no histogram / logit chart"
+    assert any("fires" in shown(m.value) or "dead" in shown(m.value) for m in at.markdown)  # the description
+    # another feature by number
+    at.number_input(key="feat_n_sprout_" + str(at.selectbox[1].value)).set_value(7)
+    at = ok(at.run())
+    assert any("feature 7" in shown(m.value) for m in at.markdown)
+    # the text tab: a table of features with descriptions
+    tables = [d.value for d in at.dataframe]
+    assert any({"feature", "max_act", "pos_of_max", "description"} <= set(t.columns) for t in tables)
+
+
+def test_search_by_token():
+    at = app().run()
+    at.radio(key="feat_how").set_value("by token")
+    at = ok(at.run())
+    found = at.dataframe[0].value
+    assert {"feature", "mean_act", "share", "occurrences"} <= set(found.columns) and len(found)
+    at.text_input(key="feat_token").set_value("zzqx not one token")
+    at = ok(at.run())
+    assert at.warning or at.info or at.error is not None
+
+
+def test_text_longer_than_the_context_is_cut_with_a_notice():
+    at = ok(app(text="Zorbin Plax came home late. " * 150).run())
+    assert any("512" in shown(str(w.value)) for w in at.warning)
+
+
+def test_checkpoint_without_saes_says_how_to_train_one():
+    at = ok(app(model="gpt-1").run())
+    assert any("sprout_interp.features.train" in shown(str(i.value)) for i in at.info)
+
+
+def test_typed_text_is_shown_literally():
+    at = ok(app(text="**bold** <script>alert(1)</script> [link](http://x)").run())
+    html = " ".join(str(h.proto.body) for h in at.get("html"))
+    assert "<script>" not in html and "&lt;script&gt;" in html
