@@ -8,8 +8,8 @@ import torch
 
 from sprout_interp.core.hooked import HookedSprout
 from sprout_interp.lens.logit_lens import CHAPTER_SPROUT_CONFIDENCE, logit_lens
-from sprout_interp.plots import layer_metrics_chart, logit_lens_grid, rms_growth_chart, save_figure, show_token
 from sprout_interp.lens.residual import CHAPTER_GPT4_RMS, residual_rms
+from sprout_interp.plots import layer_metrics_chart, logit_lens_grid, rms_growth_chart, save_figure, show_token
 
 
 def to_str(ids):
@@ -135,3 +135,40 @@ def test_grid_clickable_cells(lens):
     assert list(cells.customdata[i]) == [2, 1] and (cells.x[i], cells.y[i]) == (1, 1)
     assert cells.marker.opacity == 0.0 and cells.selected.marker.opacity == 1.0
     assert cells.hovertext[i] == fig.data[0].customdata[1][1]  # same hover as the heat-map cell
+
+
+def test_log_axis_labels_only_round_values():
+    """Decades only when the data spans two or more (no "5, 2, 10, 5, 2, 1" minor labels); 1-2-5 when it spans
+    less; the other multiples are unlabelled minor ticks."""
+    from sprout_interp.plots.lens import log_axis
+
+    wide = log_axis([0.18, 3.0, 35.0, 410.0])
+    assert wide["type"] == "log" and wide["ticktext"] == ["0.1", "1", "10", "100", "1000"]
+    assert 2 * 10.0 ** -1 in wide["minor"]["tickvals"] and "ticktext" not in wide["minor"]
+    narrow = log_axis([2.5, 7.0])
+    assert narrow["ticktext"] == ["1", "2", "5", "10", "20", "50"]
+    fig = rms_growth_chart(pd.DataFrame({"model": "m", "row": ["embedding", "block 1"], "block": [0, 1],
+                                         "layer": [-1, 0], "rms": [0.5, 40.0]}), dash=None)
+    assert list(fig.layout.yaxis.ticktext) == ["0.1", "1", "10", "100"]
+
+
+def test_figures_html_is_one_offline_page():
+    from sprout_interp.plots.common import figures_html
+
+    figs = [("first <one>", go.Figure(go.Scatter(x=[0, 1], y=[1, 2]))), ("second", go.Figure(go.Bar(x=[1], y=[2])))]
+    page = figures_html(figs, title="a & b")
+    assert page.count("Plotly.newPlot") == 2
+    assert page.count("* plotly.js v") == 1  # plotly.js inline, once for all the figures
+    assert "<script src=" not in page and "<script type=\"text/javascript\" src=" not in page  # nothing fetched
+    assert "<h2>first &lt;one&gt;</h2>" in page and "<title>a &amp; b</title>" in page
+    assert '"format": "svg"' in page or '"format":"svg"' in page
+
+
+def test_logit_lens_grid_cells_are_readable(tiny_model):
+    toks = torch.randint(0, 64, (1, 12), generator=torch.Generator().manual_seed(0))
+    ll = logit_lens(HookedSprout(tiny_model), toks, k=3)
+    fig = logit_lens_grid(ll, lambda ids: [f"tokenlongname{i}" for i in ids])
+    assert fig.data[0].textfont.size == 13 and fig.layout.xaxis.tickfont.size == 13
+    assert all(len(t) <= 8 for row in fig.data[0].text for t in row)  # cut to fit a cell; the hover has it whole
+    assert "tokenlongname" in fig.data[0].customdata[0][0]
+    assert fig.layout.width == 64 * 12 + 200  # as wide as its cells need (the page scrolls it sideways)

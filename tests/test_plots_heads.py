@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from sprout_interp.plots.heads import (
+    all_heads_figure,
+    attention_hover_html,
     block_label,
     compare_models_figure,
     head_grid,
@@ -15,6 +17,7 @@ from sprout_interp.plots.heads import (
     name_copying_figure,
     pattern_figure,
     sweep_heatmap,
+    thinned_ticks,
 )
 
 
@@ -76,3 +79,64 @@ def test_compare_and_name_figures_data():
                           index=[1, 1, 1, 1], token=["x", "x", "x", "x"], prob=[0.1, 0.2, 0.3, 0.4]))
     fig = name_copying_figure(t)
     assert [list(tr.y) for tr in fig.data] == [[0.2], [0.4]]
+
+
+def _six_scores(L: int = 4, H: int = 6) -> pd.DataFrame:
+    cols = ("prev_token_random", "duplicate_random", "induction_random", "prev_token_text", "duplicate_text",
+            "induction_text")
+    rows = [dict(layer=l, block=l + 1, head=h, **{c: 0.1 * h for c in cols}) for l in range(L) for h in range(H)]
+    return pd.DataFrame(rows)
+
+
+def test_head_scores_figure_labels_rows_once_per_row_of_panels():
+    """The six panels' block labels are drawn only on each row's first panel (the others share its y axis), so
+    no label can overlap the panel to its left; the panels' domains do not overlap either."""
+    fig = head_scores_figure(_six_scores())
+    assert len(fig.data) == 6
+    axes = {name: fig.layout[name] for name in fig.layout if name.startswith("yaxis")}
+    shown = sorted(name for name, ax in axes.items() if ax.showticklabels is not False)
+    assert shown == ["yaxis", "yaxis4"]  # column 1 of row 1 and of row 2
+    xs = sorted(tuple(fig.layout[n].domain) for n in fig.layout if n.startswith("xaxis"))
+    for (a0, a1), (b0, b1) in zip(xs, xs[1:]):
+        assert a1 <= b0 or (a0, a1) == (b0, b1)  # side by side (two rows share the same three columns)
+    assert fig.layout.margin.l >= 120  # room for "block 4 (layer 3)" left of the first column
+
+
+def test_all_heads_figure_draws_every_head():
+    p = torch.rand(3, 4, 10, 10)
+    fig = all_heads_figure(p, [f"t{i}" for i in range(10)], selected=(1, 2), n=6)
+    assert len(fig.data) == 12 and all(tr.type == "heatmap" for tr in fig.data)
+    assert {tr.coloraxis for tr in fig.data} == {"coloraxis"}  # one colour scale for all
+    np.testing.assert_allclose(np.array(fig.data[1 * 4 + 2].z), p[1, 2, :6, :6].numpy(), rtol=1e-6)
+    assert [a.text for a in fig.layout.annotations][:2] == ["block 1 head 0", "block 1 head 1"]
+    assert "block 2 head 2" in fig.layout.annotations[6].text  # the chosen head, emphasised …
+    (frame,) = fig.layout.shapes  # … and framed around its own panel
+    xa, ya = fig.layout.xaxis7, fig.layout.yaxis7
+    assert (frame.x0, frame.x1, frame.y0, frame.y1) == (*xa.domain, *ya.domain)
+    with pytest.raises(ValueError):
+        all_heads_figure(p[0], ["a"] * 10)
+
+
+def test_attention_hover_html_keeps_tokens_literal():
+    p = torch.tensor([[1.0, 0.0, 0.0], [0.25, 0.75, 0.0], [0.1, 0.2, 0.7]])
+    hostile = ["</script><script>alert(1)</script>", " <b>x</b>", "&amp;"]
+    page = attention_hover_html(p, hostile, title="<i>t</i>", element_id="x\"><img")
+    script = page.split("<script>", 1)[1]
+    assert "</script>" in script and script.count("</script>") == 1  # only the closing tag of our own script
+    assert "<b>" not in page and "<img" not in page and "<i>" not in page
+    assert '"pattern": [[1.0, 0.0, 0.0], [0.25, 0.75, 0.0], [0.1, 0.2, 0.7]]' in page
+    assert 'id="ximg"' in page and "textContent" in page and "innerHTML" not in page
+    assert "http" not in page  # nothing to fetch: it works offline
+    with pytest.raises(ValueError):
+        attention_hover_html(torch.rand(2, 3), ["a", "b"])
+
+
+def test_models_get_distinct_colours_and_thinned_labels():
+    df = pd.DataFrame({"position": range(1, 61), "context": "c", "token": [f"w{i}" for i in range(60)],
+                       "a": 0.1, "b": 0.2, "c": 0.3})
+    fig = compare_models_figure(df, models=["a", "b", "c"])
+    colours = [tr.marker.color for tr in fig.data]
+    assert len(set(colours)) == 3 and len({tr.marker.pattern.shape for tr in fig.data}) == 3
+    ticks = fig.layout.xaxis.tickvals
+    assert ticks is not None and len(ticks) <= 24 and ticks[0] == "1:w0"
+    assert thinned_ticks(["a", "b"]) == {}

@@ -202,7 +202,8 @@ def attention_hover_html(pattern, str_tokens: Sequence[str], title: str = "", el
     toks = [_vis(t) for t in list(str_tokens)[:n]]
     if len(toks) < n:
         raise ValueError(f"{n} positions but only {len(toks)} token strings")
-    data = json.dumps({"tokens": toks, "pattern": np.round(p, 4).tolist(), "title": str(title)}, ensure_ascii=True)
+    weights = np.round(p.astype(np.float64), 4).tolist()
+    data = json.dumps({"tokens": toks, "pattern": weights, "title": str(title)}, ensure_ascii=True)
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     uid = "".join(ch for ch in str(element_id) if ch.isalnum() or ch in "-_") or "attn-hover"
     return _HOVER_TEMPLATE.replace("__UID__", uid).replace("__DATA__", data)
