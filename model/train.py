@@ -278,7 +278,7 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
             raise FileNotFoundError(f"no train_names*.bin in {data}: run `python -m sprout_model.prepare --name-views 4` first")
         train_tokens = [np.memmap(f, dtype=np.uint16, mode="r") for f in files]
     val_tokens = np.memmap(data / "val.bin", dtype=np.uint16, mode="r")
-    # the invented-name copying probe of info.py, tracked at every evaluation (issue 3's target)
+    # the invented-name copying probe of info.py, tracked at every evaluation: copying is what the shipped models must keep
     tokenizer = load_tokenizer(data / "tokenizer.json")
     if len(val_tokens) < a.seq_len + 1:  # evaluate() would divide by zero at the first validation
         raise ValueError(
@@ -295,7 +295,7 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
     if a.embed_mean:
         # A direction every token shares lets a head's query and key be the same for every token, so
         # attention can depend on position alone (a previous-token head); with 8,192 rarely seen tokens,
-        # training builds such a direction only slowly (see TRAINING.md, session 2).
+        # training builds such a direction only slowly (see TRAINING.md, "embedding mean").
         with torch.no_grad():
             c = torch.randn(cfg.d_model)
             model.embed.weight += a.embed_mean * c / c.norm()

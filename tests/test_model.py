@@ -230,7 +230,7 @@ def test_config_defaults_equal_the_chapters(course):
                                     rope_base=10000.0)
 
 
-def test_presets_exactly_as_issue_2():
+def test_presets_are_the_chapter_sizes():
     assert set(PRESETS) == {"gpt-1", "gpt-4", "sprout"}
     expect = {
         "gpt-1": dict(n_layer=1, d_model=192, n_head=3, d_ff=512),

@@ -1,4 +1,4 @@
-"""The shipped checkpoints meet issue 3's acceptance: gpt-4 and sprout copy from context, the larger
+"""The shipped checkpoints meet their acceptance: gpt-4 and sprout copy from context, the larger
 models predict held-out text better, and each saw the tokens it should (figures from ``sprout_model.info``)."""
 from __future__ import annotations
 

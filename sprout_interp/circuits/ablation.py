@@ -288,8 +288,7 @@ def _fast_sweep(model: HookedSprout, toks, heads, rep: Replacer, bound: BoundMet
     at = trimmed_positions(model, bound, T)
     sel = slice(None) if at is None else at  # the positions the last block must produce
     if heads_per_batch is None:
-        # ~4k tokens per forward: measured on sprout (8 x 256 tokens, 2 cores), 2 heads per forward ran
-        # 21% faster than 6 (medians 13.6 s vs 17.2 s): bigger batches spill the caches
+        # about 4k tokens per forward: bigger batches spill the caches (benchmarks/ablation_sweep.py compares)
         heads_per_batch = max(1, min(model.cfg.n_heads, 4096 // max(1, B * T)))
     results: dict[Head, float] = {}
     for l in layers:
