@@ -56,5 +56,9 @@ def check_kind(kind) -> str:
 
 def head_label(layer: int, head: int) -> str:
     """How a head reads in tables, figures and verdicts: ``"block 2 head 0 (layer 1)"`` for ``(1, 0)``
-    (block counted from 1 as the chapter does, the 0-indexed layer of code and hook names in brackets)."""
+    (block counted from 1 as the chapter does, the 0-indexed layer of code and hook names in brackets).
+
+    >>> head_label(1, 0)
+    'block 2 head 0 (layer 1)'
+    """
     return f"block {layer + 1} head {head} (layer {layer})"

@@ -110,7 +110,15 @@ def act_name(name: str, layer: Optional[int] = None, layer_type: Optional[str] =
     """The full hook name for a short name and a 0-indexed layer, as TransformerLens's ``get_act_name``:
     ``act_name("resid_post", 3)`` -> ``"blocks.3.hook_resid_post"``, ``act_name("z", 0)`` ->
     ``"blocks.0.attn.hook_z"``, ``act_name("rot_k", 1)`` -> ``"blocks.1.attn.hook_rot_k"``, ``act_name("embed")`` ->
-    ``"hook_embed"``. A full name is returned unchanged."""
+    ``"hook_embed"``. A full name is returned unchanged.
+
+    >>> act_name("z", 3)
+    'blocks.3.attn.hook_z'
+    >>> act_name("pre", 0)
+    'blocks.0.mlp.hook_pre'
+    >>> act_name("blocks.1.hook_resid_post")
+    'blocks.1.hook_resid_post'
+    """
     if "." in name or name.startswith("hook_"):
         return name
     return get_act_name(name, layer, layer_type)

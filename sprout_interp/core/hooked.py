@@ -493,6 +493,14 @@ class HookedSprout(HookedRootModule):
         right-padded and gets a mask, False at padding), ids are checked (integers, inside the
         vocabulary and the context; ``(pos,)`` becomes ``(1, pos)``). A mask that keeps every
         token is returned as None. Raises SproutError subclasses for bad input.
+
+        >>> import sprout_interp as si
+        >>> m = si.load("gpt-1")
+        >>> tokens, mask = m.prepare_input(["Once upon a time", "Hi"])
+        >>> tuple(tokens.shape), mask.int().tolist()
+        ((2, 5), [[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]])
+        >>> m.prepare_input("Once upon a time")[1] is None
+        True
         """
         if isinstance(input, str) or (
             isinstance(input, (list, tuple)) and input and all(isinstance(t, str) for t in input)
