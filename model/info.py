@@ -107,7 +107,8 @@ def _fmt(v, spec: str) -> str:
 
 def markdown(rows: list[dict]) -> str:
     lines = [
-        "| checkpoint | parameters | tokens seen | steps | val loss (nats/token) | perplexity | copying ratio (2nd / 1st repeat) | name copying (1st) | held-out names |",
+        "| checkpoint | parameters | tokens seen | steps | val loss (nats/token) | perplexity "
+        "| copying ratio (2nd / 1st repeat) | name copying (1st) | held-out names |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     notes = []

@@ -21,7 +21,10 @@ from torch import Tensor
 from sprout_interp.core.errors import AblationError
 from sprout_interp.core.hooked import HookedSprout
 
-__all__ = ["BoundMetric", "Loss", "CopyingLoss", "TargetLogProb", "bind_metric", "metric_from_resid", "logprobs_from_normed", "metric_reach", "metric_reach_of"]
+__all__ = [
+    "BoundMetric", "Loss", "CopyingLoss", "TargetLogProb", "bind_metric", "metric_from_resid", "logprobs_from_normed",
+    "metric_reach", "metric_reach_of",
+]
 
 
 @dataclass
@@ -151,7 +154,9 @@ def bind_metric(metric, tokens: Tensor, mask: Optional[Tensor]) -> BoundMetric:
     if isinstance(metric, str):
         table = {"loss": Loss(), "copying": CopyingLoss(), "copying_ratio": CopyingLoss(ratio=True)}
         if metric not in table:
-            raise AblationError(f"unknown metric {metric!r}: use 'loss', 'copying', 'copying_ratio', TargetLogProb(...) or a function fn(logits, tokens)")
+            raise AblationError(
+                f"unknown metric {metric!r}: use 'loss', 'copying', 'copying_ratio', TargetLogProb(...) or a function fn(logits, tokens)"
+            )
         metric = table[metric]
     if hasattr(metric, "bind"):
         return metric.bind(tokens, mask)

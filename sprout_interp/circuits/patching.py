@@ -602,7 +602,8 @@ def path_patch(
 
     Returns:
         One row per sender (or set): ``layer``, ``block``, ``head`` (the set's first head), ``heads``
-        (the set, "block B head H + ..."), ``value``, ``score`` (0 = corrupted, 1 = clean); ``df.attrs`` holds ``clean``, ``corrupted``, ``receivers``, ``direction``.
+        (the set, "block B head H + ..."), ``value``, ``score`` (0 = corrupted, 1 = clean); ``df.attrs`` holds ``clean``,
+        ``corrupted``, ``receivers``, ``direction``.
     """
     model = as_hooked(model)
     m = _as_metric(metric)

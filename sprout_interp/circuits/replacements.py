@@ -23,7 +23,9 @@ __all__ = ["default_reference", "head_means", "is_means", "Replacer", "ablation_
 DEFAULT_REFERENCE = dict(n=16, length=256, seed=4321)
 
 
-def default_reference(model: HookedSprout, n: int = DEFAULT_REFERENCE["n"], length: int = DEFAULT_REFERENCE["length"], seed: int = DEFAULT_REFERENCE["seed"]) -> Int[Tensor, "n length"]:
+def default_reference(
+    model: HookedSprout, n: int = DEFAULT_REFERENCE["n"], length: int = DEFAULT_REFERENCE["length"], seed: int = DEFAULT_REFERENCE["seed"]
+) -> Int[Tensor, "n length"]:
     """``n`` windows of ``length`` held-out tokens (``sprout_interp.core.texts.validation_sample``), the default reference."""
     if model.tokenizer is None:
         raise AblationError("the default reference is held-out text, which needs the model's tokenizer: pass reference=tokens")
