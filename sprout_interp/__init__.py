@@ -8,6 +8,7 @@ from sprout_interp.circuits.composition import composition_scores, composition_t
 from sprout_interp.circuits.knockout import block_knockout
 from sprout_interp.core.errors import (
     AblationError,
+    ExportError,
     CheckpointNotFoundError,
     ContextLengthError,
     HookNameError,
@@ -51,4 +52,5 @@ __all__ = [
     "StateDictMismatchError", "VocabularyMismatchError", "ContextLengthError", "HookNameError", "TokenizationError",
     "HookOutputError", "NotAPathError", "UnreadablePathError", "InvalidConfigError", "InvalidWeightsError",
     "MissingTokenizerError", "PatchingError", "SAEMismatchError", "SAENotFoundError", "TunedLensMismatchError", "TunedLensNotFoundError",
+    "ExportError",
 ]

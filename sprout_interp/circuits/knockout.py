@@ -20,6 +20,10 @@ from torch import Tensor
 from sprout_interp.core.errors import AblationError
 from sprout_interp.core.hooked import HookedSprout, as_hooked
 
+__all__ = [
+    "block_knockout",
+]
+
 Group = Union[int, Sequence[int]]
 
 

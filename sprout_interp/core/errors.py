@@ -5,6 +5,14 @@ show ``str(err)`` to a person.
 """
 from __future__ import annotations
 
+__all__ = [
+    "SproutError", "CheckpointNotFoundError", "NotACheckpointError", "UnsafeCheckpointError",
+    "StateDictMismatchError", "VocabularyMismatchError", "ContextLengthError", "HookNameError", "TokenizationError",
+    "AblationError", "HookOutputError", "NotAPathError", "UnreadablePathError", "InvalidConfigError",
+    "InvalidWeightsError", "MissingTokenizerError", "ExportError", "PatchingError", "TunedLensMismatchError",
+    "TunedLensNotFoundError", "SAEMismatchError", "SAENotFoundError",
+]
+
 
 class SproutError(Exception):
     """Base class of every error sprout_interp raises on purpose."""
@@ -71,6 +79,10 @@ class InvalidWeightsError(SproutError, ValueError):
 
 class MissingTokenizerError(CheckpointNotFoundError):
     """Weights without a tokenizer of their own, and none passed: the token ids would mean nothing."""
+
+
+class ExportError(SproutError, RuntimeError):
+    """An export that cannot be done with the installed libraries, or whose result would not match Sprout."""
 
 
 class PatchingError(SproutError, ValueError):

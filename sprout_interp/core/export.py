@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from tokenizers import Tokenizer
 
-from sprout_interp.core.errors import SproutError, VocabularyMismatchError
+from sprout_interp.core.errors import ExportError, VocabularyMismatchError
 from sprout_model import GPT, Config
 
 if TYPE_CHECKING:  # imported lazily at run time: transformers is heavy and optional for most users
@@ -53,10 +53,6 @@ __all__ = ["ExportError", "hf_config", "hf_state_dict", "hf_tokenizer", "to_hf",
 EOT = "<|endoftext|>"
 RMS_EPS = 1e-6  # sprout_model.RMSNorm's default, used by every norm in GPT
 BRIDGE_MODEL_NAME = "sprout-export"  # a local label for the bridge; never resolved on the Hub
-
-
-class ExportError(SproutError, RuntimeError):
-    """An export that cannot be done with the installed libraries, or whose result would not match Sprout."""
 
 
 def _transformers_qwen3():

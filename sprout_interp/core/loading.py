@@ -72,6 +72,11 @@ from sprout_model.checkpoint import SHIPPED, TIED
 from sprout_model.checkpoint import SHIPPED_DIR as _SHIPPED_DIR
 from sprout_model.model import GPT, Config
 
+__all__ = [
+    "LoadedCheckpoint", "load_checkpoint", "safetensors_header", "validate_config", "expected_shapes",
+    "strip_prefixes", "infer_config", "plan_config", "build_model", "SHIPPED",
+]
+
 SHIPPED_DIR: Path = _SHIPPED_DIR  # module attribute so tests can point it at a temporary folder
 DEFAULT_CONTEXT = 512
 DEFAULT_ROPE_BASE = 10000.0

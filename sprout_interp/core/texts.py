@@ -12,6 +12,11 @@ import functools
 import numpy as np
 import torch
 
+__all__ = [
+    "validation_documents", "training_documents", "validation_sample", "held_out_for", "training_sample",
+    "training_sample_for", "TEXTS",
+]
+
 TEXTS: dict[str, str] = {
     "story": (
         "Zorbin Plax came home late from the harbour, his coat wet through and his boots full of sand. "
