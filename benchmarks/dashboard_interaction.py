@@ -1,11 +1,12 @@
-"""How long the dashboard takes to redraw after a page interaction, once the page has loaded.
+"""How long each dashboard page takes to load the first time, and to redraw after an interaction.
 
     .venv/bin/python benchmarks/dashboard_interaction.py                 # sprout (gpt-4 if not installed)
     .venv/bin/python benchmarks/dashboard_interaction.py --model gpt-4 --reps 7
     .venv/bin/python benchmarks/dashboard_interaction.py --sprout-shaped  # also a random-weight Sprout-sized model
 
 Each page is opened in its own session (streamlit.testing.v1.AppTest, the script run without a
-browser) on a 512-token text, loaded once (first load: model, analyses, caches), then one
+browser) on a 512-token text, loaded once (first load: model, analyses, caches; the pages are opened
+in the order below, so a page's first load reuses the model and whatever an earlier page cached), then one
 interaction per page is repeated, alternating between two values so every redraw is a real change;
 rounds are interleaved over the pages so machine noise hits them alike. The table gives the first
 load, and the median, fastest and slowest redraw over ``--reps`` rounds. Times are the script run
@@ -65,12 +66,14 @@ def sprout_shaped(folder: Path) -> Path:
 
 # page -> (file, widget kind, key, two values to alternate, what the interaction is)
 INTERACTIONS = {
+    "anatomy": ("views/anatomy.py", "radio", "anatomy_part", ("ffn", "attention"), "show another part's code"),
     "logit_lens": ("views/logit_lens.py", "number_input", "lens_pos", (100, 101), "pick another cell"),
     "residual": ("views/residual.py", "toggle", "rms_log", (False, True), "toggle log scale"),
     "attention": ("views/attention.py", "selectbox", "attn_head", (1, 0), "pick another head"),
     "ablations": ("views/ablations.py", "slider", "abl_start", (200, 1), "scroll the per-token chart"),
     "compare": ("views/compare.py", "slider", "cmp_start", (200, 1), "scroll the per-token chart"),
     "patching": ("views/patching.py", "slider", "patch_pos", (38, 39), "graph of another prediction"),
+    "positions": ("views/positions.py", "number_input", "pos_m", (50, 51), "move the query"),
 }
 
 
@@ -155,13 +158,14 @@ def main(argv=None) -> int:
               f"torch threads {torch.get_num_threads()}", file=sys.stderr)
         rows += run_model(key, path, text, a.reps)
 
-    print(f"\nDashboard redraw after one interaction (AppTest script run, {N_TOKENS}-token text, "
+    print(f"\nDashboard first load and redraw after one interaction (AppTest script run, {N_TOKENS}-token text, "
           f"median of {a.reps} interleaved rounds; {os.cpu_count()} CPUs)\n")
     w = max(len(r["model"]) for r in rows)
-    print(f"| {'model':{w}s} | page       | interaction                | first load | median redraw | fastest | slowest |")
-    print(f"|{'-' * (w + 2)}|------------|----------------------------|-----------:|--------------:|--------:|--------:|")
+    wi = max(26, *(len(r["interaction"]) for r in rows))
+    print(f"| {'model':{w}s} | page       | {'interaction':{wi}s} | first load | median redraw | fastest | slowest |")
+    print(f"|{'-' * (w + 2)}|------------|{'-' * (wi + 2)}|-----------:|--------------:|--------:|--------:|")
     for r in rows:
-        print(f"| {r['model']:{w}s} | {r['page']:10s} | {r['interaction']:26s} | {r['first']:8.2f} s | "
+        print(f"| {r['model']:{w}s} | {r['page']:10s} | {r['interaction']:{wi}s} | {r['first']:8.2f} s | "
               f"{r['median']:11.2f} s | {r['fastest']:5.2f} s | {r['slowest']:5.2f} s |")
     if tmp is not None:
         tmp.cleanup()

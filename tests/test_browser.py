@@ -91,3 +91,112 @@ def test_patching_page_in_chromium(chromium, tmp_path):
         assert {"block 1", "block 4"} <= set(rows)
         browser.full_page_screenshot(d, tmp_path / "patching.png")
         assert (tmp_path / "patching.png").stat().st_size > 20_000
+
+
+#: figures each page draws at first (pages added later are waited for by their title and finished run)
+FIRST_FIGURES = {"": 1, "logit_lens": 3, "residual": 2, "attention": 4, "ablations": 1, "patching": 3, "compare": 2,
+                 "positions": 1}
+
+#: the bounding boxes of a figure's y tick labels that overlap a plotted panel (JS; argument: the title's start)
+OVERLAPS_JS = """
+const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
+  .find(g => ((g.querySelector('.gtitle') || {}).textContent || '').startsWith(arguments[0]));
+if (!gd) return null;
+const labels = Array.from(gd.querySelectorAll('.yaxislayer-above .ytick text'))
+  .map(t => t.getBoundingClientRect()).filter(r => r.width > 0);
+const panels = Array.from(gd.querySelectorAll('.heatmaplayer image, .hm image')).map(r => r.getBoundingClientRect());
+let hits = 0;
+for (const t of labels) for (const p of panels)
+  if (t.left < p.right - 1 && t.right > p.left + 1 && t.top < p.bottom - 1 && t.bottom > p.top + 1) hits++;
+return [labels.length, panels.length, hits];
+"""
+
+
+def _wait_for_header(d, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not [h for h in browser.texts(d, "h2") if h.strip()] and time.monotonic() < deadline:
+        time.sleep(0.3)
+
+
+def _query(d) -> dict[str, list[str]]:
+    from urllib.parse import parse_qs, urlparse
+
+    return parse_qs(urlparse(d.current_url).query)
+
+
+def test_every_page_in_chromium(chromium, tmp_path):
+    """Every page in the sidebar's navigation draws without an error box, and keeps model and text in its URL."""
+    with browser.serve("gpt-4", log=tmp_path / "streamlit.log") as url, browser.chrome(1500, 1000) as d:
+        d.get(url)
+        _wait_for_header(d)
+        paths = d.execute_script("return Array.from(document.querySelectorAll('[data-testid=\"stSidebarNav\"] a'))"
+                                 ".map(a => new URL(a.href).pathname.replace(/^\\//, ''));")
+        assert set(FIRST_FIGURES) <= set(paths), paths
+        for path in paths:
+            d.set_window_size(1500, 1000)
+            d.get(f"{url}/{path}?model=gpt-4&text=dialogue")
+            _wait_for_header(d)
+            browser.wait_for_page(d, n_plots=FIRST_FIGURES.get(path, 0), timeout=600)
+            assert browser.problems(d) == [], path
+            q = _query(d)
+            assert q.get("model") == ["gpt-4"] and q.get("text") == ["dialogue"], (path, q)
+            png = browser.full_page_screenshot(d, tmp_path / f"{path or 'anatomy'}.png")
+            assert png.stat().st_size > 20_000
+
+
+def test_attention_page_in_chromium(chromium, tmp_path):
+    """All heads drawn, the head-score labels clear of the neighbouring panels, the hover view live, and the
+    state in the URL surviving a reload."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    with browser.serve("gpt-4", log=tmp_path / "streamlit.log") as url, browser.chrome(1500, 1100) as d:
+        d.get(url + "/attention?model=gpt-4&text=dialogue&layer=0&head=2&n=24")
+        browser.wait_for_page(d, n_plots=4, timeout=600)
+        assert browser.problems(d) == []
+        drawn = d.execute_script("""
+            const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
+              .find(g => ((g.querySelector('.gtitle') || {}).textContent || '').startsWith('every head'));
+            return gd ? [gd.data.length, gd.querySelectorAll('.heatmaplayer image, .hm image').length,
+                         Array.from(gd.querySelectorAll('.annotation-text')).map(a => a.textContent)] : null;""")
+        assert drawn is not None and drawn[0] == drawn[1] == 4 * 3, drawn  # every head of every block, drawn
+        assert {f"block {l + 1} head {h}" for l in range(4) for h in range(3)} <= set(drawn[2])
+
+        labels, panels, hits = d.execute_script(OVERLAPS_JS, "head scores")
+        assert labels >= 4 and panels == 6 and hits == 0  # no block label over a neighbouring panel
+
+        # the hover view: hovering a token shades what it attends to
+        spans = d.find_elements(By.CSS_SELECTOR, ".sprout-attn .sa-tokens span")
+        assert len(spans) == 24
+        d.execute_script("arguments[0].scrollIntoView({block: 'center'});", spans[10])
+        ActionChains(d).move_to_element(spans[10]).pause(0.3).perform()
+        info = browser.texts(d, ".sprout-attn .sa-info")[0]
+        assert info.startswith("position 10 ") and "attends to:" in info
+        assert spans[10].value_of_css_property("outline-style") == "solid"
+
+        # the choices survive a reload of the URL
+        d.refresh()
+        browser.wait_for_page(d, n_plots=4, timeout=600)
+        q = _query(d)
+        assert q["layer"] == ["0"] and q["head"] == ["2"] and q["n"] == ["24"] and q["text"] == ["dialogue"]
+        assert "block 1 (layer 0), head 2" in " ".join(browser.texts(d, "h3"))
+        browser.full_page_screenshot(d, tmp_path / "attention.png")
+        assert (tmp_path / "attention.png").stat().st_size > 20_000
+
+
+def test_logit_lens_state_survives_a_reload(chromium, tmp_path):
+    with browser.serve("gpt-4", log=tmp_path / "streamlit.log") as url, browser.chrome() as d:
+        d.get(url + "/logit_lens?model=gpt-1&text=description&pos=4&row=0&tokens=60")
+        browser.wait_for_page(d, n_plots=3, timeout=600)
+        assert browser.problems(d) == []
+        assert _inputs(d)[:1] == ["4"] and "embedding, position 4" in [h.strip() for h in browser.texts(d, "h3")]
+        box = d.execute_script("const b = document.querySelector('.st-key-lens_grid_box'); "
+                               "return [b.scrollWidth, b.clientWidth];")
+        assert box[0] > box[1]  # 60 tokens at a readable size: the grid scrolls sideways
+        d.refresh()
+        browser.wait_for_page(d, n_plots=3, timeout=600)
+        q = _query(d)
+        assert q["model"] == ["gpt-1"] and q["pos"] == ["4"] and q["row"] == ["0"]
+        assert _inputs(d)[:1] == ["4"]
+        rows = browser.texts(d, f"{GRID_CSS} .yaxislayer-above .ytick text", "textContent")
+        assert set(rows) == {"embedding", "block 1"}  # gpt-1 from the link, not the server's default model

@@ -149,7 +149,7 @@ def test_text_longer_than_the_context():
     long = " ".join(["Zorbin Plax came home late from the harbour."] * 120)  # ~1,200 tokens
     at = ok(app(text=long).run())
     assert any("only the first 512" in w.value for w in at.warning)
-    assert shape(grid(at)["z"]) == (5, 20)  # the default window of the 512 tokens read
+    assert shape(grid(at)["z"]) == (5, 30)  # the default window of the 512 tokens read
     ok(at.switch_page(PAGES["compare"]).run())
     assert any("first 512 tokens" in w.value for w in at.warning)
 
@@ -200,6 +200,7 @@ def test_folder_that_is_not_a_checkpoint(tmp_path):
 
 def test_vocabulary_mismatch(tmp_path):
     import torch
+
     from sprout_model import GPT, Config
     from sprout_model.checkpoint import save_checkpoint
 
@@ -244,7 +245,7 @@ def test_logit_lens_cell_and_window():
     at.slider(key="lens_start").set_value(20)
     ok(at.run())
     g = grid(at)
-    assert shape(g["z"])[1] == 20 and "tokens 20–39" in charts(at)[0]["layout"]["title"]["text"]
+    assert shape(g["z"])[1] == 30 and "tokens 20–49" in charts(at)[0]["layout"]["title"]["text"]
 
 
 def test_residual_per_position():
@@ -271,7 +272,8 @@ def test_attention_choice_and_repeated_tokens():
     at.selectbox(key="attn_layer").set_value(0)
     at.selectbox(key="attn_head").set_value(2)
     ok(at.run())
-    assert "block 1 (layer 0), head 2" in charts(at)[0]["layout"]["title"]["text"]
+    chosen = next(c for c in charts(at) if "hook_pattern" in c["layout"]["title"]["text"])
+    assert "block 1 (layer 0), head 2" in chosen["layout"]["title"]["text"]
     assert len(at.metric) == 3  # copy 1, copy 2, ratio
 
 
@@ -357,3 +359,204 @@ def test_logit_lens_tuned_falls_back_with_a_notice(tmp_path):
     at.radio(key="lens_which").set_value("tuned")
     ok(at.run())
     assert any("no tuned lens" in w.value for w in at.warning)
+
+
+# -- every head at a glance, links that keep their state, downloads, uploads ----------------------------
+
+
+def _state_module():
+    return sys.modules["state"]  # the dashboard's module, imported by a run
+
+
+def test_attention_starts_on_the_induction_head_with_every_head_drawn():
+    from sprout_interp.circuits.attention import find_induction_circuit, head_scores
+
+    m = si.load("gpt-4")
+    circ = find_induction_circuit(scores=head_scores(m, natural=m.to_tokens(TEXTS["story"]), copying=False),
+                                  on="random")
+    at = ok(app("attention").run())
+    assert (at.selectbox(key="attn_layer").value, at.selectbox(key="attn_head").value) == (
+        circ.induction_layer, circ.induction_head)
+    every = next(c for c in charts(at) if c["layout"]["title"]["text"].startswith("every head"))
+    heads = [d for d in every["data"] if d["type"] == "heatmap"]
+    assert len(heads) == 4 * 3 and {d["name"] for d in heads} == {f"block {l + 1} head {h}" for l in range(4) for h in range(3)}
+    assert every["layout"]["shapes"]  # the chosen head framed
+    hover = [h for h in at.html if "sprout-attn" in h.proto.body]
+    assert len(hover) == 1 and "textContent" in hover[0].proto.body  # the text to hover over, offline
+
+
+def test_copying_button_runs_the_exact_fast_sweep_once():
+    from sprout_interp.circuits.ablation import ablation_sweep
+    from sprout_model.evaluation import repeated_tokens_batch
+
+    at = ok(app("attention").run())
+    at.button(key="copy_btn").click()
+    ok(at.run())
+    table = next(d.value for d in at.dataframe if "ablated" in d.value.columns)
+    assert table.attrs.get("method") == "fast" and len(table) == 12
+    m = si.load("gpt-4")
+    rep = repeated_tokens_batch(m.cfg.d_vocab, 64, 16, 0)
+    naive = ablation_sweep(m, rep, metric="copying_ratio", method="naive")
+    np.testing.assert_allclose(table["ablated"].to_numpy(), naive["ablated"].to_numpy(), rtol=1e-4, atol=1e-5)
+    compute = sys.modules["compute"]
+    assert hasattr(compute.copying_sweep, "clear")  # st.cache_data: computed once per model, for every session
+
+
+def test_anatomy_code_has_the_files_line_numbers_and_project_path():
+    at = ok(app("anatomy").run())
+    caption = next(c.value for c in at.caption if "lines" in c.value)
+    first, last = (int(x) for x in re.search(r"lines (\d+)–(\d+)", caption).groups())
+    assert "model/model.py" in caption and str(ROOT) not in caption
+    code = at.code[0]
+    lines = code.value.split("\n")
+    assert lines[0].startswith(f"{first} │") and lines[-1].startswith(f"{last} │") and len(lines) == last - first + 1
+    assert code.proto.wrap_lines and not code.proto.show_line_numbers  # the file's numbers, not 1..n; long lines wrap
+
+
+def test_logit_lens_pickers_reset_when_the_text_changes():
+    at = app(text=TEXTS["story"])
+    at.session_state["lens_pos"], at.session_state["lens_row"] = 10, 0
+    ok(at.run())
+    assert at.subheader[0].value == "embedding, position 10"
+    at.text_area(key="own_text").set_value("A new text, typed by hand, that is long enough for a few tokens.")
+    ok(at.run())
+    pos, row = at.number_input(key="lens_pos").value, at.selectbox(key="lens_row").value
+    assert (pos, row) == (0, 4)  # back to the first token and the model's own output
+    assert at.subheader[0].value == f"block 4, position {pos}"  # the detail panel names the same cell
+
+
+def test_final_confidence_delta_never_reads_minus_zero():
+    state = _state_module() if "state" in sys.modules else None
+    if state is None:
+        ok(app("positions").run())
+        state = _state_module()
+    assert state.points_delta(-0.004) == ("no change (within 0.5 points)", "off")
+    assert state.points_delta(0.0) == ("no change (within 0.5 points)", "off")
+    assert state.points_delta(-0.05) == ("-5 points", "normal") and state.points_delta(0.031) == ("+3 points", "normal")
+    at = ok(app().run())
+    final = next(mt for mt in at.metric if "(final)" in mt.label)
+    assert final.delta and not re.match(r"^-0\b", final.delta)
+
+
+def test_residual_log_axis_labels_decades_only():
+    at = ok(app("residual").run())
+    rms = next(c for c in charts(at) if "after each block" in c["layout"]["title"]["text"])
+    labels = rms["layout"]["yaxis"]["ticktext"]
+    assert labels and all(re.fullmatch(r"1(0*)|0\.0*1", t) for t in labels), labels
+    assert "ticktext" not in rms["layout"]["yaxis"].get("minor", {})
+
+
+def test_compare_colours_are_distinct():
+    at = ok(app("compare").run())
+    bars = charts(at)[0]["data"]
+    assert len(bars) >= 2 and len({b["marker"]["color"] for b in bars}) == len(bars)
+
+
+def test_positions_page_offers_a_real_heads_queries_and_keys():
+    at = ok(app("positions").run())
+    assert any("random" in r.value for r in at.radio)
+    at.radio(key="pos_source").set_value("model")
+    ok(at.run())
+    at.selectbox(key="pos_layer").set_value(1)
+    at.selectbox(key="pos_head").set_value(0)
+    ok(at.run())
+    titles = [c["layout"]["title"]["text"] for c in charts(at)]
+    assert any("score by distance" in t for t in titles) and any("before the softmax" in t for t in titles)
+    table = next(d.value for d in at.dataframe if "distance" in d.value.columns)
+    assert {"layer", "block", "head", "distance", "mean", "std", "n"} <= set(table.columns)
+    assert table["layer"].iloc[0] == 1 and table["block"].iloc[0] == 2
+    assert any("variance the distance explains" in mt.label for mt in at.metric)
+
+
+@pytest.mark.parametrize("page, params, expect", [
+    ("logit_lens", {"lens": "logit", "pos": "3", "row": "0", "tokens": "40"},
+     {"lens_which": "logit", "lens_pos": 3, "lens_row": 0, "lens_width": 40}),
+    ("attention", {"layer": "0", "head": "2", "n": "20"}, {"attn_layer": 0, "attn_head": 2, "attn_n": 20}),
+    ("residual", {"log": "0", "per_position": "1"}, {"rms_log": False, "rms_per_position": True}),
+    ("ablations", {"heads": ["1.0", "3.2"], "kind": "mean"}, {"abl_heads_gpt-4": [(1, 0), (3, 2)], "abl_kind": "mean"}),
+    ("positions", {"qk": "random", "m": "40", "n": "7", "seed": "5"}, {"pos_m": 40, "pos_n": 7, "pos_seed": 5}),
+    ("anatomy", {"part": "ffn"}, {"anatomy_part": "ffn"}),
+])
+def test_a_link_restores_model_text_and_the_pages_choices(page, params, expect):
+    at = AppTest.from_file(str(APP), default_timeout=180)
+    at.query_params.update({"model": "gpt-4", "text": "dialogue", **params})
+    ok(at.switch_page(PAGES[page]).run())
+    assert at.session_state["model_choice"] == "gpt-4" and at.session_state["text_choice"] == "dialogue"
+    for k, v in expect.items():
+        assert at.session_state[k] == v, k
+    for k, v in params.items():  # the link is still the same after the run
+        assert at.query_params[k] == v, k
+
+
+def test_the_link_follows_the_widgets_and_carries_a_typed_text():
+    at = ok(app("attention", text="Zorbin Plax & co. <b>came</b> home.").run())
+    at.selectbox(key="attn_head").set_value(2)
+    ok(at.run())
+    qp = at.query_params
+    assert qp["head"] == "2" and qp["model"] == "gpt-4" and qp["text"] == "Zorbin Plax & co. <b>came</b> home."
+    again = AppTest.from_file(str(APP), default_timeout=180)  # a reload of that link: a new session
+    again.query_params.update(qp)
+    ok(again.switch_page(PAGES["attention"]).run())
+    assert again.session_state["own_text"] == qp["text"] and again.selectbox(key="attn_head").value == 2
+
+
+def test_a_link_with_impossible_values_falls_back_to_the_defaults():
+    at = AppTest.from_file(str(APP), default_timeout=180)
+    at.query_params.update({"model": "gpt-4", "layer": "99", "head": "x", "pos": "-3"})
+    ok(at.switch_page(PAGES["attention"]).run())
+    assert 0 <= at.selectbox(key="attn_layer").value < 4 and 0 <= at.selectbox(key="attn_head").value < 3
+
+
+def test_a_path_in_the_link_is_refused_when_the_path_box_is_hidden(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPROUT_DASHBOARD_NO_PATH_BOX", "1")
+    at = AppTest.from_file(str(APP), default_timeout=180)
+    at.query_params.update({"model": str(tmp_path / "somewhere"), "text": "story"})
+    at.switch_page(PAGES["residual"]).run()
+    assert not at.exception and OWN_PATH not in at.selectbox(key="model_choice").options
+    assert any("does not read paths" in w.value for w in at.sidebar.warning)
+    assert at.session_state["model_choice"] != OWN_PATH and not at.sidebar.text_input
+
+
+@pytest.mark.parametrize("page", list(PAGES))
+def test_every_page_offers_its_downloads(page):
+    at = ok(app(page).run())
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert any("figure(s) (HTML)" in lb for lb in labels), labels
+    if page not in ("anatomy", "positions"):  # pages with a main table
+        assert any(lb.endswith("(CSV)") for lb in labels), labels
+
+
+def _upload(at: AppTest, files: list[tuple[str, bytes]]) -> AppTest:
+    at.session_state["model_choice"] = "upload checkpoint files…"
+    at.run()
+    assert not at.exception and any("Upload a checkpoint" in i.value for i in at.info)
+    at.file_uploader(key="model_upload").set_value([(n, b, "application/octet-stream") for n, b in files])
+    return at.run()
+
+
+def test_upload_a_checkpoint_folder():
+    gpt1 = Path(loading.SHIPPED_DIR) / "gpt-1"
+    files = [(n, (gpt1 / n).read_bytes()) for n in ("config.json", "model.safetensors")]
+    files.append(("tokenizer.json", (Path(loading.SHIPPED_DIR) / "tokenizer.json").read_bytes()))
+    at = ok(_upload(app(), files))
+    assert shape(grid(at)["z"])[0] == 2  # gpt-1's embedding + 1 block, read through the loader
+    assert "model" not in at.query_params  # an upload is not a link
+
+
+def test_upload_that_is_not_a_checkpoint_is_refused_clearly():
+    at = _upload(app(), [("model.safetensors", b"\x00" * 64)])
+    assert not at.exception
+    msg = " ".join(shown(e.value) for e in at.error)
+    assert "Could not load" in msg and "the uploaded checkpoint" in msg and "sprout-dashboard-uploads" not in msg
+    at = _upload(app(), [("a.pt", b"x"), ("b.pt", b"y")])
+    assert not at.exception and any("exactly one weights file" in shown(e.value) for e in at.sidebar.error)
+    at = _upload(app(), [("model.pt", b"x"), ("notes.json", b"y")])
+    assert not at.exception and any("may go with the weights" in shown(e.value) for e in at.sidebar.error)
+
+
+def test_upload_a_text_file():
+    at = ok(app().run())
+    at.file_uploader(key="text_upload").upload("story.txt", "Zorbin Plax came home. \u00e9".encode() + b"\xff")
+    ok(at.run())
+    assert at.session_state["text_choice"] == OWN_TEXT
+    assert at.session_state["own_text"] == "Zorbin Plax came home. \u00e9\ufffd"
