@@ -25,112 +25,209 @@ from __future__ import annotations
 
 import sys
 import time
+from argparse import ArgumentParser, Namespace
+from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pandas as pd
 
+from sprout_interp.circuits.ablation import ablation_sweep
 from sprout_interp.circuits.attention import (
     PARTLY_SHARE,
     REPRODUCED_SHARE,
+    InductionCircuit,
     attention_patterns,
     find_induction_circuit,
     head_label,
     head_scores,
 )
-from sprout_interp.report.cli import evidence_table, held_out, mean_reference, pct, print_table, save_figure, script_parser, start
-from sprout_interp.plots.heads import head_scores_figure, pattern_figure
 from sprout_interp.core.texts import TEXTS
+from sprout_interp.plots.heads import head_scores_figure, pattern_figure
+from sprout_interp.report.claims import Claim, verdict_lines
+from sprout_interp.report.cli import (
+    NamedModel,
+    evidence_table,
+    held_out,
+    mean_reference,
+    models_frame,
+    pct,
+    print_table,
+    save_figure,
+    script_parser,
+    slug,
+    start,
+)
+from sprout_model.evaluation import repeated_tokens_batch
 
+SCRIPT = "induction_heads"
+COMMAND = f".venv/bin/python analyses/{SCRIPT}.py"
 CHAPTER_PREV_BLOCK, CHAPTER_INDUCTION_BLOCK = 2, 3  # gpt-4, blocks counted from 1
+CIRCUIT = "a previous-token head in an earlier block feeds an induction head"
+CIRCUIT_CHAPTER = "previous-token head in layer 2, induction head in layer 3 (gpt-4); one block cannot (gpt-1)"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = script_parser("induction_heads", __doc__)
+def parser() -> ArgumentParser:
+    """The script's arguments (the defaults are the README's settings)."""
+    p = script_parser(SCRIPT, __doc__)
     p.add_argument("--seq-len", type=int, default=64, help="random tokens per copy (each row is this, twice)")
     p.add_argument("--batch", type=int, default=16, help="rows of repeated random tokens")
     p.add_argument("--n", type=int, default=8, help="held-out windows for the natural-text scores")
     p.add_argument("--length", type=int, default=256, help="tokens per held-out window")
     p.add_argument("--seed", type=int, default=0, help="seed of the random tokens and of the held-out sample")
-    p.add_argument("--threshold", type=float, default=0.3, help="score a head needs to count as a previous-token / induction head")
+    p.add_argument("--threshold", type=float, default=0.3,
+                   help="score a head needs to count as a previous-token / induction head")
     p.add_argument("--kind", choices=["mean", "zero"], default="mean", help="how the circuit's heads are ablated")
     p.add_argument("--ref-n", type=int, default=16, help="held-out windows for the mean-ablation reference (seed + 1)")
     p.add_argument("--loss-n", type=int, default=4, help="held-out windows for the held-out loss under ablation")
     p.add_argument("--no-copying", action="store_true", help="skip the per-head copying sweep (faster)")
-    a = p.parse_args(argv)
-    t0 = time.time()
-    started = start("induction_heads", a)
-    if started is None:
-        return 2
-    models, out = started
+    return p
 
-    tables, circuits, evidence, objs = [], [], [], []
+
+def measure(models: list[NamedModel], args: Namespace, claims_only: bool = False) -> dict[str, Any]:
+    """{"settings": the threshold; "models": model, preset, n_blocks; "scores": every head's scores per model (``head_scores``); "circuits":
+    model -> its ``InductionCircuit`` (evidence: each candidate ablated alone and together); "patterns": model ->
+    the induction head's attention on repeated random tokens and on the story, for the figures}.
+
+    ``claims_only``: what the verdicts need and no more: no per-head copying sweep (only the clean copying ratio,
+    on the same repeated tokens) and no attention patterns."""
+    scores, circuits, patterns = [], {}, {}
     for nm in models:
         t = time.time()
         m = nm.model
-        natural = held_out(m, SimpleNamespace(n=a.n, length=a.length, seed=a.seed))
+        natural = held_out(m, SimpleNamespace(n=args.n, length=args.length, seed=args.seed))
         if natural is None:
             natural = list(TEXTS.values())
-        df = head_scores(m, seq_len=a.seq_len, batch=a.batch, seed=a.seed, natural=natural, copying=not a.no_copying)
+        df = head_scores(m, seq_len=args.seq_len, batch=args.batch, seed=args.seed, natural=natural,
+                         copying=not (args.no_copying or claims_only))
+        if claims_only and not args.no_copying:
+            rep = repeated_tokens_batch(m.cfg.d_vocab, args.seq_len, args.batch, args.seed)
+            df.attrs["clean_copying_ratio"] = float(ablation_sweep(m, rep, "copying_ratio", heads=[(0, 0)]).attrs["clean"])
         df.attrs["model"] = nm.label
-        loss_text = held_out(m, SimpleNamespace(n=a.loss_n, length=a.length, seed=a.seed))
-        means = mean_reference(m, a.ref_n, a.length, a.seed + 1) if a.kind == "mean" else None
-        c = find_induction_circuit(m, scores=df, threshold=a.threshold, kind=a.kind, reference=means,
+        loss_text = held_out(m, SimpleNamespace(n=args.loss_n, length=args.length, seed=args.seed))
+        means = mean_reference(m, args.ref_n, args.length, args.seed + 1) if args.kind == "mean" else None
+        c = find_induction_circuit(m, scores=df, threshold=args.threshold, kind=args.kind, reference=means,
                                    held_out=loss_text if loss_text is not None else list(TEXTS.values()))
         c.model = nm.label
         df.insert(0, "model", nm.label)
-        tables.append(df)
-        row = c.as_dict()
-        row.update(model=nm.label, preset=nm.preset, n_blocks=m.cfg.n_layers)
-        circuits.append(row)
-        objs.append(c)
-        evidence.append(c.evidence.assign(model=nm.label))
+        scores.append(df)
+        circuits[nm.label] = c
+        if not claims_only:
+            rep = repeated_tokens_batch(m.cfg.d_vocab, min(args.seq_len, 24), 1, args.seed)
+            story = m.to_tokens(TEXTS["story"])[:, :80]
+            patterns[nm.label] = (attention_patterns(m, rep), [str(int(i)) for i in rep[0]],
+                                  attention_patterns(m, story), m.to_str_tokens(story))
+        print(f"[{nm.label}: {time.time() - t:.1f}s]", file=sys.stderr)
+    return {"settings": {"threshold": args.threshold}, "models": models_frame(models),
+            "scores": pd.concat(scores, ignore_index=True), "circuits": circuits, "patterns": patterns}
 
+
+def scored(c: InductionCircuit, heads: list[tuple[int, int]], col: str) -> str:
+    """'block 1 head 0 (layer 0) 0.44 / 0.45 + ...': each head with its score on random tokens / on text."""
+    ev = c.evidence[c.evidence["n_heads"] == 1]
+    got = []
+    for l, h in heads:
+        hit = ev[(ev["layer"] == l) & (ev["head"] == h)]
+        s = "" if hit.empty else f" {hit.iloc[0][col + '_random']:.2f} / {hit.iloc[0][col + '_text']:.2f}"
+        got.append(f"{head_label(l, h)}{s}")
+    return " + ".join(got) or "none confirmed"
+
+
+def judge(measured: dict[str, Any]) -> list[Claim]:
+    """Per model, from its circuit: one block cannot make an induction head (gpt-1: REPRODUCED when its best
+    induction score is under the threshold, ``measured["settings"]["threshold"]``); the previous-token part and the induction part, each by its own
+    ablation (``InductionCircuit.verdicts``: REPRODUCED when it removes >= 50% of the name-copying gain specifically,
+    PARTLY at >= 33%, else NOT established); gpt-4: in the chapter's blocks 2 and 3; the circuit as a whole
+    (REPRODUCED only when both parts are); and the previous-token candidates the ablations left out."""
+    out, threshold = [], measured["settings"]["threshold"]
+    for r in measured["models"].itertuples():
+        who, c = r.model, measured["circuits"][r.model]
+        ev = {"evidence": c.evidence} if c.evidence is not None else {}
+        ind = f"induction head {c.induction_label} (score {c.induction_score:.2f})"
+        ratio = c.clean_copying_ratio
+        rtxt = f", copying ratio {ratio:.3f}" if ratio is not None else ""
+        prev = c.prev_label if c.prev_tokens else "none confirmed"
+        if r.preset == "gpt-1" or r.n_blocks == 1:
+            out.append(Claim(claim="one block cannot make an induction head", chapter="\"one layer cannot do that; two can\"",
+                             verdict="REPRODUCED" if c.induction_score < threshold else "NOT reproduced",
+                             ours=f"best {ind}{rtxt}", command=COMMAND, model=who, evidence=ev))
+            continue
+        parts = c.verdicts()
+        out.append(Claim(claim=CIRCUIT, chapter=CIRCUIT_CHAPTER, verdict=parts["previous-token"][0],
+                         ours=parts["previous-token"][1], command=COMMAND, model=who, evidence=ev,
+                         part=f"previous-token part ({prev}), by its own ablation",
+                         brief=f"scores on random tokens / text {scored(c, c.prev_tokens, 'prev_token')}"))
+        out.append(Claim(claim=CIRCUIT, chapter=CIRCUIT_CHAPTER, verdict=parts["induction"][0], ours=parts["induction"][1],
+                         command=COMMAND, model=who, evidence=ev,
+                         part=f"induction part ({c.induction_label}), by its own ablation",
+                         brief=f"scores {scored(c, [(c.induction_layer, c.induction_head)], 'induction')}"))
+        if r.preset == "gpt-4":
+            exact = (c.verdict() == "REPRODUCED" and {h[0] + 1 for h in c.prev_tokens} == {CHAPTER_PREV_BLOCK}
+                     and c.induction_block == CHAPTER_INDUCTION_BLOCK)
+            v = ("REPRODUCED" if exact else "NOT reproduced" if c.verdict() == "NOT reproduced" else
+                 f"PARTLY (a circuit, {c.verdict()} by ablation, in other blocks)")
+            out.append(Claim(claim=CIRCUIT, chapter=CIRCUIT_CHAPTER, verdict=v, command=COMMAND, model=who, evidence=ev,
+                             part="previous-token head in layer 2 and induction head in layer 3",
+                             ours=f"previous-token head(s) {prev}; {ind}{rtxt}", brief=f"blocks counted from 1{rtxt}"))
+        out.append(Claim(claim=CIRCUIT, chapter=CIRCUIT_CHAPTER, verdict=c.verdict(), command=COMMAND, model=who,
+                         evidence=ev, part="both parts, each by its own ablation",
+                         ours=f"{c.prev_label if c.prev_tokens else 'no previous-token head'} -> {c.induction_label}{rtxt}"))
+        if c.evidence is not None:
+            left = c.evidence[(c.evidence["role"] == "previous-token candidate") & ~c.evidence["chosen"].astype(bool)]
+            for e in left.itertuples():
+                out.append(Claim(claim=CIRCUIT, chapter=CIRCUIT_CHAPTER, verdict="not a previous-token head of the circuit",
+                                 command=COMMAND, model=who, evidence={"evidence": left}, part=f"candidate {e.heads}",
+                                 ours=f"previous-token score on random tokens / text {e.prev_token_random:.2f} / "
+                                      f"{e.prev_token_text:.2f}; its own ablation removes {pct(e.copying_removed, 1)} of "
+                                      "the name-copying gain"))
+    return out
+
+
+def report(measured: dict[str, Any], claims: list[Claim], args: Namespace, out: Path) -> None:
+    """Print each model's head scores, circuit and evidence, the circuits' summary and the verdict lines; write the
+    CSVs and figures."""
+    all_scores, circuits = measured["scores"], measured["circuits"]
+    preset = dict(zip(measured["models"]["model"], measured["models"]["preset"], strict=True))
+    for label, c in circuits.items():
+        df = all_scores[all_scores["model"] == label]
         shown = df.drop(columns=["model"]).copy()
         shown.insert(0, "layer", shown.pop("layer"))
         shown.insert(0, "block", shown.pop("block"))
         for col in shown.columns[3:]:
-            shown[col] = shown[col].map(lambda v: f"{v:.3f}" if col.startswith("copying") else f"{v:.2f}")
-        print_table(shown, f"{nm.label}: head scores (block counted from 1 = the chapter's 'layer N'; layer = 0-indexed "
-                           f"code index; *_random: {a.batch} rows of {a.seq_len} random tokens repeated twice; *_text: "
-                           f"held-out text; copying_ratio_*: copying ratio with the head zero-ablated"
-                           + (f", clean {df.attrs['clean_copying_ratio']:.3f})" if "clean_copying_ratio" in df.attrs else ")"))
+            shown[col] = shown[col].map(lambda v, col=col: f"{v:.3f}" if col.startswith("copying") else f"{v:.2f}")
+        clean = ("" if c.clean_copying_ratio is None or "copying_ratio_ablated" not in df
+                 else f", clean {c.clean_copying_ratio:.3f}")
+        print_table(shown, f"{label}: head scores (block counted from 1 = the chapter's 'layer N'; layer = 0-indexed "
+                           f"code index; *_random: {args.batch} rows of {args.seq_len} random tokens repeated twice; *_text: "
+                           f"held-out text; copying_ratio_*: copying ratio with the head zero-ablated{clean})")
         print(f"\ncircuit: {c.summary()}")
-        print_table(evidence_table(c), f"{nm.label}: the circuit's candidates {a.kind}-ablated alone, then together: name "
+        print_table(evidence_table(c), f"{label}: the circuit's candidates {args.kind}-ablated alone, then together: name "
                                        "copying (mean P(each later token of a name) over the five names, 2nd occurrence, "
                                        "1st in brackets), the share of its gain removed, held-out loss change (nats/token), "
                                        "specificity, and the induction head's induction score (repeated random tokens)")
-        save_figure(head_scores_figure(df, title=f"{nm.label}: head scores (blocks counted from 1; layer = code index)"),
-                    out / f"head_scores_{_slug(nm.label)}")
-        # the induction head's pattern on one repeated row, and on the story
-        from sprout_model.evaluation import repeated_tokens_batch
+        save_figure(head_scores_figure(df,
+                                       title=f"{label}: head scores (blocks counted from 1; layer = code index)"),
+                    out / f"head_scores_{slug(label)}")
+        if label in measured["patterns"]:
+            rep_pat, rep_labels, story_pat, story_labels = measured["patterns"][label]
+            save_figure(pattern_figure(rep_pat, rep_labels, layer=c.induction_layer, head=c.induction_head,
+                                       title=f"{label}: induction head {c.induction_label}, on random tokens repeated twice"),
+                        out / f"induction_pattern_{slug(label)}")
+            save_figure(pattern_figure(story_pat, story_labels, layer=c.induction_layer, head=c.induction_head,
+                                       title=f"{label}: {c.induction_label} on the story"),
+                        out / f"induction_pattern_story_{slug(label)}")
 
-        rep = repeated_tokens_batch(m.cfg.d_vocab, min(a.seq_len, 24), 1, a.seed)
-        pat = attention_patterns(m, rep)
-        save_figure(pattern_figure(pat, [str(int(i)) for i in rep[0]], layer=c.induction_layer, head=c.induction_head,
-                                   title=f"{nm.label}: induction head {c.induction_label}, on random tokens repeated twice"),
-                    out / f"induction_pattern_{_slug(nm.label)}")
-        story = m.to_tokens(TEXTS["story"])[:, :80]
-        save_figure(pattern_figure(attention_patterns(m, story), m.to_str_tokens(story), layer=c.induction_layer,
-                                   head=c.induction_head, title=f"{nm.label}: {c.induction_label} on the story"),
-                    out / f"induction_pattern_story_{_slug(nm.label)}")
-        print(f"[{nm.label}: {time.time() - t:.1f}s]", file=sys.stderr)
-
-    all_scores = pd.concat(tables, ignore_index=True)
     all_scores.to_csv(out / "head_scores.csv", index=False)
-    circ = pd.DataFrame(circuits)
+    rows = []
+    for r in measured["models"].itertuples():
+        row = circuits[r.model].as_dict()
+        row.update(model=r.model, preset=r.preset, n_blocks=r.n_blocks)
+        rows.append(row)
+    circ = pd.DataFrame(rows)
     circ.to_csv(out / "circuits.csv", index=False)
-    pd.concat(evidence, ignore_index=True).to_csv(out / "circuit_evidence.csv", index=False)
-
-    def scored(c, heads, col: str) -> str:
-        """'block 1 head 0 (layer 0) 0.44 / 0.45 + ...': each head with its score on random tokens / on text."""
-        ev = c.evidence[c.evidence["n_heads"] == 1]
-        got = []
-        for l, h in heads:
-            hit = ev[(ev["layer"] == l) & (ev["head"] == h)]
-            s = "" if hit.empty else f" {hit.iloc[0][col + '_random']:.2f} / {hit.iloc[0][col + '_text']:.2f}"
-            got.append(f"{head_label(l, h)}{s}")
-        return " + ".join(got) or "none confirmed"
-
+    pd.concat([c.evidence.assign(model=label) for label, c in circuits.items()],
+              ignore_index=True).to_csv(out / "circuit_evidence.csv", index=False)
+    objs = list(circuits.values())
     summary = pd.DataFrame({
         "model": circ["model"],
         "blocks": circ["n_blocks"],
@@ -139,49 +236,32 @@ def main(argv: list[str] | None = None) -> int:
         "induction head, score random / text": [scored(c, [(c.induction_layer, c.induction_head)], "induction")
                                                 for c in objs],
         "induction part": circ["induction_verdict"],
-        "copying ratio": [f"{v:.3f}" if v == v and v is not None else "-" for v in circ["clean_copying_ratio"].fillna(float("nan"))],
-        "chapter": ["prev-token head in block 2, induction head in block 3" if pr == "gpt-4" else
-                    "one block: no induction head" if pr == "gpt-1" else "copies (100% / 98%)" if pr == "sprout" else ""
-                    for pr in circ["preset"]],
+        "copying ratio": ["-" if c.clean_copying_ratio is None else f"{c.clean_copying_ratio:.3f}" for c in objs],
+        "chapter": ["prev-token head in block 2, induction head in block 3" if preset[m] == "gpt-4" else
+                    "one block: no induction head" if preset[m] == "gpt-1" else
+                    "copies (100% / 98%)" if preset[m] == "sprout" else "" for m in circ["model"]],
     })
-    print_table(summary, f"circuits (ranked by head scores, confirmed by {a.kind} ablation; each part's verdict from its own "
-                         "ablation; copying ratio: loss on the second copy / first, lower = more copying)")
+    print_table(summary, f"circuits (ranked by head scores, confirmed by {args.kind} ablation; each part's verdict from its "
+                         "own ablation; copying ratio: loss on the second copy / first, lower = more copying)")
+    print(f"\n== verdicts == (a head counts as a previous-token / induction head at a score >= {args.threshold:.2f} and when "
+          f"its own {args.kind} ablation lowers the copying specifically; a part is REPRODUCED when its own ablation removes "
+          f">= {pct(REPRODUCED_SHARE)} of the name-copying gain, PARTLY at >= {pct(PARTLY_SHARE)})")
+    print(verdict_lines(claims))
 
-    print(f"\n== verdicts == (a head counts as a previous-token / induction head at a score >= {a.threshold:.2f} and when its "
-          f"own {a.kind} ablation lowers the copying specifically; a part is REPRODUCED when its own ablation removes >= "
-          f"{pct(REPRODUCED_SHARE)} of the name-copying gain, PARTLY at >= {pct(PARTLY_SHARE)})")
-    for r, c in zip(circuits, objs):
-        who = r["model"]
-        ind = f"induction head {c.induction_label} (score {c.induction_score:.2f})"
-        ratio = r["clean_copying_ratio"]
-        rtxt = f", copying ratio {ratio:.3f}" if ratio is not None else ""
-        if r["preset"] == "gpt-1" or r["n_blocks"] == 1:
-            v = "REPRODUCED" if c.induction_score < a.threshold else "NOT reproduced"
-            print(f"- {who}: one block cannot make an induction head: {v}: best {ind}{rtxt}")
-        if r["n_blocks"] > 1:
-            parts = c.verdicts()
-            print(f"- {who}: previous-token part ({c.prev_label if c.prev_tokens else 'none confirmed'}), by its own "
-                  f"ablation: {parts['previous-token'][0]}: {parts['previous-token'][1]}")
-            print(f"- {who}: induction part ({c.induction_label}), by its own ablation: {parts['induction'][0]}: "
-                  f"{parts['induction'][1]}")
-        if r["preset"] == "gpt-4":
-            exact = (c.verdict() == "REPRODUCED" and {h[0] + 1 for h in c.prev_tokens} == {CHAPTER_PREV_BLOCK}
-                     and c.induction_block == CHAPTER_INDUCTION_BLOCK)
-            v = ("REPRODUCED" if exact else "NOT reproduced" if c.verdict() == "NOT reproduced" else
-                 f"PARTLY (a circuit, {c.verdict()} by ablation, in other blocks)")
-            print(f"- {who}: previous-token head in layer 2 and induction head in layer 3: {v}: previous-token head(s) "
-                  f"{c.prev_label if c.prev_tokens else 'none confirmed'}; {ind}{rtxt}")
-        if r["n_blocks"] > 1:
-            print(f"- {who}: a previous-token head in an earlier block feeds an induction head (both parts, each by its own "
-                  f"ablation): {c.verdict()}: {c.prev_label if c.prev_tokens else 'no previous-token head'} -> "
-                  f"{c.induction_label}{rtxt}")
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure, judge and report; returns the exit status (2: no checkpoint could be loaded)."""
+    a = parser().parse_args(argv)
+    t0 = time.time()
+    started = start(SCRIPT, a)
+    if started is None:
+        return 2
+    models, out = started
+    measured = measure(models, a)
+    report(measured, judge(measured), a, out)
     print(f"\nwrote {out}/head_scores.csv, circuits.csv, circuit_evidence.csv, head_scores_*.html, induction_pattern_*.html "
           f"in {time.time() - t0:.1f}s")
     return 0
-
-
-def _slug(s: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in s).strip("_")
 
 
 if __name__ == "__main__":

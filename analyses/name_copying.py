@@ -23,7 +23,6 @@ from argparse import ArgumentParser, Namespace
 from pathlib import Path
 
 import pandas as pd
-from sprout_model.evaluation import NAME_TEXTS
 
 from sprout_interp.circuits.compare import (
     compare_models,
@@ -42,6 +41,7 @@ from sprout_interp.report.cli import (
     script_parser,
     start,
 )
+from sprout_model.evaluation import NAME_TEXTS
 
 SCRIPT = "name_copying"
 COMMAND = f".venv/bin/python analyses/{SCRIPT}.py"
@@ -117,21 +117,22 @@ def judge(measured: dict[str, pd.DataFrame]) -> list[Claim]:
         if pr == "gpt-1":
             v = ("REPRODUCED" if o2 < 0.01 and o1 < 0.01 else "PARTLY (below 1% only at the second)" if o2 < 0.01
                  else "NOT reproduced")
-            ours = f"{pct(o2, 2)} on 'or' (2nd), {pct(o1, 2)} (1st); chapter below 1% at both"
+            brief = f"{pct(o2, 2)} on 'or' (2nd), {pct(o1, 2)} (1st)"
+            ours = f"{brief}; chapter below 1% at both"
         elif pr == "gpt-4":
             v = ("REPRODUCED" if o2 >= 0.88 and b2 >= 0.83 else "PARTLY (copies, less surely)" if o2 >= 0.5 and b2 >= 0.5
                  else "NOT reproduced")
-            ours = (f"{pct(o2, 1)} on 'or', {pct(b2, 1)} on 'bin', {pct(p2, 1)} on 'Plax'; chapter 98% and 93% "
-                    "(within 10 points counts as reproduced)")
+            brief = f"{pct(o2, 1)} on 'or', {pct(b2, 1)} on 'bin', {pct(p2, 1)} on 'Plax'"
+            ours = f"{brief}; chapter 98% and 93% (within 10 points counts as reproduced)"
         elif pr == "sprout":
             v = ("REPRODUCED" if o2 >= 0.9 and b2 >= 0.88 and p2 >= REMEMBERS else
                  "PARTLY (copies, less surely)" if o2 >= 0.5 and b2 >= 0.5 else "NOT reproduced")
-            ours = (f"{pct(o2, 1)} on 'or', {pct(b2, 1)} on 'bin', {pct(p2, 1)} on 'Plax'; chapter 100%, 98% and "
-                    f"remembers 'Plax' (remembering taken as >= {pct(REMEMBERS)})")
+            brief = f"{pct(o2, 1)} on 'or', {pct(b2, 1)} on 'bin', {pct(p2, 1)} on 'Plax'"
+            ours = f"{brief}; chapter 100%, 98% and remembers 'Plax' (remembering taken as >= {pct(REMEMBERS)})"
         else:
             continue
-        out.append(Claim(claim=CLAIM, chapter=CHAPTER_FIGURES, ours=ours, verdict=v, command=COMMAND, model=label,
-                         evidence=ev))
+        out.append(Claim(claim=CLAIM, chapter=CHAPTER_FIGURES, ours=ours, brief=brief, verdict=v, command=COMMAND,
+                         model=label, evidence=ev))
     if len(mf) > 1:
         summ = name_means(measured["tokens"])
         order = list(mf.sort_values("n_blocks", kind="stable")["model"])

@@ -3,8 +3,8 @@
     python analyses/parameter_counts.py [--models gpt-1 gpt-4 sprout]
 
 For each preset: the chapter's formula (embedding V·d, per block 4d² + 2·head_dim + 3·d·d_ff + 2d,
-final norm d), and the count of the loaded checkpoint's tensors; then the chapter's Sprout figures (17,309,056; 20,454,784 untied; 80% vs 18% on the vocabulary)
-beside ours, with a verdict line each.
+final norm d), and the count of the loaded checkpoint's tensors; then the chapter's Sprout figures (17,309,056;
+20,454,784 untied; 80% vs 18% on the vocabulary) beside ours, with a verdict line each.
 """
 from __future__ import annotations
 
@@ -73,6 +73,7 @@ def judge(measured: dict[str, pd.DataFrame]) -> list[Claim]:
             ok = abs(r.ours - r.chapter) <= 0.02 if share else r.ours == r.chapter
             fmt = (lambda x: f"{x:.0%}") if share else (lambda x: f"{int(x):,}")
             out.append(Claim(claim=CLAIM, chapter=CHAPTER, ours=f"chapter {fmt(r.chapter)}, ours {fmt(r.ours)}",
+                             brief=fmt(r.ours) if fmt(r.ours) == fmt(r.chapter) else f"{fmt(r.ours)} (chapter {fmt(r.chapter)})",
                              verdict="REPRODUCED" if ok else "DIFFERS", command=COMMAND, model=label, part=r.piece,
                              evidence={"chapter": pd.DataFrame([r._asdict()]).drop(columns="Index")}))
     return out

@@ -12,23 +12,35 @@ positions, on a seeded sample of held-out text (--n windows of --length tokens f
 documents) and on the three ready-made texts. Beside it, what each block is worth: the rise of the
 mean loss (nats) on the held-out sample when the block stops writing to the stream
 (``sprout_interp.circuits.knockout.block_knockout``), each block alone and the later half of the blocks together. Writes
-rms.csv, claims.csv, knockout.csv and rms_growth.html (log scale; PNG too where static export works; it loads plotly.min.js from the same folder)
+rms.csv, claims.csv, knockout.csv and rms_growth.html (log scale; PNG too where static export works; it loads
+plotly.min.js from the same folder)
 into out/residual_growth/.
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
+from argparse import ArgumentParser, Namespace
+from pathlib import Path
 
 import pandas as pd
 
 from sprout_interp.circuits.knockout import block_knockout
-from sprout_interp.report.cli import held_out, print_table, save_figure, script_parser, start
-from sprout_interp.plots import rms_growth_chart
-from sprout_interp.lens.residual import CHAPTER_GPT4_GROWTH, CHAPTER_GPT4_RMS, growth_claims, residual_rms
 from sprout_interp.core.texts import TEXTS
+from sprout_interp.lens.residual import CHAPTER_GPT4_GROWTH, CHAPTER_GPT4_RMS, growth_claims, residual_rms
+from sprout_interp.plots import rms_growth_chart
+from sprout_interp.report.claims import Claim, verdict_line
+from sprout_interp.report.cli import NamedModel, held_out, models_frame, print_table, save_figure, script_parser, start
 
+SCRIPT = "residual_growth"
+COMMAND = f".venv/bin/python analyses/{SCRIPT}.py"
 CLOSE, SAME_ORDER = 1.5, 3.0  # ratio bands for the verdicts: within ×1.5 "matches", within ×3 "same order"
+GROWS = "the residual stream keeps growing block after block"
+FIGURES = "the chapter's gpt-4 RMS"
+FIGURES_CHAPTER = ("gpt-4, held-out text: ≈0.18 after the embedding, ≈10 after block 1, ≈35 after block 4, "
+                   "\"some two hundred times\"")
+WORTH = "what each block is worth: the held-out loss rise when it stops writing to the stream"
 
 
 def _band(ratio: float) -> str:
@@ -36,25 +48,26 @@ def _band(ratio: float) -> str:
     return "matches" if r <= CLOSE else "same order of magnitude" if r <= SAME_ORDER else "differs"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = script_parser("residual_growth", __doc__)
+def parser() -> ArgumentParser:
+    """The script's arguments (the defaults are the README's settings)."""
+    p = script_parser(SCRIPT, __doc__)
     p.add_argument("--n", type=int, default=16, help="held-out windows (0: only the three texts)")
     p.add_argument("--length", type=int, default=256, help="tokens per held-out window")
     p.add_argument("--seed", type=int, default=0, help="seed of the held-out sample")
     p.add_argument("--no-png", action="store_true", help="do not try the PNG export")
-    a = p.parse_args(argv)
-    t0 = time.time()
-    started = start("residual_growth", a)
-    if started is None:
-        return 2
-    models, out = started
+    return p
 
+
+def measure(models: list[NamedModel], args: Namespace) -> dict[str, pd.DataFrame]:
+    """{"models": model, preset, n_blocks; "rms": model, text_set, block, row, rms, growth per stream row;
+    "claims": our RMS beside the chapter's figures (``growth_claims``) per model and text set; "knockout": the loss
+    rise when each block (and the later half together) stops writing to the stream, on the first text set}."""
     tables, claims, knockouts = [], [], []
     for nm in models:
         m = nm.model
         sets = []
-        if a.n > 0:
-            sample = held_out(m, a)
+        if args.n > 0:
+            sample = held_out(m, args)
             if sample is not None:
                 sets.append(("held-out", sample, None))
         sets.append(("texts", *m.to_tokens_with_mask(list(TEXTS.values()))))
@@ -74,11 +87,46 @@ def main(argv: list[str] | None = None) -> int:
             c.insert(0, "model", nm.label)
             c.insert(2, "preset", nm.preset)
             claims.append(c)
+    return {"models": models_frame(models), "rms": pd.concat(tables, ignore_index=True),
+            "claims": pd.concat(claims, ignore_index=True), "knockout": pd.concat(knockouts, ignore_index=True)}
 
-    rms = pd.concat(tables, ignore_index=True)
-    main_set = "held-out" if (rms["text_set"] == "held-out").any() else "texts"
-    claims_df = pd.concat(claims, ignore_index=True)
-    knock = pd.concat(knockouts, ignore_index=True)
+
+def main_set(measured: dict[str, pd.DataFrame]) -> str:
+    """The text set the verdicts read: the held-out sample when there is one, else the three texts."""
+    return "held-out" if (measured["rms"]["text_set"] == "held-out").any() else "texts"
+
+
+def judge(measured: dict[str, pd.DataFrame]) -> list[Claim]:
+    """Per model: the stream grows (REPRODUCED when the RMS rises after every block, PARTLY when only overall); for
+    gpt-4 each chapter figure in bands (within x1.5 "matches", x3 "same order of magnitude", else "differs"); and what
+    each block is worth (measured, no chapter figure)."""
+    rms, claims_df, knock, ms = measured["rms"], measured["claims"], measured["knockout"], main_set(measured)
+    out = []
+    for nm in measured["models"].itertuples():
+        r = rms[(rms["model"] == nm.model) & (rms["text_set"] == ms)].sort_values("block")
+        vals = r["rms"].tolist()
+        grows = all(b > a_ for a_, b in zip(vals, vals[1:], strict=False))
+        out.append(Claim(claim=GROWS, chapter="", command=COMMAND, model=nm.model, evidence={"rms": r},
+                         verdict="REPRODUCED" if grows else "PARTLY (not monotonic)" if vals[-1] > vals[0] else "NOT reproduced",
+                         ours=" -> ".join(f"{v:.3g}" for v in vals) + f" (x{r['growth'].iloc[-1]:.1f} overall)"))
+        if nm.preset == "gpt-4":
+            c = claims_df[(claims_df["model"] == nm.model) & (claims_df["text_set"] == ms)]
+            for row in c.itertuples():
+                out.append(Claim(claim=FIGURES, chapter=FIGURES_CHAPTER, command=COMMAND, model=nm.model, part=row.claim,
+                                 verdict=_band(row.ratio), evidence={"claims": c[c["claim"] == row.claim]},
+                                 ours=f"chapter ~{row.chapter:g}, ours {row.ours:.3g} (x{row.ratio:.2f} the chapter's)"))
+        k = knock[knock["model"] == nm.model]
+        out.append(Claim(claim=WORTH, chapter="", command=COMMAND, model=nm.model, verdict="measured (no chapter figure)",
+                         evidence={"knockout": k},
+                         ours=", ".join(f"{'blocks' if '-' in str(b) else 'block'} {b} +{v:.3f}"
+                                        for b, v in zip(k["blocks"], k["change"], strict=True)) + " nats"))
+    return out
+
+
+def report(measured: dict[str, pd.DataFrame], claims: list[Claim], args: Namespace, out: Path) -> None:
+    """Print the RMS and growth by row, the knockout, the chapter's figures beside ours and the verdict lines; write
+    the CSVs and the figure."""
+    rms, claims_df, knock, ms = measured["rms"], measured["claims"], measured["knockout"], main_set(measured)
     rms.to_csv(out / "rms.csv", index=False)
     claims_df.to_csv(out / "claims.csv", index=False)
     knock.to_csv(out / "knockout.csv", index=False)
@@ -87,17 +135,17 @@ def main(argv: list[str] | None = None) -> int:
     wide = wide.reset_index().sort_values("block")
     table = pd.DataFrame({"row (blocks from 1)": wide["row"]})
     for col in wide.columns[2:]:
-        table[f"{col[0]} {col[1]}"] = [f"{v:.3g}" if v == v else "-" for v in wide[col]]
+        table[f"{col[0]} {col[1]}"] = ["-" if math.isnan(v) else f"{v:.3g}" for v in wide[col]]
     table["chapter gpt-4"] = [f"~{CHAPTER_GPT4_RMS[b]:g}" if b in CHAPTER_GPT4_RMS else "" for b in wide["block"]]
     print_table(table, "RMS of the residual stream after the embedding and after each block "
-                       f"(mean over positions; held-out = {a.n} windows x {a.length} tokens, seed {a.seed}; "
+                       f"(mean over positions; held-out = {args.n} windows x {args.length} tokens, seed {args.seed}; "
                        "texts = the three ready-made texts)")
 
     growth = rms.pivot_table(index=["block", "row"], columns=["model", "text_set"], values="growth", sort=False)
     growth = growth.reset_index().sort_values("block")
     gtable = pd.DataFrame({"row (blocks from 1)": growth["row"]})
     for col in growth.columns[2:]:
-        gtable[f"{col[0]} {col[1]}"] = [f"x{v:.1f}" if v == v else "-" for v in growth[col]]
+        gtable[f"{col[0]} {col[1]}"] = ["-" if math.isnan(v) else f"x{v:.1f}" for v in growth[col]]
     chapter_growth = {b: v / CHAPTER_GPT4_RMS[0] for b, v in CHAPTER_GPT4_RMS.items()}
     gtable["chapter gpt-4"] = [f"x{chapter_growth[b]:.0f}" if b in chapter_growth else "" for b in growth["block"]]
     print_table(gtable, "growth relative to the embedding row")
@@ -106,42 +154,45 @@ def main(argv: list[str] | None = None) -> int:
         "model": knock["model"], "text set": knock["text_set"], "blocks knocked out (from 1)": knock["blocks"],
         "loss (nats)": [f"{v:.3f}" for v in knock["loss"]], "rise (nats)": [f"+{v:.3f}" for v in knock["change"]],
     })
-    print_table(ktable, "what each block is worth: the loss when it stops writing to the stream (its attention "
-                        "and feed-forward outputs zeroed), against the clean loss (sprout_interp.circuits.knockout.block_knockout)")
+    print_table(ktable, "what each block is worth: the loss when it stops writing to the stream (its attention and "
+                        "feed-forward outputs zeroed), against the clean loss (sprout_interp.circuits.knockout.block_knockout)")
 
-    side = claims_df[claims_df["text_set"] == main_set].copy()
+    side = claims_df[claims_df["text_set"] == ms].copy()
     side_print = pd.DataFrame({
         "model": side["model"], "claim (chapter: gpt-4, held-out text)": side["claim"],
         "chapter": [f"~{v:g}" for v in side["chapter"]], "ours": [f"{v:.3g}" for v in side["ours"]],
         "ours / chapter": [f"{v:.2f}" for v in side["ratio"]],
     })
-    print_table(side_print, f"the chapter's figures beside ours ({main_set})")
+    print_table(side_print, f"the chapter's figures beside ours ({ms})")
 
     print("\n== verdicts ==")
-    for nm in models:
-        r = rms[(rms["model"] == nm.label) & (rms["text_set"] == main_set)].sort_values("block")
-        vals = r["rms"].tolist()
-        grows = all(b > a_ for a_, b in zip(vals, vals[1:]))
-        print(f"- {nm.label}: the stream keeps growing block after block: "
-              f"{'REPRODUCED' if grows else 'PARTLY (not monotonic)' if vals[-1] > vals[0] else 'NOT reproduced'}: "
-              + " -> ".join(f"{v:.3g}" for v in vals) + f" (x{r['growth'].iloc[-1]:.1f} overall)")
-        c = claims_df[(claims_df["model"] == nm.label) & (claims_df["text_set"] == main_set)]
-        if nm.preset != "gpt-4":
-            print(f"  ({nm.label} is not the chapter's gpt-4: its figures are shown for comparison only)")
-        for _, row in c.iterrows():
-            if nm.preset == "gpt-4":
-                print(f"- {nm.label}: {row['claim']}: chapter ~{row['chapter']:g}, ours {row['ours']:.3g} "
-                      f"(x{row['ratio']:.2f} the chapter's): {_band(row['ratio'])}")
-    if not any(nm.preset == "gpt-4" for nm in models):
+    presets = dict(zip(measured["models"]["model"], measured["models"]["preset"], strict=True))
+    for c in claims:
+        print(verdict_line(c))
+        if c.claim == GROWS and presets[c.model] != "gpt-4":
+            print(f"  ({c.model} is not the chapter's gpt-4: its figures are shown for comparison only)")
+    if "gpt-4" not in presets.values():
         print("- no gpt-4 checkpoint among the models: the chapter's figures (0.18, 10, 35, x200) are for gpt-4")
     print(f"  (bands: 'matches' within x{CLOSE}, 'same order of magnitude' within x{SAME_ORDER} of the chapter's figure)")
 
     fig = rms_growth_chart(rms, chapter=CHAPTER_GPT4_RMS, chapter_label="chapter (gpt-4, held-out text)",
                            title=f"Residual stream RMS after each block (log scale); chapter's gpt-4: "
                                  f"0.18 -> 10 -> 35, ~x{CHAPTER_GPT4_GROWTH:.0f}")
-    _, note = save_figure(fig, out / "rms_growth", png=not a.no_png)
+    _, note = save_figure(fig, out / "rms_growth", png=not args.no_png)
     if note:
         print(note, file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure, judge and report; returns the exit status (2: no checkpoint could be loaded)."""
+    a = parser().parse_args(argv)
+    t0 = time.time()
+    started = start(SCRIPT, a)
+    if started is None:
+        return 2
+    models, out = started
+    measured = measure(models, a)
+    report(measured, judge(measured), a, out)
     print(f"\nwrote {out}/rms.csv, claims.csv, knockout.csv, rms_growth.html in {time.time() - t0:.1f}s")
     return 0
 

@@ -28,19 +28,26 @@ composition.csv and verdicts.csv into out/trace_induction/.
 from __future__ import annotations
 
 import time
+from argparse import ArgumentParser, Namespace
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
-from sprout_model.evaluation import NAME_TEXTS
 from sprout_interp import patching as P
 from sprout_interp.circuits.attention import head_scores
-from sprout_interp.report.cli import print_table, script_parser, start
 from sprout_interp.circuits.composition import composition_table
+from sprout_interp.report.claims import Claim
+from sprout_interp.report.cli import NamedModel, models_frame, print_table, script_parser, start
+from sprout_model.evaluation import NAME_TEXTS
 
 # first tokens swapped in for the name's first token at its first occurrence (the first that is one token
 # and differs from it is used)
 SUBSTITUTES = ["M", "K", "D", "T", "R", "B", "G", "H"]
 DEFAULT_MODELS = ["gpt-4", "sprout"]
+SCRIPT = "trace_induction"
+COMMAND = f".venv/bin/python analyses/{SCRIPT}.py"
+CLAIM = "the copying, traced causally: the previous-token head writes, the induction head reads it through its keys"
 
 
 def corrupted_pair(model, name: str, text: str):
@@ -99,7 +106,7 @@ def label(lh: tuple[int, int]) -> str:
 def trace(model, texts, prevs, ind) -> dict[str, pd.DataFrame]:
     """The measurements, averaged over the texts (each text patched on its own)."""
     resid, heads, paths, used = [], [], [], []
-    L, H = model.cfg.n_layers, model.cfg.n_heads
+    H = model.cfg.n_heads
     for name, text in texts:
         pair = corrupted_pair(model, name, text)
         if pair is None:
@@ -130,8 +137,9 @@ def trace(model, texts, prevs, ind) -> dict[str, pd.DataFrame]:
     }
 
 
-def judge(model_label: str, t: dict, comp: pd.DataFrame, prevs, ind) -> list[dict]:
-    """One verdict per step, each from its own measurement."""
+def judge_steps(model_label: str, t: dict, comp: pd.DataFrame, prevs, ind) -> list[dict]:
+    """One verdict per step, each from its own measurement: dicts of model, step, predicted, measured, verdict
+    ("CONSISTENT", "PARTLY" or "NOT SEEN")."""
     prev = prevs[0]
     out = []
     r = t["resid"]
@@ -166,51 +174,97 @@ def judge(model_label: str, t: dict, comp: pd.DataFrame, prevs, ind) -> list[dic
     row = k[(k.sender_layer == prev[0]) & (k.sender_head == prev[1]) & (k.receiver_layer == ind[0]) & (k.receiver_head == ind[1])]
     rank = int(row.index[0]) + 1
     over = float(row["over_baseline"].iloc[0])
-    out.append(dict(model=model_label, step="4 K-composition (weights)", predicted="the pair is among the top 3 of all pairs, well above random",
-                    measured=f"rank {rank} of {len(k)}, score {row['score'].iloc[0]:.3f} = {over:.1f}x the random baseline {row['baseline'].iloc[0]:.3f}",
+    out.append(dict(model=model_label, step="4 K-composition (weights)",
+                    predicted="the pair is among the top 3 of all pairs, well above random",
+                    measured=f"rank {rank} of {len(k)}, score {row['score'].iloc[0]:.3f} = {over:.1f}x the random baseline "
+                             f"{row['baseline'].iloc[0]:.3f}",
                     verdict="CONSISTENT" if rank <= 3 and over > 2 else "NOT SEEN"))
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = script_parser("trace_induction", __doc__)
+def parser() -> ArgumentParser:
+    """The script's arguments (the defaults are the README's settings)."""
+    p = script_parser(SCRIPT, __doc__)
     p.set_defaults(models=DEFAULT_MODELS)
     p.add_argument("--texts", type=int, default=len(NAME_TEXTS), help="how many of the name texts to trace")
-    a = p.parse_args(argv)
-    t0 = time.time()
-    started = start("trace_induction", a)
-    if started is None:
-        return 2
-    models, out = started
-    verdicts, frames = [], {"resid": [], "heads": [], "paths": [], "composition": []}
+    return p
+
+
+def measure(models: list[NamedModel], args: Namespace) -> dict[str, Any]:
+    """{"models": model, preset, n_blocks; "traced": model -> (previous-token heads, induction head, the ``trace``
+    tables: runs, resid, heads, paths), for every model of two blocks or more; "composition": K-composition of every
+    head pair, per model}."""
+    traced, comps = {}, []
     for nm in models:
         m = nm.model
         if m.cfg.n_layers < 2:
-            print(f"\n{nm.label}: one block, no circuit of two heads to trace")
             continue
         prevs, ind = circuit_heads(m)
-        print(f"\n{nm.label}: previous-token head(s) {', '.join(label(h) for h in prevs)}, induction head {label(ind)} "
+        traced[nm.label] = (prevs, ind, trace(m, NAME_TEXTS[: args.texts], prevs, ind))
+        comps.append(composition_table(m, modes=("K",)).assign(model=nm.label))
+    return {"models": models_frame(models), "traced": traced,
+            "composition": pd.concat(comps, ignore_index=True) if comps else pd.DataFrame()}
+
+
+def judge(measured: dict[str, Any]) -> list[Claim]:
+    """One claim per model and step (``judge_steps``): the part is the step, ``ours`` what was measured, the evidence
+    what the chapter's story predicts there and the tables it rests on."""
+    out = []
+    for label, (prevs, ind, t) in measured["traced"].items():
+        comp = measured["composition"]
+        comp = comp[comp["model"] == label].drop(columns="model").reset_index(drop=True)
+        for v in judge_steps(label, t, comp, prevs, ind):
+            out.append(Claim(claim=CLAIM, chapter="", ours=v["measured"], verdict=v["verdict"], command=COMMAND, model=label,
+                             part=v["step"], evidence={"predicted": v["predicted"], "composition": comp, **t}))
+    return out
+
+
+def steps_frame(claims: list[Claim]) -> pd.DataFrame:
+    """The claims as the table the script prints and writes: model, step, predicted, measured, verdict."""
+    return pd.DataFrame([{"model": c.model, "step": c.part, "predicted": c.evidence["predicted"], "measured": c.ours,
+                          "verdict": c.verdict} for c in claims], columns=["model", "step", "predicted", "measured", "verdict"])
+
+
+def report(measured: dict[str, Any], claims: list[Claim], args: Namespace, out: Path) -> None:
+    """Print each model's runs, patching tables and composition scores, then the steps' verdicts; write the CSVs."""
+    frames = {"resid": [], "heads": [], "paths": []}
+    for r in measured["models"].itertuples():
+        name = r.model
+        if name not in measured["traced"]:
+            print(f"\n{name}: one block, no circuit of two heads to trace")
+            continue
+        prevs, ind, t = measured["traced"][name]
+        print(f"\n{name}: previous-token head(s) {', '.join(label(h) for h in prevs)}, induction head {label(ind)} "
               "(by scores)")
-        t = trace(m, NAME_TEXTS[: a.texts], prevs, ind)
-        print_table(t["runs"], f"{nm.label}: metric (log-probability of the name's second token, nats) on each run")
-        print_table(t["resid"].round(3), f"{nm.label}: residual patching score summed over each region, by layer (resid_pre)")
-        print_table(t["heads"].sort_values("score", ascending=False).head(5).round(3), f"{nm.label}: heads' outputs patched, top 5")
+        print_table(t["runs"], f"{name}: metric (log-probability of the name's second token, nats) on each run")
+        print_table(t["resid"].round(3), f"{name}: residual patching score summed over each region, by layer (resid_pre)")
+        print_table(t["heads"].sort_values("score", ascending=False).head(5).round(3), f"{name}: heads' outputs patched, top 5")
         print_table(t["paths"].sort_values("score", ascending=False).head(5).round(3),
-                    f"{nm.label}: path patching, each earlier head -> {label(ind)} keys, top 5")
-        comp = composition_table(m, modes=("K",))
-        print_table(comp.head(5).round(3), f"{nm.label}: K-composition, top 5 pairs of {len(comp)}")
-        v = judge(nm.label, t, comp, prevs, ind)
-        verdicts += v
-        for key in ("resid", "heads", "paths"):
-            frames[key].append(t[key].assign(model=nm.label))
-        frames["composition"].append(comp.assign(model=nm.label))
-    if verdicts:
-        vd = pd.DataFrame(verdicts)
+                    f"{name}: path patching, each earlier head -> {label(ind)} keys, top 5")
+        comp = measured["composition"]
+        comp = comp[comp["model"] == name].drop(columns="model")
+        print_table(comp.head(5).round(3), f"{name}: K-composition, top 5 pairs of {len(comp)}")
+        for key in frames:
+            frames[key].append(t[key].assign(model=name))
+    if claims:
+        vd = steps_frame(claims)
         print_table(vd, "the chapter's story, step by step")
         vd.to_csv(out / "verdicts.csv", index=False)
-        for key, name in (("resid", "trace_resid"), ("heads", "trace_heads"), ("paths", "trace_paths"),
-                          ("composition", "composition")):
-            pd.concat(frames[key]).to_csv(out / f"{name}.csv", index=False)
+        for key, fname in (("resid", "trace_resid"), ("heads", "trace_heads"), ("paths", "trace_paths")):
+            pd.concat(frames[key]).to_csv(out / f"{fname}.csv", index=False)
+        measured["composition"].to_csv(out / "composition.csv", index=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure, judge and report; returns the exit status (2: no checkpoint could be loaded)."""
+    a = parser().parse_args(argv)
+    t0 = time.time()
+    started = start(SCRIPT, a)
+    if started is None:
+        return 2
+    models, out = started
+    measured = measure(models, a)
+    report(measured, judge(measured), a, out)
     print(f"\nwrote {out} in {time.time() - t0:.0f} s")
     return 0
 

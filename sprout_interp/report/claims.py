@@ -33,6 +33,8 @@ class Claim:
     ``model``: the model measured ("" for a claim about several); ``part``: which part of the claim when a
     script judges several parts, each from its own measurement ("" otherwise). ``headline``: False for a
     judgement the script prints but the README's table leaves out (held-out repeats, side figures).
+    ``brief``: what the README's table shows in place of ``ours`` when the console's line is too long for it
+    ("" : ``ours``).
     """
 
     claim: str
@@ -44,6 +46,7 @@ class Claim:
     model: str = ""
     part: str = ""
     headline: bool = True
+    brief: str = ""
 
     @property
     def who(self) -> str:
@@ -79,8 +82,8 @@ def claims_markdown(claims: Sequence[Claim]) -> str:
     lines = [HEADER]
     for (claim, chapter, command), cs in rows.items():
         head = f"{claim} (chapter: {chapter})" if chapter else claim
-        ours = "; ".join((f"{c.who}: " if c.who else "") + (f"{c.ours}: " if c.ours else "") + f"**{c.verdict}**"
-                         for c in cs)
+        ours = "; ".join((f"{c.who}: " if c.who else "") + (f"{c.brief or c.ours}: " if c.brief or c.ours else "")
+                         + f"**{c.verdict}**" for c in cs)
         lines.append(f"| {_cell(head)} | {_cell(ours)} | `{_cell(command)}` |")
     return "\n".join(lines) + "\n"
 

@@ -12,17 +12,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-from sprout_model.checkpoint import SHIPPED
-from sprout_model.info import total_steps
-from sprout_model.presets import PRESETS
 
 from sprout_interp.core.errors import CheckpointNotFoundError, SproutError
 from sprout_interp.plots.common import PLOTLY_JS, plotly_js, save_figure
+from sprout_model.checkpoint import SHIPPED
+from sprout_model.info import total_steps
+from sprout_model.presets import PRESETS
 
 __all__ = [
     "PLOTLY_JS",
     "SHIPPED",
     "NamedModel",
+    "candidates_left_out",
     "evidence_table",
     "held_out",
     "load_models",
@@ -35,6 +36,7 @@ __all__ = [
     "print_table",
     "save_figure",
     "script_parser",
+    "set_threads",
     "slug",
     "start",
 ]
@@ -42,6 +44,8 @@ __all__ = [
 
 @dataclass
 class NamedModel:
+    """A loaded model with the label a script's tables call it by."""
+
     label: str  # what tables call it: the shipped name, else the preset (or folder) name, made unique
     preset: str | None  # "gpt-1" / "gpt-4" / "sprout" when the architecture is one of the chapter's, else None
     model: object  # HookedSprout
@@ -110,9 +114,8 @@ def held_out(model, args, stream=None):
     """The script's held-out sample for ``model``: ``validation_sample(model.tokenizer, args.n, args.length,
     args.seed)`` from the corpus named in the checkpoint's train.json (default "default"); None, with a
     note on ``stream`` (stderr), when the corpus packages are not installed."""
-    from sprout_model.corpus import CorpusError
-
     from sprout_interp.core.texts import held_out_for
+    from sprout_model.corpus import CorpusError
 
     global _held_out_note_shown
     try:
@@ -182,15 +185,20 @@ def script_parser(name: str, description: str | None):
     return p
 
 
+def set_threads(n: int | None) -> None:
+    """Run torch on ``n`` CPU threads (None or 0: leave torch's default)."""
+    import torch
+
+    if n:
+        torch.set_num_threads(n)
+
+
 def start(name: str, args) -> tuple[list[NamedModel], Path] | None:
     """Apply --threads, load --models (reporting what is missing) and make the output folder.
 
     Returns (models, output folder), or None after printing why nothing could be loaded.
     """
-    import torch
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     models = load_models(args.models)
     if not models:
         print("no checkpoint could be loaded; train one (python -m sprout_model.train --preset NAME) and pass "
@@ -244,3 +252,12 @@ def models_frame(models: Sequence[NamedModel]) -> pd.DataFrame:
     what a script's judge needs to know about the models it measured."""
     return pd.DataFrame({"model": [nm.label for nm in models], "preset": [nm.preset for nm in models],
                          "n_blocks": [int(nm.model.cfg.n_layers) for nm in models]})
+
+
+def candidates_left_out(circuit) -> pd.DataFrame:
+    """The previous-token candidates of an ``InductionCircuit`` that its ablations did not choose (each one's
+    ``evidence`` row: heads, scores, ``copying_removed``, ...); empty without evidence."""
+    ev = circuit.evidence
+    if ev is None:
+        return pd.DataFrame()
+    return ev[(ev["role"] == "previous-token candidate") & ~ev["chosen"].astype(bool)]
