@@ -39,7 +39,7 @@ def _inputs(d) -> list[str]:
 
 
 def test_logit_lens_page_in_chromium(chromium, tmp_path):
-    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.actions.action_builder import ActionBuilder
     from selenium.webdriver.common.by import By
 
     with browser.serve("gpt-4", log=tmp_path / "streamlit.log") as url, browser.chrome() as d:
@@ -53,12 +53,17 @@ def test_logit_lens_page_in_chromium(chromium, tmp_path):
         rows = browser.texts(d, f"{GRID_CSS} .yaxislayer-above .ytick text", "textContent")
         assert {"embedding", "block 1", "block 4"} <= set(rows) and "block 5" not in rows
 
-        # clicking a cell selects it (the path AppTest cannot reach): position 3, row "block 2"
-        dx, dy = d.execute_script(f"""
-            const gd = document.querySelector('{GRID_CSS}'), L = gd._fullLayout, r = gd.getBoundingClientRect();
-            return [L.xaxis._offset + L.xaxis.l2p(3) - r.width / 2, L.yaxis._offset + L.yaxis.l2p(2) - r.height / 2];""")
-        grid = d.find_element(By.CSS_SELECTOR, GRID_CSS)
-        ActionChains(d).move_to_element_with_offset(grid, int(dx), int(dy)).pause(0.3).click().perform()
+        # clicking a cell selects it (the path AppTest cannot reach): position 3, row "block 2". The grid is
+        # wider than the page (it scrolls sideways), so the click goes to the cell's point in the viewport
+        # (an offset from the element would start at its visible part's centre, not its own)
+        x, y = d.execute_script(f"""
+            const gd = document.querySelector('{GRID_CSS}'), L = gd._fullLayout;
+            gd.scrollIntoView({{block: 'center', inline: 'start'}});
+            const r = gd.getBoundingClientRect();
+            return [r.left + L.xaxis._offset + L.xaxis.l2p(3), r.top + L.yaxis._offset + L.yaxis.l2p(2)];""")
+        actions = ActionBuilder(d)
+        actions.pointer_action.move_to_location(int(x), int(y)).pause(0.3).click()
+        actions.perform()
         deadline = time.monotonic() + 30
         while _inputs(d)[:1] != ["3"] and time.monotonic() < deadline:
             time.sleep(0.3)
@@ -198,5 +203,6 @@ def test_logit_lens_state_survives_a_reload(chromium, tmp_path):
         q = _query(d)
         assert q["model"] == ["gpt-1"] and q["pos"] == ["4"] and q["row"] == ["0"]
         assert _inputs(d)[:1] == ["4"]
-        rows = browser.texts(d, f"{GRID_CSS} .yaxislayer-above .ytick text", "textContent")
+        rows = d.execute_script(f"return Array.from(document.querySelector('{GRID_CSS}')"
+                                ".querySelectorAll('.yaxislayer-above .ytick text')).map(t => t.textContent);")
         assert set(rows) == {"embedding", "block 1"}  # gpt-1 from the link, not the server's default model
