@@ -1,6 +1,7 @@
 """Shared fixtures: tiny random models for unit tests; the shipped checkpoints for integration tests."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -11,6 +12,30 @@ import torch
 
 from sprout_interp.core.hooked import HookedSprout
 from sprout_model import GPT, Config
+
+
+@contextlib.contextmanager
+def unchecked_types():
+    """Inside, the run-time type checks (pyproject's jaxtyping option) are off: for a line that passes invalid
+    input on purpose, to check the library's own error message."""
+    import jaxtyping
+
+    before = jaxtyping.config.jaxtyping_disable
+    jaxtyping.config.update("jaxtyping_disable", True)
+    try:
+        yield
+    finally:
+        jaxtyping.config.update("jaxtyping_disable", before)
+
+
+@pytest.fixture(autouse=True)
+def _type_checks(request):
+    """Run-time type checks stay on, except in tests marked ``unchecked_types`` (invalid input on purpose)."""
+    if request.node.get_closest_marker("unchecked_types") is None:
+        yield
+        return
+    with unchecked_types():
+        yield
 
 
 def tiny_config(**overrides) -> Config:

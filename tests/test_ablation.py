@@ -334,6 +334,7 @@ def test_plain_gpt_is_accepted(gpt, toks):
     assert len(df) == 1
 
 
+@pytest.mark.unchecked_types
 def test_errors_say_what_to_do(hooked, toks):
     with pytest.raises(AblationError, match=r"layers 0\.\.2 in code .*heads per block, numbered 0\.\.1"):
         ablate(hooked, toks, [(9, 0)])

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import unchecked_types
 
 import sprout_interp as si
 from sprout_interp import HookedSprout
@@ -41,7 +42,7 @@ def test_table_and_baseline(model):
     assert (t["receiver_layer"] > t["sender_layer"]).all() and (t["sender_block"] == t["sender_layer"] + 1).all()
     base = C.random_baseline(model, "K", samples=16)
     assert 0 < base < 1 and t["baseline"].iloc[0] > 0
-    with pytest.raises(si.SproutError, match="mode"):
+    with unchecked_types(), pytest.raises(si.SproutError, match="mode"):
         C.composition_scores(model, "O")
 
 

@@ -209,6 +209,7 @@ def test_tokenizer_from_path(tok, tmp_path):
         hf_tokenizer(tmp_path / "missing.json")
 
 
+@pytest.mark.unchecked_types
 def test_errors_are_sprout_errors(tok):
     torch.manual_seed(0)
     wrong_vocab = GPT(tiny_config(vocab_size=64)).eval()

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_config
+from conftest import tiny_config, unchecked_types
 
 from sprout_interp.core.errors import (
     ContextLengthError,
@@ -500,7 +500,7 @@ def test_return_types_and_loss(hooked, tiny_model, toks):
     assert torch.equal(both[0], logits) and torch.equal(both[1], loss)
     assert hooked(toks, return_type=None) is None
     assert torch.equal(hooked(toks[0]), logits[:1])  # (pos,) is a batch of one
-    with pytest.raises(SproutError):
+    with unchecked_types(), pytest.raises(SproutError):
         hooked(toks, return_type="probs")
 
 
@@ -537,6 +537,7 @@ def test_stop_and_start_at_layer(hooked, toks):
     assert torch.equal(hooked(patched, start_at_layer=1), hooked_logits)
 
 
+@pytest.mark.unchecked_types
 def test_token_input_errors(hooked):
     with pytest.raises(ContextLengthError, match="33 tokens.*32"):
         hooked(torch.zeros(1, 33, dtype=torch.long))
@@ -687,7 +688,7 @@ def test_transformer_lens_cache_helpers(hooked, toks):
 def test_construction_and_copies(tiny_model, tokenizer300, toks):
     with pytest.raises(VocabularyMismatchError, match="300.*64"):
         HookedSprout(tiny_model, tokenizer=tokenizer300)
-    with pytest.raises(SproutError):
+    with unchecked_types(), pytest.raises(SproutError):
         HookedSprout(torch.nn.Linear(2, 2))
     loaded = SimpleNamespace(model=tiny_model, tokenizer=None, info={"steps": 3}, name="tiny", source="/x")
     m = HookedSprout.from_loaded(loaded)

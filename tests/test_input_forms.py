@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import tiny_config
 
 import sprout_interp as si
 from sprout_interp import HookedSprout
-from sprout_interp.circuits import ablation
+from sprout_interp.circuits import ablation, replacements
 from sprout_model import GPT
 from sprout_model.tokenizer import train_tokenizer
-from conftest import tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def test_default_mean_reference_is_built_once_per_model(worded, monkeypatch):
         calls.append(model)
         return ref
 
-    monkeypatch.setattr(ablation, "default_reference", fake_reference)
+    monkeypatch.setattr(replacements, "default_reference", fake_reference)  # where head_means looks it up
     first = ablation.head_means(worded)
     again = ablation.head_means(worded)
     assert len(calls) == 1 and torch.equal(first, again)

@@ -64,6 +64,7 @@ def test_default_is_every_block_alone_and_padding_is_not_counted(gpt, toks):
     assert (a["loss"] - b["loss"]).abs().max() < 1e-5
 
 
+@pytest.mark.unchecked_types
 @pytest.mark.parametrize("groups", [[3], [[]], [[0, -1]], ["1"]])
 def test_bad_groups_say_the_convention(gpt, toks, groups):
     with pytest.raises(AblationError, match="0-indexed"):

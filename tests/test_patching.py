@@ -114,6 +114,7 @@ def test_user_hooks_are_honoured(model, pair):
     assert hooked["value"].tolist() != plain["value"].tolist()
 
 
+@pytest.mark.unchecked_types
 def test_bad_inputs_get_clear_messages(model, pair):
     clean, corrupted = pair
     with pytest.raises(P.PatchingError, match="same length"):

@@ -340,10 +340,10 @@ def sweep_macs(cfg, seq_len: int, read: Optional[float] = None, prefix: Optional
     P = seq_len if prefix is None else prefix
     trim = read <= _TRIM_SHARE * P
 
-    def block(t: int) -> float:
+    def block(t: int) -> int:
         return t * (4 * d * d + 3 * d * f) + d * t * (t + 1)  # causal: query i meets i+1 keys, twice (QK, AV)
 
-    def tail(t: float) -> float:
+    def tail(t: float | int) -> float | int:
         return t * (d * d + 3 * d * f)  # W_O and the MLP of the ablated head's block
 
     # the last block where the metric reads few positions: K, V everywhere, the rest only where it reads
@@ -414,7 +414,7 @@ def attribution_sweep(
     return df
 
 
-def spearman(a: Iterable[float], b: Iterable[float]) -> float:
+def spearman(a: Iterable[float | int], b: Iterable[float | int]) -> float:
     """Spearman rank correlation (average ranks for ties); NaN when either side is constant."""
     x, y = pd.Series(list(a), dtype=float).rank(), pd.Series(list(b), dtype=float).rank()
     if len(x) < 2 or x.std() == 0 or y.std() == 0:

@@ -387,7 +387,8 @@ def _effect_row(condition: str, role: str, heads: Sequence[Head], r: dict, clean
     )
 
 
-def _effects_frame(rows: list[dict], clean: dict, measurer: _Measurer, induction_head: Optional[Head]) -> pd.DataFrame:
+def _effects_frame(rows: list[dict], clean: dict, measurer, induction_head: Optional[Head]) -> pd.DataFrame:
+    # measurer: a _Measurer, or anything with its attributes (the tests pass a stand-in)
     df = pd.DataFrame(rows)
     for c in ("layer", "block", "head"):
         df[c] = df[c].astype("Int64")

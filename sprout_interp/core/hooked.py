@@ -598,13 +598,13 @@ class HookedSprout(HookedRootModule):
 
     def forward(
         self,
-        input: Union[str, Sequence[str], Int[Tensor, "batch pos"], Float[Tensor, "batch pos d_model"]],
+        input: Union[str, Sequence[str], Int[Tensor, "*batch pos"], Float[Tensor, "batch pos d_model"]],
         return_type: Optional[Literal["logits", "loss", "both"]] = "logits",
         loss_per_token: bool = False,
         prepend_bos: bool = False,
         start_at_layer: Optional[int] = None,
         stop_at_layer: Optional[int] = None,
-        tokens: Optional[Int[Tensor, "batch pos"]] = None,
+        tokens: Optional[Int[Tensor, "*batch pos"]] = None,
         attention_mask: Optional[Bool[Tensor, "batch pos"]] = None,
         truncate: bool = False,
     ):
@@ -769,7 +769,7 @@ class HookedSprout(HookedRootModule):
     @torch.no_grad()
     def generate(
         self,
-        input: Union[str, Int[Tensor, "batch pos"]],
+        input: Union[str, Int[Tensor, "*batch pos"]],
         max_new_tokens: int = 32,
         temperature: float = 0.8,
         top_k: Optional[int] = None,

@@ -229,9 +229,9 @@ def lens_log_probs(model, tokens: Int[Tensor, "batch pos"], lens: str | TunedLen
 @torch.no_grad()
 def logit_lens(
     model,
-    tokens: Int[Tensor, "batch pos"],
+    tokens: Int[Tensor, "*batch pos"] | str | list[str],
     k: int = 5,
-    attention_mask: Bool[Tensor, "batch pos"] | None = None,
+    attention_mask: Bool[Tensor, "*batch pos"] | None = None,
     chunk: int | None = 512,
     lens: str | TunedLens = "logit",
 ) -> LogitLens:

@@ -275,7 +275,7 @@ def train_tuned_lens(
     momentum: float = 0.9,
     weight_decay: float = 1e-3,
     seed: int = 0,
-    val_tokens: Optional[Int[Tensor, "batch pos"]] = None,
+    val_tokens: Optional[Int[Tensor, "val_batch val_pos"]] = None,
     progress: bool = True,
     extra_info: Optional[dict] = None,
 ) -> TunedLens:
