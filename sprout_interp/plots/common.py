@@ -18,7 +18,11 @@ def escape_label(s: str) -> str:
 
 
 def show_token(s: str) -> str:
-    """A token string made visible in a cell: newlines as ↵, tabs as ⇥, a lone space as ␣; < > & escaped."""
+    """A token string made visible in a cell: newlines as ↵, tabs as ⇥, a lone space as ␣; < > & escaped.
+
+    >>> show_token(" "), show_token("<b>\\n")
+    ('␣', '&lt;b&gt;↵')
+    """
     s = s.replace("\n", "↵").replace("\t", "⇥").replace("\r", "")
     return "␣" if s == " " else escape_label(s)
 

@@ -8,7 +8,7 @@ chapter does; ``blocks.{n-1}`` in code).
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -34,7 +34,7 @@ _METRIC_TITLES = {
 _PERCENT = {"confidence", "accuracy"}
 
 
-def _str_tokens(to_str: Optional[Callable[[Sequence[int]], Sequence[str]]], ids: Sequence[int]) -> dict[int, str]:
+def _str_tokens(to_str: Optional[Callable[[Sequence[int]], Sequence[str]]], ids: Iterable[int]) -> dict[int, str]:
     ids = sorted({int(i) for i in ids})
     if to_str is None:
         return {i: f"#{i}" for i in ids}
