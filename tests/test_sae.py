@@ -327,3 +327,53 @@ def test_shipped_middle_layer_sae_meets_the_target_and_refuses_other_models():
     if (SHIPPED / "gpt-4" / "model.safetensors").is_file():
         with pytest.raises(si.SAEMismatchError):
             load_sae(si.load("gpt-4"), folder=_shipped(3))
+
+
+# -- story-feature search ----------------------------------------------------------------------------
+
+
+def test_previous_token_search_finds_a_planted_previous_token_latent(model, sae):
+    """An index built by hand: latent 5 fires exactly at positions after token 7, latent 9 on token 3 itself."""
+    g = torch.Generator().manual_seed(0)
+    t = torch.randint(10, model.cfg.d_vocab, (6, 30), generator=g)
+    t[:, ::4] = 7
+    t[:, 2::7] = 3
+    vals = torch.zeros(6, 30, sae.k)
+    idx = torch.zeros(6, 30, sae.k, dtype=torch.long) + 40
+    after7 = torch.zeros(6, 30, dtype=torch.bool)
+    after7[:, 1:] = t[:, :-1] == 7
+    vals[..., 0] = after7.float() * 2.0
+    idx[..., 0] = 5
+    vals[..., 1] = (t == 3).float()
+    idx[..., 1] = 9
+    index = pages.FeatureIndex(tokens=t, vals=vals, idx=idx, hook_name=sae.hook_name, d_sae=sae.d_sae,
+                               token_strings=[f"#{i}" for i in range(model.cfg.d_vocab)])
+    from sprout_interp.features.search import previous_token_features
+
+    df = previous_token_features(model, sae, index, n=3, min_firings=5)
+    top = df.iloc[0]
+    assert top["feature"] == 5 and top["prev_token"] == "#7"
+    assert top["prev_share"] == pytest.approx(1.0) and top["fires_after"] == pytest.approx(1.0)
+    assert top["after"] == pytest.approx(2.0) and top["elsewhere"] == 0.0
+    assert 9 not in set(df["feature"][df["tracking"] > 0.5])
+
+
+@pytest.mark.integration
+@needs
+def test_name_positions_are_the_names_tokens_and_second_name_search_runs():
+    from sprout_interp.features.search import name_copying_with_features, name_positions, name_texts, second_name_features
+
+    m = si.load("gpt-1")
+    pos = name_positions(m)
+    for (t, occ), d in pos.groupby(["text", "occurrence"]):
+        assert "".join(d.sort_values("piece")["token"]).replace("Ġ", " ").strip() == d["name"].iloc[0]
+    assert set(pos["occurrence"]) == {1, 2}
+    s = SparseAutoencoder.for_model(m, 0, 64, 4)
+    df = second_name_features(m, s, n=4)
+    assert list(df.columns[:3]) == ["layer", "block", "feature"] and len(df) == 4
+    assert (df["score"] == df["second"] - df[["first", "elsewhere"]].max(axis=1)).all()
+    abl = name_copying_with_features(m, s, {"clean": [], "one": [int(df["feature"].iloc[0])]})
+    from sprout_model.evaluation import name_copying
+
+    ref = name_copying(lambda ids: (m(ids), None), m.tokenizer, name_texts())
+    assert abl["second"].iloc[0] == pytest.approx(ref.mean_prob, abs=1e-6)

@@ -113,10 +113,12 @@ def previous_token_features(
 
     For every latent with at least ``min_firings`` firings: ``prev_share`` = the share of its activation mass on
     tokens that follow its most common previous token, ``cur_share`` = the same for its most common current token.
-    Ranked by ``prev_share - cur_share``. Columns: ``layer, block, feature, prev_token, prev_share, cur_token,
+    The candidates with the largest ``prev_share - cur_share`` are ranked by ``tracking`` = ``prev_share`` x
+    ``fires_after``: a latent that tracks the previous token fires (nearly) whenever that token came before, and
+    (mostly) only then. Columns: ``layer, block, feature, prev_token, prev_share, cur_token,
     cur_share, distinct_current`` (distinct tokens it fires on after ``prev_token``), ``after`` (its mean
     activation at positions after ``prev_token``), ``elsewhere`` (its mean activation at every other position),
-    ``fires_after`` (share of positions after ``prev_token`` on which it fires), ``firings``.
+    ``fires_after`` (share of positions after ``prev_token`` on which it fires), ``firings``, ``tracking``.
     """
     index = index_features(model, sae) if index is None else index
     B, T = index.tokens.shape
@@ -146,7 +148,7 @@ def previous_token_features(
     prev_share, prev_tok = top_share(prev)
     cur_share, cur_tok = top_share(cur)
     score = torch.where(firings >= min_firings, prev_share - cur_share, torch.full_like(prev_share, -2.0))
-    top = torch.topk(score, n).indices.tolist()
+    top = torch.topk(score, min(max(5 * n, 50), sae.d_sae)).indices.tolist()  # candidates, re-ranked below
     strings = index.token_strings
     real = torch.ones(B, T, dtype=torch.bool) if index.mask is None else index.mask
     rows = []
@@ -167,6 +169,9 @@ def previous_token_features(
             firings=int(firings[f]),
         ))
     df = pd.DataFrame(rows)
+    df["tracking"] = df["prev_share"] * df["fires_after"].fillna(0)
+    df = df[df["firings"] >= min_firings].sort_values("tracking", ascending=False, kind="stable").head(n)
+    df = df.reset_index(drop=True)
     df.attrs.update(n_tokens=index.n_tokens, units="shares of activation mass; after/elsewhere: mean activation")
     return df
 
