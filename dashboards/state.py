@@ -219,10 +219,8 @@ def save_upload(files) -> str:
 
 def is_upload(key: str) -> bool:
     """Whether a model key is an uploaded checkpoint's folder or file."""
-    try:
-        return Path(key.partition(TOKENIZER_SEP)[0]).resolve().is_relative_to(_upload_dir().resolve())
-    except (OSError, ValueError):
-        return False
+    # by its text only: a typed path is never resolved here (it may be a symlink loop, or not exist)
+    return key.partition(TOKENIZER_SEP)[0].startswith(str(_upload_dir()) + os.sep)
 
 
 def shown_key(key: str) -> str:

@@ -25,6 +25,9 @@ if m is None:
     st.stop()
 key = state.model_key()
 c = st.columns(2)
+for param, k in (("clean", "patch_clean"), ("corrupted", "patch_corrupted"), ("answer", "patch_answer"),
+                 ("wrong", "patch_wrong")):
+    state.bind(param, k, lambda raw: raw[: state.MAX_URL_TEXT])
 st.session_state.setdefault("patch_clean", CLEAN)
 st.session_state.setdefault("patch_corrupted", CORRUPTED)
 clean = state.clean_text(c[0].text_area("clean text", key="patch_clean", height=110))
