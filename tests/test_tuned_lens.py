@@ -180,11 +180,28 @@ def test_trajectories_table(tiny_model, tmp_path, tokenizer):
     assert len(fig.data) == 2 and fig.data[0].z.shape == (R, 9)
 
 
-def test_tuned_lens_package_cross_check_or_reason():
-    """The ``tuned-lens`` package pins torch and transformers versions that would replace this environment's; where
-    it is importable anyway, its translator maths (h + Linear(h)) must give our logits."""
-    tl = pytest.importorskip("tuned_lens", reason="tuned-lens is not installed here (see the README's Tuned lens)")
-    assert tl  # pragma: no cover
+def test_the_tuned_lens_package_reads_our_translators_as_we_do(hooked):
+    """tuned-lens's own ``TunedLens`` (its translators, ``h + Linear(h)``, then its ``Unembed``: final norm and
+    unembedding), given our translator weights and the GPT's own final norm and head, gives our logits at every
+    row it translates. Its ``Unembed`` cannot be built from the Hugging Face export (its model surgery knows no
+    Qwen3), so it is given the GPT's modules directly."""
+    tl = pytest.importorskip("tuned_lens", reason="tuned-lens is not installed (it is in the test extra)")
+    from tuned_lens.nn.unembed import Unembed
+
+    toks = _toks()
+    ours = _random_lens(hooked, scale=0.2, seed=3)  # far from the identity, so the translators matter
+    unembed = Unembed.__new__(Unembed)
+    torch.nn.Module.__init__(unembed)
+    unembed.final_norm, unembed.unembedding = hooked.model.norm, hooked.model.head
+    theirs = tl.TunedLens(unembed, tl.nn.lenses.TunedLensConfig("sprout-tiny", hooked.cfg.d_model, hooked.cfg.n_layers))
+    for mine, their in zip(ours.translators, theirs.layer_translators):
+        their.weight.data.copy_(mine.weight.data)
+        their.bias.data.copy_(mine.bias.data)
+    stack = residual_stack(hooked, toks)
+    with torch.no_grad():
+        want = ours(hooked, stack)
+        for row in range(hooked.cfg.n_layers):
+            torch.testing.assert_close(theirs(stack[row], row), want[row], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.integration
