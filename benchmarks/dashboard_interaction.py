@@ -74,14 +74,15 @@ INTERACTIONS = {
     "compare": ("views/compare.py", "slider", "cmp_start", (200, 1), "scroll the per-token chart"),
     "patching": ("views/patching.py", "slider", "patch_pos", (38, 39), "graph of another prediction"),
     "positions": ("views/positions.py", "number_input", "pos_m", (50, 51), "move the query"),
+    "features": ("views/features.py", "radio", "feat_how", ("by token", "by number"), "find a feature by token"),
 }
 
 
 def run_model(key: str, path: str | None, text: str, reps: int) -> list[dict]:
     from streamlit.testing.v1 import AppTest
 
-    sessions, first = {}, {}
-    for page, (file, *_rest) in INTERACTIONS.items():
+    sessions, first, pages = {}, {}, dict(INTERACTIONS)
+    for page, (file, kind, wkey, *_rest) in INTERACTIONS.items():
         at = AppTest.from_file(str(APP), default_timeout=900)
         at.session_state["model_choice"] = OWN_PATH if path else key
         if path:
@@ -94,6 +95,11 @@ def run_model(key: str, path: str | None, text: str, reps: int) -> list[dict]:
         first[page] = time.perf_counter() - t
         if at.exception or at.error:
             raise RuntimeError(f"{page}: {[e.value for e in [*at.exception, *at.error]]}")
+        try:
+            getattr(at, kind)(key=wkey)
+        except KeyError:  # the page has nothing to interact with for this model (a features page without an SAE)
+            print(f"note: {page}: no {kind} {wkey!r} on the page for {key}; first load only", file=sys.stderr)
+            del pages[page]
         sessions[page] = at
 
     def interact(page: str, value) -> float:
@@ -107,17 +113,19 @@ def run_model(key: str, path: str | None, text: str, reps: int) -> list[dict]:
             raise RuntimeError(f"{page}: {[e.value for e in [*at.exception, *at.error]]}")
         return dt
 
-    for page, (*_, values, _) in INTERACTIONS.items():  # warm-up: each value once (fills the caches)
+    for page, (*_, values, _) in pages.items():  # warm-up: each value once (fills the caches)
         for v in values:
             interact(page, v)
-    times = {p: [] for p in INTERACTIONS}
+    times = {p: [] for p in pages}
     for r in range(reps):
-        for page, (*_, values, _) in INTERACTIONS.items():
+        for page, (*_, values, _) in pages.items():
             times[page].append(interact(page, values[r % 2]))
+    nan = float("nan")
     return [
-        dict(model=key, page=page, interaction=INTERACTIONS[page][4], first=first[page],
-             median=statistics.median(ts), fastest=min(ts), slowest=max(ts))
-        for page, ts in times.items()
+        dict(model=key, page=page, interaction=INTERACTIONS[page][4] if page in times else "(none: first load only)",
+             first=first[page], median=statistics.median(times[page]) if page in times else nan,
+             fastest=min(times[page]) if page in times else nan, slowest=max(times[page]) if page in times else nan)
+        for page in INTERACTIONS
     ]
 
 

@@ -148,14 +148,17 @@ def problems(driver) -> list[str]:
     return [t for css in (EXCEPTION_CSS, ERROR_CSS) for t in texts(driver, css)]
 
 
-def full_page_screenshot(driver, path: Path, max_height: int = 6000) -> Path:
-    """Resize the window to the page's height (up to ``max_height``) and save a PNG."""
+def full_page_screenshot(driver, path: Path, max_height: int = 9000) -> Path:
+    """Resize the window to the page's height (up to ``max_height``), scroll to the top, and save a PNG."""
     height = driver.execute_script(
         "const m = document.querySelector('[data-testid=\"stMain\"]') || document.body;"
         "return Math.max(m.scrollHeight, document.body.scrollHeight);")
     width = driver.get_window_size()["width"]
     driver.set_window_size(width, min(int(height) + 80, max_height))
     time.sleep(1.0)
+    driver.execute_script("window.scrollTo(0, 0); const m = document.querySelector('[data-testid=\"stMain\"]');"
+                          "if (m) m.scrollTo(0, 0);")
+    time.sleep(0.3)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(path))

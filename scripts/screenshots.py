@@ -27,7 +27,7 @@ PAGES = {
     "ablations": ("/ablations", 1, "run the full sweep", 2),
     "patching": ("/patching", 3, None, 3),
     "compare": ("/compare", 2, None, 2),
-    "positions": ("/positions", 1, None, 1),
+    "positions": ("/positions?qk=model", 3, None, 3),  # a real head beside the random demo
 }
 
 

@@ -229,7 +229,7 @@ def log_axis(values: Sequence[float]) -> dict:
     major = [m * 10.0 ** e for e in range(e0, e1 + 1) for m in mults]
     minor = [m * 10.0 ** e for e in range(e0, e1 + 1) for m in range(1, 10) if m not in mults]
     return {"type": "log", "tickmode": "array", "tickvals": major, "ticktext": [f"{v:g}" for v in major],
-            "minor": {"tickmode": "array", "tickvals": minor, "ticks": "outside", "ticklen": 4, "showgrid": True}}
+            "minor": {"tickmode": "array", "tickvals": minor, "ticks": "outside", "ticklen": 4, "showgrid": False}}
 
 
 def rms_growth_chart(
