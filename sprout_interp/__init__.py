@@ -1,4 +1,5 @@
 """sprout_interp: interpretability toolkit for Sprout, the course's small GPT."""
+from sprout_interp import features as sae  # si.sae.load_sae(m, 3), si.sae.feature_summary(m, sae, f)
 from sprout_interp.circuits import patching  # si.patching.activation_patch(model, clean, corrupted, metric, site=..., by=...)
 from sprout_interp.circuits.ablation import ablate, ablation_sweep, attribution_sweep
 from sprout_interp.circuits.attention import attention_patterns, find_induction_circuit, head_scores
@@ -42,7 +43,7 @@ from sprout_interp.lens.tuned_lens import TunedLens, load_tuned_lens, save_tuned
 load = load_hooked  # si.load("gpt-4") -> HookedSprout
 
 __all__ = [
-    "load", "load_hooked", "HookedSprout", "SproutCache", "load_checkpoint", "LoadedCheckpoint",
+    "load", "load_hooked", "HookedSprout", "SproutCache", "load_checkpoint", "LoadedCheckpoint", "sae",
     "logit_lens", "trajectories", "TunedLens", "load_tuned_lens", "save_tuned_lens", "train_tuned_lens",
     "direct_logit_attribution", "head_token_effects", "patching",
     "composition_scores", "composition_table",
