@@ -95,6 +95,15 @@ def all_patterns(_m, key: str, text: str, n: int):
     return attention.attention_patterns(_m, tokens(_m, text)[:, :n])
 
 
+@st.cache_resource(max_entries=8, show_spinner=False)
+def all_heads_chart(_m, key: str, text: str, n: int, framed: tuple):
+    """The small multiples of every head on the text's first ``n`` tokens, ``framed`` (layer, head) outlined.
+    Built once and shared (plotly takes a while to lay out dozens of panels): callers must not change it."""
+    from sprout_interp.plots.heads import all_heads_figure
+
+    return all_heads_figure(all_patterns(_m, key, text, n), str_tokens(_m, key, text), selected=framed, n=n)
+
+
 @st.cache_data(**_CACHE)
 def head_scores(_m, key: str, text: str):
     """Previous-token / duplicate / induction scores on repeated random tokens and on this text."""

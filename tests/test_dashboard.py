@@ -380,7 +380,7 @@ def test_attention_starts_on_the_induction_head_with_every_head_drawn():
     every = next(c for c in charts(at) if c["layout"]["title"]["text"].startswith("every head"))
     heads = [d for d in every["data"] if d["type"] == "heatmap"]
     assert len(heads) == 4 * 3 and {d["name"] for d in heads} == {f"block {l + 1} head {h}" for l in range(4) for h in range(3)}
-    assert every["layout"]["shapes"]  # the chosen head framed
+    assert every["layout"]["shapes"]  # the detected induction head framed
     hover = [h for h in at.html if "sprout-attn" in h.proto.body]
     assert len(hover) == 1 and "textContent" in hover[0].proto.body  # the text to hover over, offline
 

@@ -8,7 +8,6 @@ import streamlit as st
 
 from sprout_interp.circuits.attention import find_induction_circuit
 from sprout_interp.plots.heads import (
-    all_heads_figure,
     attention_hover_html,
     block_label,
     head_scores_figure,
@@ -47,10 +46,13 @@ st.subheader("Every head at a glance")
 with st.spinner("running the model…"), state.shown_errors("the attention patterns"):
     pats = compute.all_patterns(m, key, text, n)
     strs = compute.str_tokens(m, key, text)
-state.chart(all_heads_figure(pats, strs, selected=(layer, head), n=n), "every head", key="attn_all")
-st.caption(f"One small pattern per head, first {n} of {T} tokens, all on one colour scale (0–1); the chosen head "
-           f"is framed in red ({block_label(layer)}, head {head}). Hover shows the tokens and the weight. "
-           f"The detected induction head: {block_label(circ.induction_layer)}, head {circ.induction_head}.")
+    induction = (circ.induction_layer, circ.induction_head)
+    every = compute.all_heads_chart(m, key, text, n, induction)
+state.chart(every, "every head", key="attn_all")
+st.caption(f"One small pattern per head, first {n} of {T} tokens, all on one colour scale (0–1). Framed in red: the "
+           f"detected induction head, {block_label(circ.induction_layer)}, head {circ.induction_head} (the best "
+           "induction score on repeated random tokens). Hover shows the tokens and the weight; the head chosen above "
+           "is drawn large below.")
 
 # -- the chosen head ---------------------------------------------------------------------------
 st.subheader(f"{block_label(layer)}, head {head}")
