@@ -377,3 +377,36 @@ def test_name_positions_are_the_names_tokens_and_second_name_search_runs():
 
     ref = name_copying(lambda ids: (m(ids), None), m.tokenizer, name_texts())
     assert abl["second"].iloc[0] == pytest.approx(ref.mean_prob, abs=1e-6)
+
+
+# -- figures and the claim script -----------------------------------------------------------------
+
+
+def test_figures_build_and_contexts_are_escaped(model, sae):
+    from sprout_interp.plots.features import activation_histogram, context_html, contexts_html, logit_effect_chart
+
+    idx = pages.index_features(model, sae, toks(model, n=3, T=20, seed=2))
+    f = int(idx.density().argmax())
+    s = pages.feature_summary(model, sae, f, idx, n_contexts=3)
+    assert activation_histogram(s).data[0].type == "bar"
+    assert len(logit_effect_chart(s).data[0].x) == len(s.promoted) + len(s.suppressed)
+    html = context_html(["<b>", " &x", "\n"], [0.0, 1.0, 2.0], center=2)
+    assert "<b>" not in html and "&lt;b&gt;" in html and "&amp;x" in html and "↵" in html
+    assert contexts_html(s.contexts).count("<div") == 3
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not _shipped(1).is_dir(), reason="the shipped sprout SAEs are not installed")
+def test_claim_script_prints_the_quality_table_and_a_verdict_per_claim(tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sae_features", Path(__file__).resolve().parents[1] / "analyses"
+                                                  / "sae_features.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--layers", "1", "--n", "2", "--length", "64", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "SAE quality on held-out text" in out and "loss_recovered" in out
+    verdicts = out[out.index("== verdicts =="):]
+    assert verdicts.count("- sprout, layer 1 (block 2)") == 3
+    assert (tmp_path / "quality.csv").is_file() and list(tmp_path.glob("feature_L1_*_contexts.html"))
