@@ -49,7 +49,7 @@ def _as_list(saes: SAEs) -> list[SparseAutoencoder]:
     return out
 
 
-def _check_features(sae: SparseAutoencoder, edits: Mapping[int, float], what: str) -> dict[int, float]:
+def _check_features(sae: SparseAutoencoder, edits: Optional[Mapping[int, float]], what: str) -> dict[int, float]:
     out = {}
     for f, v in (edits or {}).items():
         if not isinstance(f, int) or isinstance(f, bool) or not 0 <= f < sae.d_sae:
