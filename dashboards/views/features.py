@@ -64,11 +64,12 @@ with page_tab:
     left, right = st.columns(2)
     with left:
         if not page.histogram.empty:
-            st.plotly_chart(activation_histogram(page), width="content")
+            st.plotly_chart(activation_histogram(page, title=f"activations when on ({page.frequency:.2%} of tokens)"),
+                            width="content")
         st.markdown("**Tokens it fires on** (share of its top activations)")
         st.dataframe(page.top_tokens, hide_index=True)
     with right:
-        st.plotly_chart(logit_effect_chart(page), width="content")
+        st.plotly_chart(logit_effect_chart(page, title="tokens it promotes and suppresses (W_dec · W_U)"), width="content")
         st.markdown("**The token before** (share of its top activations)")
         st.dataframe(page.top_previous, hide_index=True)
 
