@@ -50,7 +50,7 @@ def logit_effect_chart(summary, title: Optional[str] = None) -> go.Figure:
 def _cell(token: str, act: float, top: float, bold: bool) -> str:
     a = 0.0 if top <= 0 else max(0.0, min(1.0, act / top))
     text = html.escape(token.replace("\n", "↵").replace("\t", "⇥"), quote=True)
-    style = f"background: rgba(217,95,2,{a:.2f}); border-radius: 2px; white-space: pre"
+    style = f"background: rgba(217,95,2,{a:.2f}); border-radius: 2px; white-space: pre-wrap"
     if bold:
         style += "; font-weight: bold; outline: 1px solid #d95f02"
     return f'<span style="{style}" title="{act:.2f}">{text}</span>'
