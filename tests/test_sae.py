@@ -410,3 +410,25 @@ def test_claim_script_prints_the_quality_table_and_a_verdict_per_claim(tmp_path,
     verdicts = out[out.index("== verdicts =="):]
     assert verdicts.count("- sprout, layer 1 (block 2)") == 3
     assert (tmp_path / "quality.csv").is_file() and list(tmp_path.glob("feature_L1_*_contexts.html"))
+
+
+@pytest.mark.integration
+@needs
+def test_training_command_saves_a_folder_load_sae_accepts(tmp_path, capsys):
+    from sprout_interp.core.texts import training_documents
+    from sprout_model.corpus import CorpusError
+
+    try:
+        training_documents()
+    except CorpusError as e:
+        pytest.skip(f"no corpus: {e}")
+    out = tmp_path / "sae"
+    assert train.main(["--model", "gpt-1", "--layer", "0", "--tokens", "3000", "--length", "128", "--epochs", "1",
+                       "--batch-size", "256", "--d-sae", "96", "--k", "4", "--eval-windows", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "collected 3,000 activations" in printed and "loss_recovered" in printed
+    m = si.load("gpt-1")
+    s = load_sae(m, 0, folder=out)
+    cfg = json.loads((out / "cfg.json").read_text())
+    assert s.d_sae == 96 and s.k == 4 and cfg["sprout"]["training"]["steps"] == 3000 // 256
+    assert 0 <= cfg["sprout"]["quality"]["l0"] <= 4 and "Gao" in cfg["sprout"]["recipe"]
