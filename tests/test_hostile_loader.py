@@ -343,6 +343,7 @@ def test_unreadable_file_is_our_error(folder, monkeypatch):
     refused(errors.UnreadablePathError, "model.safetensors", "permission denied", call=lambda: load_checkpoint(folder))
 
 
+@pytest.mark.unchecked_types
 @pytest.mark.parametrize("arg, cls, word", [
     (12345, errors.NotAPathError, "got int"),
     (None, errors.NotAPathError, "got NoneType"),
@@ -357,6 +358,7 @@ def test_arguments_that_are_not_paths(arg, cls, word):
     refused(cls, word, call=lambda: load_checkpoint(arg))
 
 
+@pytest.mark.unchecked_types
 def test_a_tokenizer_argument_of_the_wrong_type(folder):
     refused(errors.NotAPathError, "tokenizer must be", call=lambda: load_checkpoint(folder, tokenizer=42))
 

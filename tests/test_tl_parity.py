@@ -97,6 +97,7 @@ def test_direct_logit_attribution_sums_to_the_logit_difference(gained, ids):
     assert eff.logit.iloc[0] >= eff.logit.iloc[2] and eff.logit.iloc[3] <= eff.logit.iloc[5]
 
 
+@pytest.mark.unchecked_types
 def test_dla_refuses_bad_input(gained, ids):
     with pytest.raises(si.SproutError, match="pos=40"):
         si.direct_logit_attribution(gained, ids[0], 3, pos=40)

@@ -14,11 +14,12 @@ from typing import Optional, Union
 
 import pandas as pd
 import torch
-from jaxtyping import Bool, Int
+from jaxtyping import Bool
 from torch import Tensor
 
 from sprout_interp.core.errors import AblationError
 from sprout_interp.core.hooked import HookedSprout, as_hooked
+from sprout_interp.core.tokens import ModelInput
 
 __all__ = [
     "block_knockout",
@@ -58,7 +59,7 @@ def _check_groups(model: HookedSprout, groups: Optional[Sequence[Group]]) -> lis
 @torch.no_grad()
 def block_knockout(
     model,
-    tokens: Int[Tensor, "batch pos"],
+    tokens: ModelInput,
     groups: Optional[Sequence[Group]] = None,
     attention_mask: Optional[Bool[Tensor, "batch pos"]] = None,
 ) -> pd.DataFrame:

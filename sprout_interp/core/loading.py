@@ -37,6 +37,7 @@ whose message says what to do):
 from __future__ import annotations
 
 import errno
+import io
 import json
 import math
 import os
@@ -50,7 +51,7 @@ import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer
@@ -227,7 +228,7 @@ def _not_regular(p: Path, kind: str) -> NotACheckpointError:
     )
 
 
-def _open_regular(p: Path, limit: int, what: str) -> IO[bytes]:
+def _open_regular(p: Path, limit: int, what: str) -> io.BufferedIOBase:
     """``p`` opened for reading after checking, on the open file itself, that it is a regular file of at
     most ``limit`` bytes (so a FIFO swapped in after a check can neither block nor stream forever)."""
     kind = _kind(p)
@@ -439,7 +440,7 @@ def _allowed_by_torch(full_name: str) -> bool:
         return full_name.startswith("torch.") or full_name in ("collections.OrderedDict", "_codecs.encode")
 
 
-def _scan_pickles(stream: IO[bytes], path: Path, count: int) -> list[str]:
+def _scan_pickles(stream: io.BufferedIOBase, path: Path, count: int) -> list[str]:
     """The classes and functions up to ``count`` pickles in a row name, read statically, never executed.
 
     Stops at the first thing that is not a pickle (a legacy torch file's raw storage bytes). Raises

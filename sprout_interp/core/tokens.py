@@ -27,7 +27,12 @@ from sprout_interp.core.errors import ContextLengthError, SproutError, Tokenizat
 from sprout_model.tokenizer import EOT, TokenizerError
 from sprout_model.tokenizer import encode as _encode
 
+#: What ``HookedSprout.prepare_input`` (and every analysis that takes input through it) accepts: a text, a list of
+#: texts, or token ids ``(pos,)`` / ``(batch, pos)``.
+ModelInput = str | Sequence[str] | Int[Tensor, "*batch pos"]
+
 __all__ = [
+    "ModelInput",
     "EOT",
     "eot_id",
     "encode_text",

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import pandas as pd
 import torch
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import as_hooked
+from sprout_interp.core.tokens import ModelInput
 
 __all__ = [
     "CHAPTER_GPT4_RMS", "CHAPTER_GPT4_GROWTH", "as_hooked", "stream_names", "row_labels",
@@ -76,7 +77,7 @@ def stream_rms(model, tokens) -> Float[Tensor, "row batch pos"]:
 @torch.no_grad()
 def residual_rms(
     model,
-    tokens: str | list[str] | Int[Tensor, "batch pos"],
+    tokens: ModelInput,
     attention_mask: Bool[Tensor, "batch pos"] | None = None,
     per_position: bool = False,
 ) -> pd.DataFrame:
