@@ -34,6 +34,7 @@ MAX_TEXT_CHARS = 100_000  # a typed text is cut here (the model reads at most it
 TYPED = ("own_text", "model_path", "model_tokenizer")  # session keys of what a person types
 UPLOAD = "upload checkpoint files…"
 MAX_UPLOAD_MB = 512  # one upload of checkpoint files (Sprout's own weights are 70 MB in float32)
+MAX_UPLOADS = 8  # upload folders kept on the server; older ones are deleted
 MAX_TEXT_UPLOAD_MB = 1
 MAX_URL_TEXT = 2_000  # a typed text longer than this is not put in the link (links this long are already unwieldy)
 #: the files an upload may hold: a checkpoint folder's, or one weights file
@@ -200,7 +201,11 @@ def save_upload(files) -> str:
     for f in sorted(files, key=lambda f: Path(f.name).name):
         h.update(Path(f.name).name.encode() + b"\0")
         h.update(f.getvalue())
-    folder = _upload_dir() / h.hexdigest()[:24]
+    base = _upload_dir()
+    base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if hasattr(os, "getuid") and (base.is_symlink() or base.stat().st_uid != os.getuid()):
+        raise UploadError(f"The upload folder {base} belongs to someone else: uploads are off on this server.")
+    folder = base / h.hexdigest()[:24]
     w = weights[0]
     # a folder upload keeps the loader's names; a lone weights file keeps its suffix (what the loader reads it by)
     target = {n: n for n in others}
@@ -209,12 +214,30 @@ def save_upload(files) -> str:
     for f in files:
         out = folder / target[Path(f.name).name]
         if not out.is_file() or out.stat().st_size != f.size:
-            tmp = out.with_suffix(out.suffix + ".part")
-            tmp.write_bytes(f.getvalue())
-            tmp.replace(out)
+            # a name of its own per writer (two sessions may upload the same files at once), then one rename
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=out.name + ".", suffix=".part")
+            with os.fdopen(fd, "wb") as part:
+                part.write(f.getvalue())
+            os.replace(tmp, out)
+    os.utime(folder)  # the newest use, for _forget_old_uploads
+    _forget_old_uploads(keep=folder)
     # with its config the folder is a checkpoint folder; otherwise the loader reads the weights file (and a
     # tokenizer.json beside it)
     return str(folder if "config.json" in others else folder / target[w])
+
+
+def _forget_old_uploads(keep: Path, most: int = MAX_UPLOADS) -> None:
+    """Delete all but the ``most`` newest upload folders (``keep`` always stays): uploads must not fill the disk.
+    A model already loaded from a deleted folder stays usable until the cache lets it go."""
+    import shutil
+
+    try:
+        folders = sorted((p for p in _upload_dir().iterdir() if p.is_dir() and p != keep),
+                         key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
+        return
+    for old in folders[max(most - 1, 0):]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def is_upload(key: str) -> bool:
