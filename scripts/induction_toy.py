@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     opt = torch.optim.AdamW([{"params": rest}, {"params": [embed], "lr": a.lr * a.embed_lr}],
                             lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0)
     rng = np.random.default_rng(a.seed)
-    extra = f", the same on the alphabet" if a.alphabet else ""
+    extra = ", the same on the alphabet" if a.alphabet else ""
     print(f"{model.num_params():,} parameters; columns: step, train loss, copying ratio at n = {lengths}{extra}, seconds")
     t0 = time.time()
     for step in range(a.steps + 1):

@@ -9,9 +9,9 @@ from sprout_interp.circuits.composition import composition_scores, composition_t
 from sprout_interp.circuits.knockout import block_knockout
 from sprout_interp.core.errors import (
     AblationError,
-    ExportError,
     CheckpointNotFoundError,
     ContextLengthError,
+    ExportError,
     HookNameError,
     HookOutputError,
     InvalidConfigError,

@@ -7,9 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from conftest import tiny_config
 
-from sprout_model import GPT
-from sprout_model.evaluation import repeated_tokens_batch
 from sprout_interp import HookedSprout
 from sprout_interp.circuits import attention
 from sprout_interp.circuits.ablation import ablate
@@ -26,8 +25,8 @@ from sprout_interp.circuits.attention import (
     specificity,
 )
 from sprout_interp.core.errors import AblationError
-
-from conftest import tiny_config
+from sprout_model import GPT
+from sprout_model.evaluation import repeated_tokens_batch
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "model" / "checkpoints"
 

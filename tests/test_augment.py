@@ -4,7 +4,7 @@ from __future__ import annotations
 import random
 import re
 
-from sprout_model.augment import common_words, find_names, invent_name, randomise_names, splice_name
+from sprout_model.augment import common_words, find_names, randomise_names, splice_name
 
 STORY = ("Holmes looked at Watson. " * 6 + "the quiet garden was quiet and the garden gate was open. " * 25
          + "Holmes smiled, and Watson said nothing to Holmes.")

@@ -21,7 +21,6 @@ from sprout_model.corpus import (
     split_long,
 )
 
-
 # ---------------------------------------------------------------- clean()
 
 def test_clean_normalises_line_endings_and_joins_wrapped_lines():

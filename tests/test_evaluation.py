@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn as nn
-
 from conftest import tiny_config
+
 from sprout_model import GPT, info
 from sprout_model.checkpoint import save_checkpoint
 from sprout_model.evaluation import CopyingLoss, repeated_tokens_batch, repeated_tokens_loss_ratio

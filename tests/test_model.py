@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_config
 
 from sprout_model import GPT, PRESETS, Config, RMSNorm, apply_rope, preset, rope_tables
 from sprout_model.model import Attention, Block, FeedForward
-
-from conftest import tiny_config
 
 FIXTURE = Path(__file__).parent / "fixtures" / "course_model.py"
 

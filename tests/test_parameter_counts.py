@@ -5,11 +5,10 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from conftest import tiny_config
 
 from sprout_interp.anatomy.params import counted_breakdown, param_breakdown
 from sprout_model import GPT
-
-from conftest import tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
