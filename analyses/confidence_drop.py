@@ -51,10 +51,11 @@ COMMAND = f".venv/bin/python analyses/{SCRIPT}.py"
 CH_PEN, CH_FIN = CHAPTER_SPROUT_CONFIDENCE[7], CHAPTER_SPROUT_CONFIDENCE[8]
 ECHO_NEARLY_ALWAYS = 0.9  # what we take "nearly always" to mean
 FLAT = 0.01  # a change of confidence under 1 point is "no clear change"
-STEPS_BACK = "the last block steps back (logit lens)"
+STEPS_BACK = "read through the logit lens, the last block steps back"
 STEPS_BACK_CHAPTER = "\"77% after layer 7, 59% after layer 8\" (Sprout, three texts)"
 TUNED_STEPS_BACK = "the last block steps back, read through the tuned lens"
-ECHO = f"the embedding row repeats the input token (\"nearly always\", taken as >= {pct(ECHO_NEARLY_ALWAYS)})"
+ECHO = "the embedding row repeats the input token"
+ECHO_CHAPTER = f"\"nearly always\", taken as >= {pct(ECHO_NEARLY_ALWAYS)} of positions"
 RIPE = "the right answer often appears before the last block"
 
 
@@ -68,18 +69,20 @@ def parser() -> ArgumentParser:
     return p
 
 
-def measure(models: list[NamedModel], args: Namespace) -> dict[str, Any]:
+def measure(models: list[NamedModel], args: Namespace, claims_only: bool = False) -> dict[str, Any]:
     """{"by_layer": the logit lens's summary per model, text set and row; "claims": one row per model and text set
     (penultimate and final confidence, their drop and ratio, the embedding echo rate, the share of correct
     predictions ripe before the last block, ...); "tuned": penultimate and final confidence through the logit and the
     tuned lens; "first_correct": counts of the block where the next token first becomes top-1; "grids": model ->
-    (the texts' LogitLens, its token labeller, positions shown), for the report's figure}."""
+    (the texts' LogitLens, its token labeller, positions shown), for the report's figure}.
+
+    ``claims_only``: the three texts only (the README table's claims), not the held-out sample."""
     layers, claims, firsts, tuned, grids = [], [], [], [], {}
     for nm in models:
         t = time.time()
         m = nm.model
         sets = [("texts", *m.to_tokens_with_mask(list(TEXTS.values())))]
-        if args.n > 0:
+        if args.n > 0 and not claims_only:
             sample = held_out(m, args)
             if sample is not None:
                 sets.append(("held-out", sample, None))
@@ -143,10 +146,10 @@ def judge(measured: dict[str, Any]) -> list[Claim]:
         note = " (one block: the row before it is the embedding)" if one else ""
         ch = (f"; chapter {pct(CH_PEN)} -> {pct(CH_FIN)} ({100 * (CH_FIN - CH_PEN):+.0f} points, ratio {CH_FIN / CH_PEN:.2f})"
               if c["preset"] == "sprout" and texts else "")
+        step = (f"{c['penultimate_row']} {pct(c['penultimate'], 1)} -> {c['final_row']} {pct(c['final'], 1)} "
+                f"({-100 * c['drop']:+.1f} points, ratio {c['ratio']:.2f})")
         out.append(Claim(claim=STEPS_BACK, chapter=STEPS_BACK_CHAPTER, verdict=_steps_back(c["drop"], one) + note,
-                         ours=f"{c['penultimate_row']} {pct(c['penultimate'], 1)} -> {c['final_row']} {pct(c['final'], 1)} "
-                              f"({-100 * c['drop']:+.1f} points, ratio {c['ratio']:.2f}){ch}",
-                         command=COMMAND, evidence=ev, headline=texts, **who))
+                         ours=step + ch, brief=step, command=COMMAND, evidence=ev, headline=texts, **who))
         tr = tuned.loc[(c["model"], c["text_set"])]
         if tr["lens used"] == "tuned":
             a, b = float(tr["tuned penultimate"]), float(tr["tuned final"])
@@ -156,7 +159,8 @@ def judge(measured: dict[str, Any]) -> list[Claim]:
                              command=COMMAND, evidence={"tuned": tr.to_frame().T}, headline=texts and not one, **who))
         echo = ("REPRODUCED" if c["echo_rate"] >= ECHO_NEARLY_ALWAYS else "PARTLY" if c["echo_rate"] >= 0.5
                 else "NOT reproduced")
-        out.append(Claim(claim=ECHO, chapter="\"nearly always\"", verdict=echo, ours=f"{pct(c['echo_rate'], 1)} of positions",
+        out.append(Claim(claim=ECHO, chapter=ECHO_CHAPTER, verdict=echo, brief=f"{pct(c['echo_rate'], 1)} of positions",
+                         ours=f"{pct(c['echo_rate'], 1)} of positions (\"nearly always\" taken as >= {pct(ECHO_NEARLY_ALWAYS)})",
                          command=COMMAND, evidence=ev, headline=texts, **who))
         ripe = c["share_ripe_before_last"]
         verdict = ("not applicable (one block)" if one else "REPRODUCED" if ripe >= 0.5 else "PARTLY" if ripe > 0
@@ -164,7 +168,8 @@ def judge(measured: dict[str, Any]) -> list[Claim]:
         out.append(Claim(claim=RIPE, chapter="", verdict=verdict, command=COMMAND, evidence=ev, headline=texts and not one,
                          ours=f"{pct(ripe)} of correct predictions were top-1 before the last block "
                               f"(mean first-correct block {c['mean_first_correct_block']:.2f}, final block {c['n_blocks']})",
-                         **who))
+                         brief=f"{pct(ripe)} of correct predictions (mean first-correct block "
+                               f"{c['mean_first_correct_block']:.2f} of {c['n_blocks']})", **who))
     return out
 
 

@@ -168,7 +168,10 @@ def judge(measured: dict[str, Any]) -> list[Claim]:
                  f"PARTLY (a circuit, {c.verdict()} by ablation, in other blocks)")
             out.append(Claim(claim=CIRCUIT, chapter=CIRCUIT_CHAPTER, verdict=v, command=COMMAND, model=who, evidence=ev,
                              part="previous-token head in layer 2 and induction head in layer 3",
-                             ours=f"previous-token head(s) {prev}; {ind}{rtxt}", brief=f"blocks counted from 1{rtxt}"))
+                             ours=f"previous-token head(s) {prev}; {ind}{rtxt}",
+                             brief=f"previous-token head(s) in block "
+                                   f"{', '.join(str(b) for b in sorted({h[0] + 1 for h in c.prev_tokens})) or '-'}, "
+                                   f"the induction head in block {c.induction_block} (the chapter: blocks 2 and 3)"))
         out.append(Claim(claim=CIRCUIT, chapter=CIRCUIT_CHAPTER, verdict=c.verdict(), command=COMMAND, model=who,
                          evidence=ev, part="both parts, each by its own ablation",
                          ours=f"{c.prev_label if c.prev_tokens else 'no previous-token head'} -> {c.induction_label}{rtxt}"))

@@ -27,7 +27,7 @@ from sprout_interp.report.cli import NamedModel, held_out, print_table, save_fig
 SCRIPT = "lens_comparison"
 COMMAND = f".venv/bin/python analyses/{SCRIPT}.py"
 CLAIM = "the tuned lens is closer to the final output than the logit lens at every row before the output"
-CHAPTER = "Belrose et al. 2023; mean KL(final || lens), held-out 8 x 128 tokens, logit -> tuned, nats"
+CHAPTER = "Belrose et al. 2023, not the chapter"
 
 
 def parser() -> ArgumentParser:
@@ -40,9 +40,9 @@ def parser() -> ArgumentParser:
 
 
 def measure(models: list[NamedModel], args: Namespace) -> dict[str, pd.DataFrame]:
-    """{"by_block": model, lens ("logit", or "tuned" where a tuned lens was used), row, block, kl_final,
-    cross_entropy, ... per stream row, the logit lens's rows then the tuned lens's for each model}; models without a
-    held-out sample (the corpus packages not installed) are left out."""
+    """{"settings": the held-out sample's n, length and seed; "by_block": model, lens ("logit", or "tuned" where a
+    tuned lens was used), asked, row, block, kl_final, cross_entropy, ... per stream row, the logit lens's rows then the
+    tuned lens's for each model}; models without a held-out sample (the corpus packages not installed) are left out."""
     rows = []
     for nm in models:
         sample = held_out(nm.model, args)
@@ -57,7 +57,8 @@ def measure(models: list[NamedModel], args: Namespace) -> dict[str, pd.DataFrame
             s.insert(0, "lens", ll.lens)
             s.insert(0, "model", nm.label)
             rows.append(s)
-    return {"by_block": pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()}
+    return {"settings": {"n": args.n, "length": args.length, "seed": args.seed},
+            "by_block": pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()}
 
 
 def _kl(v: float) -> str:
@@ -69,14 +70,16 @@ def judge(measured: dict[str, pd.DataFrame]) -> list[Claim]:
     """Per model: REPRODUCED when the tuned lens's KL to the final output is lower than the logit lens's at every row
     before the output, PARTLY at some, NOT reproduced at none; NOT MEASURED without a tuned lens beside the checkpoint."""
     out = []
-    bb = measured["by_block"]
+    bb, st = measured["by_block"], measured.get("settings")
     if bb.empty:
         return out
+    chapter = CHAPTER + (f"; ours: mean KL(final || lens), held-out {st['n']} x {st['length']} tokens, logit -> tuned, nats"
+                         if st else "")
     for label, d in bb.groupby("model", sort=False):
         lo = d[d["asked"] == "logit"].reset_index(drop=True)
         tu = d[d["asked"] == "tuned"].reset_index(drop=True)
         if tu["lens"].iloc[0] != "tuned":
-            out.append(Claim(claim=CLAIM, chapter=CHAPTER, ours="no tuned lens beside the checkpoint",
+            out.append(Claim(claim=CLAIM, chapter=chapter, ours="no tuned lens beside the checkpoint",
                              verdict="NOT MEASURED", command=COMMAND, model=label, evidence={"by_block": d}))
             continue
         inner = lo["block"] < lo["block"].max()
@@ -86,7 +89,7 @@ def judge(measured: dict[str, pd.DataFrame]) -> list[Claim]:
         v = "REPRODUCED" if n_better == n_rows else "PARTLY" if n_better else "NOT reproduced"
         kls = ", ".join(f"{'embedding' if b == 0 else f'block {b}'} {_kl(x)} -> {_kl(y)}"
                         for b, x, y in zip(lo["block"][inner], lo["kl_final"][inner], tu["kl_final"][inner], strict=True))
-        out.append(Claim(claim=CLAIM, chapter=CHAPTER, verdict=v, command=COMMAND, model=label,
+        out.append(Claim(claim=CLAIM, chapter=chapter, verdict=v, command=COMMAND, model=label,
                          ours=f"lower KL at {n_better} of {n_rows} rows" + (f"; not at blocks {worse}" if worse else "")
                               + f" ({kls})",
                          evidence={"by_block": d}))

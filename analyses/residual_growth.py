@@ -58,10 +58,12 @@ def parser() -> ArgumentParser:
     return p
 
 
-def measure(models: list[NamedModel], args: Namespace) -> dict[str, pd.DataFrame]:
+def measure(models: list[NamedModel], args: Namespace, claims_only: bool = False) -> dict[str, pd.DataFrame]:
     """{"models": model, preset, n_blocks; "rms": model, text_set, block, row, rms, growth per stream row;
     "claims": our RMS beside the chapter's figures (``growth_claims``) per model and text set; "knockout": the loss
-    rise when each block (and the later half together) stops writing to the stream, on the first text set}."""
+    rise when each block (and the later half together) stops writing to the stream, on the first text set}.
+
+    ``claims_only``: the text set the verdicts read and no other (the held-out sample when there is one)."""
     tables, claims, knockouts = [], [], []
     for nm in models:
         m = nm.model
@@ -70,7 +72,8 @@ def measure(models: list[NamedModel], args: Namespace) -> dict[str, pd.DataFrame
             sample = held_out(m, args)
             if sample is not None:
                 sets.append(("held-out", sample, None))
-        sets.append(("texts", *m.to_tokens_with_mask(list(TEXTS.values()))))
+        if not (claims_only and sets):
+            sets.append(("texts", *m.to_tokens_with_mask(list(TEXTS.values()))))
         L = m.cfg.n_layers
         groups = [[l] for l in range(L)] + ([list(range(L // 2, L))] if L >= 4 else [])
         k = block_knockout(m, sets[0][1], groups=groups, attention_mask=sets[0][2])
