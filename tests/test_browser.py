@@ -206,3 +206,41 @@ def test_logit_lens_state_survives_a_reload(chromium, tmp_path):
         rows = d.execute_script(f"return Array.from(document.querySelector('{GRID_CSS}')"
                                 ".querySelectorAll('.yaxislayer-above .ytick text')).map(t => t.textContent);")
         assert set(rows) == {"embedding", "block 1"}  # gpt-1 from the link, not the server's default model
+
+
+def _selectbox_shows(d, label: str) -> str:
+    """The value a selectbox shows on screen (what a person reads, not what the server holds)."""
+    return d.execute_script("""
+        for (const box of document.querySelectorAll('[data-testid="stSelectbox"]')) {
+          const lab = box.querySelector('label');
+          if (lab && lab.innerText.trim() === arguments[0]) {
+            const input = box.querySelector('input');
+            return input ? input.value : box.innerText.replace(lab.innerText, '').trim();
+          }
+        }
+        return null;""", label)
+
+
+def test_logit_lens_picker_and_detail_agree_after_typing_a_text(chromium, tmp_path):
+    """Pick a cell, then type another text: the row picker on screen and the detail panel name the same cell."""
+    from urllib.parse import quote
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    first = "Zorbin Plax came home late from the harbour, and his wife was waiting."
+    with browser.serve("gpt-4", log=tmp_path / "streamlit.log") as url, browser.chrome() as d:
+        d.get(f"{url}/logit_lens?model=gpt-4&text={quote(first)}&pos=5&row=1")
+        browser.wait_for_page(d, n_plots=3, timeout=600)
+        assert _selectbox_shows(d, "row") == "block 1" and "block 1, position 5" in browser.texts(d, "h3")[0]
+        box = d.find_element(By.CSS_SELECTOR, '[data-testid="stSidebar"] textarea')
+        box.send_keys(Keys.END, " Then the boat left again, and the pier was empty.")
+        box.send_keys(Keys.CONTROL, Keys.ENTER)
+        deadline = time.monotonic() + 120
+        while "position 5" in browser.texts(d, "h3")[0] and time.monotonic() < deadline:
+            time.sleep(0.3)
+        browser.wait_for_page(d, n_plots=3, timeout=600)
+        shown = _selectbox_shows(d, "row")
+        detail = browser.texts(d, "h3")[0].strip()
+        assert shown == "block 4" and detail == f"{shown}, position {_inputs(d)[0]}"
+        assert browser.problems(d) == []
