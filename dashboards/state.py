@@ -1,4 +1,13 @@
-"""What every page shares: the chosen model (cached once per process), the chosen text, error display.
+"""What every page shares: the chosen model (cached once per process), the chosen text, error display, the
+URL that keeps a view, the downloads, and uploads.
+
+The URL: the sidebar keeps the model and the text in ``?model=…&text=…``, and a page keeps its main choices
+there with :func:`bind` (a link, a bookmark or a reload restores them); :func:`write_url` writes them after
+every run (``app.py`` calls it, also after ``st.stop()``). Downloads: :func:`chart` draws a figure and adds it to
+the page's one HTML file (:func:`page_downloads`, in the sidebar), :func:`table` draws a table with its CSV
+button; both files are made only when clicked. Uploads (:func:`save_upload`) go to a folder of their own and
+through the same loader as a path. ``-- --no-path-box`` or ``SPROUT_DASHBOARD_NO_PATH_BOX=1`` hides the path box
+(:func:`path_box_allowed`).
 
 Everything a person typed (a path, a text) or that derives from it (a model's name, an error message
 quoting it) is shown through :func:`md` (inside markdown) or :func:`plain` (inside a plotly title or
