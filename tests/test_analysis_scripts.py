@@ -10,18 +10,17 @@ from types import SimpleNamespace
 import plotly.graph_objects as go
 import pytest
 import torch
+from conftest import tiny_config
 from plotly.offline import get_plotlyjs
 
+from sprout_interp.core.texts import TEXTS
+from sprout_interp.report import cli
+from sprout_interp.report.cli import PLOTLY_JS, NamedModel, load_models, plotly_js, save_figure
 from sprout_model import GPT
 from sprout_model.checkpoint import save_checkpoint
 from sprout_model.evaluation import NAME_TEXTS
 from sprout_model.info import total_steps
 from sprout_model.tokenizer import train_tokenizer
-from sprout_interp.report import cli
-from sprout_interp.report.cli import PLOTLY_JS, NamedModel, load_models, plotly_js, save_figure
-from sprout_interp.core.texts import TEXTS
-
-from conftest import tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,6 +40,11 @@ def test_describe_counts_the_steps_of_every_stage():
     assert "5,799 steps" in line and "732 steps" not in line and "2.0M tokens" in line
     fake.info = {}
     assert "steps" not in NamedModel(label="x", preset=None, model=fake).describe()
+
+
+def test_one_slug_for_every_scripts_file_names():
+    assert cli.slug("runs/gpt-4#2") == "runs_gpt-4_2" and cli.slug("sprout") == "sprout"
+    assert not any("def _slug" in p.read_text(encoding="utf-8") for p in (ROOT / "analyses").glob("*.py"))
 
 
 def test_figures_share_one_plotly_js(tmp_path):

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BEGIN", "END", "Claim", "claims_markdown", "read_block", "replace_block", "verdict_line", "verdict_lines"]
+__all__ = ["BEGIN", "END", "HEADER", "Claim", "claims_markdown", "read_block", "replace_block", "verdict_line", "verdict_lines"]
 
 #: the marker comments around the generated claims table in the README
 BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
+#: the table's first two lines
 HEADER = "| claim (chapter) | ours | command |\n|---|---|---|"
 
 
