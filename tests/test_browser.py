@@ -244,3 +244,22 @@ def test_logit_lens_picker_and_detail_agree_after_typing_a_text(chromium, tmp_pa
         detail = browser.texts(d, "h3")[0].strip()
         assert shown == "block 4" and detail == f"{shown}, position {_inputs(d)[0]}"
         assert browser.problems(d) == []
+
+
+def test_figures_download_opens_offline(chromium, tmp_path):
+    """The page's figures file draws every figure from its own inline plotly.js, with the network cut off."""
+    import plotly.graph_objects as go
+
+    from sprout_interp.plots.common import figures_html
+
+    page = tmp_path / "figures.html"
+    page.write_text(figures_html([("a", go.Figure(go.Scatter(x=[0, 1], y=[1, 2]))),
+                                  ("b", go.Figure(go.Heatmap(z=[[1, 2], [3, 4]])))], "offline"), encoding="utf-8")
+    with browser.chrome() as d:
+        d.set_network_conditions(offline=True, latency=0, throughput=0)
+        d.get(page.as_uri())
+        deadline = time.monotonic() + 30
+        while len(d.find_elements("css selector", ".js-plotly-plot .main-svg")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert d.execute_script("return typeof Plotly") == "object"
+        assert len(d.find_elements("css selector", ".js-plotly-plot")) == 2
