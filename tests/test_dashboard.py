@@ -583,3 +583,14 @@ def test_old_uploads_are_deleted(monkeypatch, tmp_path):
         os.utime(tmp_path / f"u{i}", (time.time() - 100 + i, time.time() - 100 + i))
     state._forget_old_uploads(keep=tmp_path / "u0", most=3)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["u0", "u3", "u4"]
+
+
+def test_no_path_box_flag_keeps_the_operators_model(monkeypatch):
+    """``-- --no-path-box --model <path>``: no path box, no typed paths, but the model the server was started with."""
+    folder = str(Path(loading.SHIPPED_DIR) / "gpt-1")
+    monkeypatch.setattr(sys, "argv", ["app.py", "--no-path-box", "--model", folder])
+    at = AppTest.from_file(str(APP), default_timeout=180).switch_page(PAGES["logit_lens"])
+    ok(at.run())
+    options = at.selectbox(key="model_choice").options
+    assert OWN_PATH not in options and folder in options and at.session_state["model_choice"] == folder
+    assert shape(grid(at)["z"])[0] == 2 and not at.sidebar.text_input  # gpt-1, and nowhere to type a path
