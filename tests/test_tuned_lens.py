@@ -215,8 +215,6 @@ def test_shipped_sprout_tuned_lens_is_closer_to_the_output_than_the_logit_lens()
     except Exception as e:  # the corpus packages are the train extra
         pytest.skip(f"no held-out text: {e}")
     kl_logit, kl_tuned = lens_kl(m, None, toks), lens_kl(m, lens, toks)
-    # blocks 0-6 clearly lower; block 7 (KL ~0.02 nats already) ties within 0.005 nats after the shipped
-    # lens's 30,720 training tokens (analyses/lens_comparison.py prints both)
-    assert (kl_tuned[:-2] < kl_logit[:-2]).all(), (kl_logit, kl_tuned)
-    assert kl_tuned[-2] < kl_logit[-2] + 0.005, (kl_logit, kl_tuned)
+    # lower at every row before the output, block 7 included (KL ~0.02 nats there; analyses/lens_comparison.py)
+    assert (kl_tuned[:-1] < kl_logit[:-1]).all(), (kl_logit, kl_tuned)
     assert lens.info["fingerprint"]["config"]["d_model"] == 384

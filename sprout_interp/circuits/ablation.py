@@ -319,7 +319,7 @@ def _fast_sweep(model: HookedSprout, toks, heads, rep: Replacer, bound: BoundMet
     return _sweep_frame(heads, [results[hd] for hd in heads], clean, bound.name, kind, "fast")
 
 
-def sweep_macs(cfg, seq_len: int, read: Optional[float] = None, prefix: Optional[int] = None) -> dict[str, float]:
+def sweep_macs(cfg, seq_len: int, read: Optional[float | int] = None, prefix: Optional[int] = None) -> dict[str, float]:
     """Multiply-adds per sequence of a full single-head sweep (every head alone, plus the clean run), by
     the naive loop and by the fast sweep, counting the matrix products only (norms, RoPE and softmax
     are a few per element).
