@@ -134,3 +134,12 @@ def test_dashboards_and_analyses_do_no_tensor_maths():
                 if isinstance(node, (ast.Import, ast.ImportFrom)):
                     mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
                     assert not any(m == "torch" or m.startswith("torch.") for m in mods), f"{p}:{node.lineno} imports torch"
+
+
+def test_every_sub_package_is_installed():
+    """pyproject's package list names every sub-package, so a non-editable install has the whole library."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    subs = {f"sprout_interp.{p.parent.name}" for p in PKG.glob("*/__init__.py")}
+    assert subs <= listed, f"add {sorted(subs - listed)} to [tool.setuptools] packages in pyproject.toml"

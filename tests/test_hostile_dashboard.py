@@ -153,6 +153,7 @@ def test_undecodable_paths_are_refused_not_crashed_on(path):
 
 def _tiny_checkpoint(folder: Path, tokenizer: bool = True) -> Path:
     import torch
+
     from sprout_model import GPT, Config
     from sprout_model.checkpoint import save_checkpoint
 
