@@ -40,10 +40,10 @@ from sprout_interp.report.cli import (
     held_out,
     pct,
     print_table,
+    run_claim_script,
     save_figure,
     script_parser,
     slug,
-    start,
 )
 
 SCRIPT = "confidence_drop"
@@ -237,17 +237,8 @@ def report(measured: dict[str, Any], claims: list[Claim], args: Namespace, out: 
 
 def main(argv: list[str] | None = None) -> int:
     """Measure, judge and report; returns the exit status (2: no checkpoint could be loaded)."""
-    a = parser().parse_args(argv)
-    t0 = time.time()
-    started = start(SCRIPT, a)
-    if started is None:
-        return 2
-    models, out = started
-    measured = measure(models, a)
-    report(measured, judge(measured), a, out)
-    print(f"\nwrote {out}/by_layer.csv, claims.csv, first_correct.csv, by_layer.html, lens_grid_*.html "
-          f"in {time.time() - t0:.1f}s")
-    return 0
+    return run_claim_script(SCRIPT, argv, parser, measure, judge, report,
+                            wrote="by_layer.csv, claims.csv, first_correct.csv, by_layer.html, lens_grid_*.html")
 
 
 _png_note_shown = False

@@ -56,10 +56,10 @@ from sprout_interp.report.cli import (
     mean_reference,
     pct,
     print_table,
+    run_claim_script,
     save_figure,
     script_parser,
     slug,
-    start,
 )
 from sprout_model.evaluation import repeated_tokens_batch
 
@@ -261,16 +261,7 @@ def report(measured: dict[str, Any], claims: list[Claim], args: Namespace, out: 
 
 def main(argv: list[str] | None = None) -> int:
     """Measure, judge and report; returns the exit status (2: no checkpoint could be loaded)."""
-    a = parser().parse_args(argv)
-    t0 = time.time()
-    started = start(SCRIPT, a)
-    if started is None:
-        return 2
-    models, out = started
-    measured = measure(models, a)
-    report(measured, judge(measured), a, out)
-    print(f"\nwrote {out}/sweeps.csv, circuit.csv, name_copying.csv, sweep_*.html in {time.time() - t0:.1f}s")
-    return 0
+    return run_claim_script(SCRIPT, argv, parser, measure, judge, report, wrote="sweeps.csv, circuit.csv, name_copying.csv, sweep_*.html")
 
 
 def _sweep_specificity(loss_sw: pd.DataFrame, copy_sw: pd.DataFrame, d_vocab: int) -> pd.DataFrame:

@@ -53,10 +53,10 @@ from sprout_interp.report.cli import (
     models_frame,
     pct,
     print_table,
+    run_claim_script,
     save_figure,
     script_parser,
     slug,
-    start,
 )
 from sprout_model.evaluation import repeated_tokens_batch
 
@@ -254,17 +254,8 @@ def report(measured: dict[str, Any], claims: list[Claim], args: Namespace, out: 
 
 def main(argv: list[str] | None = None) -> int:
     """Measure, judge and report; returns the exit status (2: no checkpoint could be loaded)."""
-    a = parser().parse_args(argv)
-    t0 = time.time()
-    started = start(SCRIPT, a)
-    if started is None:
-        return 2
-    models, out = started
-    measured = measure(models, a)
-    report(measured, judge(measured), a, out)
-    print(f"\nwrote {out}/head_scores.csv, circuits.csv, circuit_evidence.csv, head_scores_*.html, induction_pattern_*.html "
-          f"in {time.time() - t0:.1f}s")
-    return 0
+    return run_claim_script(SCRIPT, argv, parser, measure, judge, report,
+                            wrote="head_scores.csv, circuits.csv, circuit_evidence.csv, head_scores_*.html, induction_pattern_*.html")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ Writes by_block.csv, kl_by_block.html and plotly.min.js into out/lens_comparison
 from __future__ import annotations
 
 import sys
-import time
 from argparse import ArgumentParser, Namespace
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import pandas as pd
 from sprout_interp.lens.logit_lens import logit_lens
 from sprout_interp.plots.trajectories import lens_comparison_chart
 from sprout_interp.report.claims import Claim, verdict_lines
-from sprout_interp.report.cli import NamedModel, held_out, print_table, save_figure, script_parser, start
+from sprout_interp.report.cli import NamedModel, held_out, print_table, run_claim_script, save_figure, script_parser
 
 SCRIPT = "lens_comparison"
 COMMAND = f".venv/bin/python analyses/{SCRIPT}.py"
@@ -118,18 +117,8 @@ def report(measured: dict[str, pd.DataFrame], claims: list[Claim], args: Namespa
 
 def main(argv: list[str] | None = None) -> int:
     """Measure, judge and report; returns the exit status (2: no checkpoint or no held-out sample)."""
-    a = parser().parse_args(argv)
-    t0 = time.time()
-    started = start(SCRIPT, a)
-    if started is None:
-        return 2
-    models, out = started
-    measured = measure(models, a)
-    if measured["by_block"].empty:
-        return 2
-    report(measured, judge(measured), a, out)
-    print(f"\nwrote {out}/by_block.csv, kl_by_block.html in {time.time() - t0:.1f}s")
-    return 0
+    return run_claim_script(SCRIPT, argv, parser, measure, judge, report,
+                            wrote="by_block.csv, kl_by_block.html", usable=lambda measured: not measured["by_block"].empty)
 
 
 if __name__ == "__main__":

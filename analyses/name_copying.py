@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import math
 import sys
-import time
 from argparse import ArgumentParser, Namespace
 from pathlib import Path
 
@@ -37,9 +36,9 @@ from sprout_interp.report.cli import (
     models_frame,
     pct,
     print_table,
+    run_claim_script,
     save_figure,
     script_parser,
-    start,
 )
 from sprout_model.evaluation import NAME_TEXTS
 
@@ -202,17 +201,8 @@ def report(measured: dict[str, pd.DataFrame], claims: list[Claim], args: Namespa
 
 def main(argv: list[str] | None = None) -> int:
     """Measure, judge and report; returns the exit status (2: no checkpoint could be loaded)."""
-    a = parser().parse_args(argv)
-    t0 = time.time()
-    started = start(SCRIPT, a)
-    if started is None:
-        return 2
-    models, out = started
-    measured = measure(models, a)
-    report(measured, judge(measured), a, out)
-    print(f"\nwrote {out}/name_tokens.csv, zorbin_pieces.csv, compare_zorbin.csv, names.html, compare_zorbin.html "
-          f"in {time.time() - t0:.1f}s")
-    return 0
+    return run_claim_script(SCRIPT, argv, parser, measure, judge, report,
+                            wrote="name_tokens.csv, zorbin_pieces.csv, compare_zorbin.csv, names.html, compare_zorbin.html")
 
 
 if __name__ == "__main__":

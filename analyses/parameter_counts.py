@@ -21,7 +21,7 @@ from sprout_interp.anatomy.params import (
     param_breakdown,
 )
 from sprout_interp.report.claims import Claim, verdict_lines
-from sprout_interp.report.cli import NamedModel, print_table, script_parser, start
+from sprout_interp.report.cli import NamedModel, print_table, run_claim_script, script_parser
 
 NAME = "parameter_counts"
 COMMAND = f".venv/bin/python analyses/{NAME}.py"
@@ -98,14 +98,7 @@ def report(measured: dict[str, pd.DataFrame], claims: list[Claim], args: Namespa
 
 def main(argv: list[str] | None = None) -> int:
     """Measure, judge and report; returns the exit status (2: no checkpoint could be loaded)."""
-    a = parser().parse_args(argv)
-    started = start(NAME, a)
-    if started is None:
-        return 2
-    models, out = started
-    measured = measure(models, a)
-    report(measured, judge(measured), a, out)
-    return 0
+    return run_claim_script(NAME, argv, parser, measure, judge, report)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 from argparse import ArgumentParser, Namespace
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from sprout_interp.core.texts import TEXTS
 from sprout_interp.lens.residual import CHAPTER_GPT4_GROWTH, CHAPTER_GPT4_RMS, growth_claims, residual_rms
 from sprout_interp.plots import rms_growth_chart
 from sprout_interp.report.claims import Claim, verdict_line
-from sprout_interp.report.cli import NamedModel, held_out, models_frame, print_table, save_figure, script_parser, start
+from sprout_interp.report.cli import NamedModel, held_out, models_frame, print_table, run_claim_script, save_figure, script_parser
 
 SCRIPT = "residual_growth"
 COMMAND = f".venv/bin/python analyses/{SCRIPT}.py"
@@ -188,16 +187,7 @@ def report(measured: dict[str, pd.DataFrame], claims: list[Claim], args: Namespa
 
 def main(argv: list[str] | None = None) -> int:
     """Measure, judge and report; returns the exit status (2: no checkpoint could be loaded)."""
-    a = parser().parse_args(argv)
-    t0 = time.time()
-    started = start(SCRIPT, a)
-    if started is None:
-        return 2
-    models, out = started
-    measured = measure(models, a)
-    report(measured, judge(measured), a, out)
-    print(f"\nwrote {out}/rms.csv, claims.csv, knockout.csv, rms_growth.html in {time.time() - t0:.1f}s")
-    return 0
+    return run_claim_script(SCRIPT, argv, parser, measure, judge, report, wrote="rms.csv, claims.csv, knockout.csv, rms_growth.html")
 
 
 if __name__ == "__main__":

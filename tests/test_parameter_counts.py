@@ -29,9 +29,9 @@ def test_script_reproduces_the_chapter(tmp_path, capsys):
     spec.loader.exec_module(mod)
     assert mod.main(["--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "sprout, total: chapter 17,309,056, ours 17,309,056: REPRODUCED" in out
-    assert "sprout, untied: chapter 20,454,784, ours 20,454,784: REPRODUCED" in out
-    assert "gpt-1: formula = counted parameters for every piece: REPRODUCED (total 2,015,936)" in out
-    assert "gpt-4: formula = counted parameters for every piece: REPRODUCED (total 3,344,576)" in out
+    assert "sprout, total: the chapter's parameter counts: REPRODUCED: chapter 17,309,056, ours 17,309,056" in out
+    assert "sprout, untied: the chapter's parameter counts: REPRODUCED: chapter 20,454,784, ours 20,454,784" in out
+    assert "gpt-1: formula = counted parameters for every piece: REPRODUCED: total 2,015,936" in out
+    assert "gpt-4: formula = counted parameters for every piece: REPRODUCED: total 3,344,576" in out
     assert "DIFFERS" not in out
     assert (tmp_path / "parameter_counts.csv").is_file()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,6 +192,27 @@ def set_threads(n: int | None) -> None:
 
     if n:
         torch.set_num_threads(n)
+
+
+def run_claim_script(script: str, argv: Sequence[str] | None, parser, measure, judge, report, wrote: str = "",
+                     usable=None) -> int:
+    """What every claim script's ``main`` does: parse ``argv`` with ``parser()``, load the models (:func:`start`),
+    ``measure(models, args)``, ``report(measured, judge(measured), args, out)`` and print what was written
+    (``wrote``: the files, relative to the output folder). Returns the exit status: 0, or 2 when no checkpoint
+    could be loaded or ``usable(measured)`` is False (nothing to judge)."""
+    args = parser().parse_args(argv)
+    t0 = time.time()
+    started = start(script, args)
+    if started is None:
+        return 2
+    models, out = started
+    measured = measure(models, args)
+    if usable is not None and not usable(measured):
+        return 2
+    report(measured, judge(measured), args, out)
+    if wrote:
+        print(f"\nwrote {out}/{wrote} in {time.time() - t0:.1f}s")
+    return 0
 
 
 def start(name: str, args) -> tuple[list[NamedModel], Path] | None:
