@@ -27,7 +27,6 @@ composition.csv and verdicts.csv into out/trace_induction/.
 """
 from __future__ import annotations
 
-import time
 from argparse import ArgumentParser, Namespace
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ from sprout_interp import patching as P
 from sprout_interp.circuits.attention import head_scores
 from sprout_interp.circuits.composition import composition_table
 from sprout_interp.report.claims import Claim
-from sprout_interp.report.cli import NamedModel, models_frame, print_table, script_parser, start
+from sprout_interp.report.cli import NamedModel, models_frame, print_table, run_claim_script, script_parser
 from sprout_model.evaluation import NAME_TEXTS
 
 # first tokens swapped in for the name's first token at its first occurrence (the first that is one token
@@ -257,16 +256,8 @@ def report(measured: dict[str, Any], claims: list[Claim], args: Namespace, out: 
 
 def main(argv: list[str] | None = None) -> int:
     """Measure, judge and report; returns the exit status (2: no checkpoint could be loaded)."""
-    a = parser().parse_args(argv)
-    t0 = time.time()
-    started = start(SCRIPT, a)
-    if started is None:
-        return 2
-    models, out = started
-    measured = measure(models, a)
-    report(measured, judge(measured), a, out)
-    print(f"\nwrote {out} in {time.time() - t0:.0f} s")
-    return 0
+    return run_claim_script(SCRIPT, argv, parser, measure, judge, report,
+                            wrote="verdicts.csv, trace_resid.csv, trace_heads.csv, trace_paths.csv, composition.csv")
 
 
 if __name__ == "__main__":

@@ -15,12 +15,8 @@ def _modules() -> list[str]:
 
 
 def _with_examples() -> list[str]:
-    out = []
-    for name in _modules():
-        mod = importlib.import_module(name)
-        if doctest.DocTestFinder().find(mod) and any(t.examples for t in doctest.DocTestFinder().find(mod)):
-            out.append(name)
-    return out
+    finder = doctest.DocTestFinder()
+    return [name for name in _modules() if any(t.examples for t in finder.find(importlib.import_module(name)))]
 
 
 def test_the_library_has_examples():
