@@ -143,3 +143,26 @@ def test_every_sub_package_is_installed():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
     subs = {f"sprout_interp.{p.parent.name}" for p in PKG.glob("*/__init__.py")}
     assert subs <= listed, f"add {sorted(subs - listed)} to [tool.setuptools] packages in pyproject.toml"
+
+
+#: column names the library once used for things the table vocabulary names otherwise (docs/conventions.md)
+RETIRED_COLUMNS = {"position": "pos", "Layer": "layer", "Head": "head", "Block": "block"}
+
+
+def test_tables_use_one_vocabulary():
+    """No module of the library, pages or scripts names a table column with a retired name (a string constant
+    used as a subscript or a dict key, or a keyword of ``dict(...)`` / ``DataFrame(...)``)."""
+    for folder in ("sprout_interp", "dashboards", "analyses"):
+        for p in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+                keys = []
+                if isinstance(node, ast.Subscript):
+                    keys = [node.slice]
+                elif isinstance(node, ast.Dict):
+                    keys = [k for k in node.keys if k is not None]
+                elif isinstance(node, ast.Call):
+                    keys = [ast.Constant(k.arg) for k in node.keywords if k.arg]
+                for k in keys:
+                    if isinstance(k, ast.Constant) and k.value in RETIRED_COLUMNS:
+                        raise AssertionError(f"{p.relative_to(ROOT)}:{node.lineno}: column {k.value!r}; "
+                                             f"the tables call it {RETIRED_COLUMNS[k.value]!r}")

@@ -40,8 +40,8 @@ def models(tok):
 def test_compare_models_probabilities(models, tok):
     df = compare_models(models, TEXT)
     ids = tok.encode(TEXT, add_special_tokens=False).ids
-    assert list(df.columns) == ["position", "context", "token", "one", "two"]
-    assert len(df) == len(ids) - 1 and df["position"].tolist() == list(range(1, len(ids)))
+    assert list(df.columns) == ["pos", "context", "token", "one", "two"]
+    assert len(df) == len(ids) - 1 and df["pos"].tolist() == list(range(1, len(ids)))
     assert df["token"].tolist() == models["one"].to_str_tokens(TEXT)[1:]
     for label, m in models.items():
         with torch.no_grad():
@@ -102,3 +102,25 @@ def test_shipped_compare_models():
     df = compare_models(names, TEXT)
     assert list(df.columns)[3:] == names
     assert ((df[names] >= 0) & (df[names] <= 1)).all().all()
+
+
+def test_every_per_token_table_puts_token_at_pos(models):
+    """One vocabulary across tables: ``token`` is the input token at ``pos`` (0-based), ``context`` the one before
+    and ``next_token`` the one after, whichever function made the table."""
+    from sprout_interp.circuits.per_token import ablation_effect, next_token_table
+    from sprout_interp.lens.logit_lens import trajectories
+
+    m = models["two"]
+    strs = m.to_str_tokens(TEXT)
+    tables = {"compare_models": compare_models(models, TEXT), "next_token_table": next_token_table(m, TEXT),
+              "ablation_effect": ablation_effect(m, TEXT, [(1, 0)]), "trajectories": trajectories(m, TEXT, lenses=("logit",))}
+    for name, df in tables.items():
+        assert "position" not in df.columns, name
+        assert df["pos"].min() >= 0 and df["pos"].max() == len(strs) - 1, name
+        assert all(t == strs[p] for p, t in zip(df["pos"], df["token"])), name
+        if "context" in df:
+            assert all(c == strs[p - 1] for p, c in zip(df["pos"], df["context"])), name
+        if "next_token" in df:
+            last = df["pos"] == len(strs) - 1
+            assert df.loc[last, "next_token"].isna().all(), name  # nothing follows the last token
+            assert all(n == strs[p + 1] for p, n in zip(df.loc[~last, "pos"], df.loc[~last, "next_token"])), name

@@ -33,7 +33,7 @@ def test_next_token_table_matches_the_plain_loss(hooked):
     with torch.no_grad():
         logits = hooked.model(TOKS)[0]
     loss = F.cross_entropy(logits[0, :-1], TOKS[0, 1:], reduction="none")
-    assert list(df["position"]) == list(range(1, 10))
+    assert list(df["pos"]) == list(range(1, 10))
     torch.testing.assert_close(torch.tensor(df["loss"].to_numpy()), loss, atol=1e-5, rtol=0)
     torch.testing.assert_close(torch.tensor(df["prob"].to_numpy()), torch.softmax(logits[0, :-1], -1)
                                .gather(-1, TOKS[0, 1:, None])[:, 0], atol=1e-6, rtol=0)
@@ -67,7 +67,7 @@ def test_token_change_chart(hooked):
     df = ablation_effect(hooked, TOKS, [(0, 0)])
     fig = token_change_chart(df, positions=[2, 3, 4])
     assert isinstance(fig, go.Figure) and len(fig.data[0].x) == 3
-    assert list(fig.data[0].y) == list(df[df["position"].isin([2, 3, 4])]["prob_change"])
+    assert list(fig.data[0].y) == list(df[df["pos"].isin([2, 3, 4])]["prob_change"])
     colors = fig.data[0].marker.color
     assert all((c == "#d62728") == (v < 0) for c, v in zip(colors, fig.data[0].y))
 

@@ -70,7 +70,7 @@ def test_pattern_figure_data():
 
 
 def test_compare_and_name_figures_data():
-    df = pd.DataFrame(dict(position=[1, 2], context=["a", "b"], token=["b", "c"], m1=[0.1, 0.2], m2=[0.3, 0.9]))
+    df = pd.DataFrame(dict(pos=[1, 2], context=["a", "b"], token=["b", "c"], m1=[0.1, 0.2], m2=[0.3, 0.9]))
     df.attrs["models"] = ["m1", "m2"]
     fig = compare_models_figure(df)
     assert [t.name for t in fig.data] == ["m1", "m2"]
@@ -132,7 +132,7 @@ def test_attention_hover_html_keeps_tokens_literal():
 
 
 def test_models_get_distinct_colours_and_thinned_labels():
-    df = pd.DataFrame({"position": range(1, 61), "context": "c", "token": [f"w{i}" for i in range(60)],
+    df = pd.DataFrame({"pos": range(1, 61), "context": "c", "token": [f"w{i}" for i in range(60)],
                        "a": 0.1, "b": 0.2, "c": 0.3})
     fig = compare_models_figure(df, models=["a", "b", "c"])
     colours = [tr.marker.color for tr in fig.data]

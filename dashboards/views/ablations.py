@@ -67,7 +67,7 @@ else:
     n = len(eff)
     width = 60
     state.clamp_state("abl_start", 1, max(n - width + 1, 1))
-    start = st.slider("first predicted token shown", 1, max(n - width + 1, 1), key="abl_start") if n > width else 1
+    start = st.slider("first predicted token shown (pos, 0-based)", 1, max(n - width + 1, 1), key="abl_start") if n > width else 1
     state.chart(token_change_chart(eff, positions=range(start, start + width),
                                    title=f"change in P(actual next token) with {len(heads)} head(s) {kind}-ablated "
                                          f"(tokens {start}–{min(start + width, n + 1) - 1} of {n})"),

@@ -59,7 +59,7 @@ n = len(df)
 width = 40
 state.bind("start", "cmp_start", state.int_in(1, max(n - width + 1, 1)))
 state.clamp_state("cmp_start", 1, max(n - width + 1, 1))
-start = st.slider("first predicted token shown", 1, max(n - width + 1, 1), key="cmp_start") if n > width else 1
+start = st.slider("first predicted token shown (pos, 0-based)", 1, max(n - width + 1, 1), key="cmp_start") if n > width else 1
 label = {k: state.plain(state.shown_key(k)) for k in keys}  # a typed path is a legend entry: literal text, never plotly markup
 state.chart(compare_models_figure(df.rename(columns=label), models=[label[k] for k in keys],
                                   positions=range(start, start + width),

@@ -51,7 +51,7 @@ def compare_models(models, text: str, prepend_bos: bool = False) -> pd.DataFrame
     ``models``: ``{label: model}`` or a list of HookedSprout / shipped names / paths. The models
     must tokenize ``text`` the same way (Sprout's models share one tokenizer).
 
-    Returns one row per predicted token: ``position`` (its index in the text's tokens, from 1),
+    Returns one row per predicted token: ``pos`` (its 0-based input index, from 1),
     ``context`` (the token before it), ``token`` (the token predicted), then one column per model
     label with P(token | everything before it). ``df.attrs["tokens"]`` holds every token string.
     """
@@ -71,7 +71,7 @@ def compare_models(models, text: str, prepend_bos: bool = False) -> pd.DataFrame
             )
         probs = torch.softmax(m(toks.to(m.device))[0, :-1].float(), dim=-1)
         cols[label] = probs.gather(-1, toks[0, 1:, None].to(probs.device))[:, 0].cpu().numpy()
-    df = pd.DataFrame({"position": range(1, toks.shape[1]), "context": strs[:-1], "token": strs[1:], **cols})
+    df = pd.DataFrame({"pos": range(1, toks.shape[1]), "context": strs[:-1], "token": strs[1:], **cols})
     df.attrs.update(tokens=strs, models=list(ms), text=text)
     return df
 

@@ -1,8 +1,9 @@
 """Per-token tables of the actual next token: its probability and loss, clean and with heads ablated.
 
 Small helpers the dashboard (and a notebook) read token by token. One row per *predicted* token:
-``position`` is the index of the predicted token in the text's tokens (from 1; position 0 has
-nothing before it), ``context`` the token before it and ``token`` the token itself. Losses are
+``pos`` is the 0-based input index of the predicted token (from 1; the token at 0 has nothing
+before it), ``token`` that token and ``context`` the token before it (at ``pos - 1``): as in every
+table of the library, ``token`` is the input token at ``pos``. Losses are
 next-token cross-entropies in nats; probabilities are ``exp(-loss)``.
 
 Layer convention for ``heads``: ``(layer, head)`` pairs, layers 0-indexed as in code
@@ -27,12 +28,12 @@ __all__ = ["next_token_table", "ablation_effect"]
 
 def _frame(model, toks: Tensor) -> pd.DataFrame:
     strs = model.to_str_tokens(toks[0]) if model.tokenizer is not None else [f"#{i}" for i in toks[0].tolist()]
-    return pd.DataFrame({"position": range(1, toks.shape[1]), "context": strs[:-1], "token": strs[1:]})
+    return pd.DataFrame({"pos": range(1, toks.shape[1]), "context": strs[:-1], "token": strs[1:]})
 
 
 @torch.no_grad()
 def next_token_table(model, tokens: Int[Tensor, "1 pos"] | str) -> pd.DataFrame:
-    """One row per predicted token of one text: ``position, context, token, prob, loss``.
+    """One row per predicted token of one text: ``pos, context, token, prob, loss``.
 
     ``df.attrs["mean_loss"]`` is the mean loss (nats/token) over the text.
     """
@@ -60,7 +61,7 @@ def ablation_effect(
 ) -> pd.DataFrame:
     """What ablating ``heads`` together does to each actual next token of one text.
 
-    Columns: ``position, context, token, clean_prob, ablated_prob, prob_change`` (ablated − clean),
+    Columns: ``pos, context, token, clean_prob, ablated_prob, prob_change`` (ablated − clean),
     ``clean_loss, ablated_loss, loss_change`` (nats). ``df.attrs``: ``clean_loss``, ``ablated_loss``,
     ``loss_change`` (means over the text), ``heads``, ``kind``. ``kind`` and ``reference`` are as in
     :func:`sprout_interp.circuits.ablation.ablate`.
@@ -76,7 +77,7 @@ def ablation_effect(
     df["prob_change"] = df["ablated_prob"] - df["clean_prob"]
     df["ablated_loss"] = abl.numpy()
     df["loss_change"] = df["ablated_loss"] - df["clean_loss"]
-    df = df[["position", "context", "token", "clean_prob", "ablated_prob", "prob_change",
+    df = df[["pos", "context", "token", "clean_prob", "ablated_prob", "prob_change",
              "clean_loss", "ablated_loss", "loss_change"]]
     c, a = clean.attrs["mean_loss"], float(abl.mean())
     df.attrs.update(clean_loss=c, ablated_loss=a, loss_change=a - c, heads=list(heads), kind=kind)

@@ -309,7 +309,7 @@ def trajectories(model, text, lenses: Sequence[str | TunedLens] = LENSES, k: int
     One record per (lens, stream row, position): ``lens`` (the lens used: "logit" / "tuned"; a missing tuned
     lens gives "logit" rows again, with the notice in ``df.attrs["notices"]``), ``lens_asked``, ``row``,
     ``block`` (1-indexed, 0 = embedding), ``layer`` (0-indexed, -1 = embedding), ``pos``, ``token``,
-    ``next_token`` (None at the last position), ``entropy`` (nats), ``cross_entropy`` (−log p of the actual
+    ``next_token`` (missing, NaN, at the last position), ``entropy`` (nats), ``cross_entropy`` (−log p of the actual
     next token, nats; NaN at the last position), ``kl_to_final`` (KL(final ‖ row), nats), ``top1`` and
     ``top1_prob``. ``text`` is a text or ids ``(pos,)`` / ``(1, pos)``.
     """

@@ -290,15 +290,15 @@ def sweep_heatmap(df: pd.DataFrame, value: str = "change", title: Optional[str] 
 def compare_models_figure(df: pd.DataFrame, models: Optional[Sequence[str]] = None, title: Optional[str] = None,
                           positions: Optional[Sequence[int]] = None) -> go.Figure:
     """Grouped bars: P(actual next token) under each model, one group per token of a ``compare_models`` table."""
-    models = list(models or df.attrs.get("models") or [c for c in df.columns if c not in ("position", "context", "token")])
-    d = df if positions is None else df[df["position"].isin(list(positions))]
-    x = [f"{p}:{_vis(t)}" for p, t in zip(d["position"], d["token"])]
+    models = list(models or df.attrs.get("models") or [c for c in df.columns if c not in ("pos", "context", "token")])
+    d = df if positions is None else df[df["pos"].isin(list(positions))]
+    x = [f"{p}:{_vis(t)}" for p, t in zip(d["pos"], d["token"])]
     fig = go.Figure([go.Bar(name=m, x=x, y=d[m], marker=model_style(i),
                             hovertemplate="%{x}<br>P = %{y:.3f}<extra>" + m + "</extra>") for i, m in enumerate(models)])
     fig.update_layout(barmode="group", title=title or "probability of the actual next token", yaxis_range=[0, 1],
                       width=max(700, 28 * len(x) * max(1, len(models)) // 2), height=450)
     fig.update_yaxes(title="P(token | text before it)")
-    fig.update_xaxes(title="position:token", tickangle=-60, **thinned_ticks(x))
+    fig.update_xaxes(title="pos:token predicted (pos = 0-based input index)", tickangle=-60, **thinned_ticks(x))
     return fig
 
 

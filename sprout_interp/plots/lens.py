@@ -310,8 +310,8 @@ def token_change_chart(
 ) -> go.Figure:
     """Bars of a per-token change (default: the actual next token's probability, ablated − clean), one per
     predicted token of a ``per_token.ablation_effect`` table; ``positions`` picks which (default all)."""
-    d = df if positions is None else df[df["position"].isin([int(p) for p in positions])]
-    x = [f"{p}:{show_token(str(t))}" for p, t in zip(d["position"], d["token"])]
+    d = df if positions is None else df[df["pos"].isin([int(p) for p in positions])]
+    x = [f"{p}:{show_token(str(t))}" for p, t in zip(d["pos"], d["token"])]
     colors = ["#d62728" if v < 0 else "#1f77b4" for v in d[value]]
     hover = [f"{show_token(str(c))} → {show_token(str(t))}" for c, t in zip(d["context"], d["token"])]
     extra = [c for c in ("clean_prob", "ablated_prob") if c in d.columns]
@@ -321,7 +321,7 @@ def token_change_chart(
                            hovertemplate="%{customdata}<br>change %{y:+.3f}<extra></extra>"))
     fig.update_layout(title=title or "change in the probability of the actual next token (ablated − clean)",
                       width=max(700, 22 * len(x) + 200), height=420)
-    fig.update_xaxes(title="position:token predicted", tickangle=-60)
+    fig.update_xaxes(title="pos:token predicted (pos = 0-based input index)", tickangle=-60)
     fig.update_yaxes(title=value)
     return fig
 

@@ -59,7 +59,7 @@ def trajectory_heatmaps(
             hovertemplate="%{y}, token %{x}<br>top-1 %{text}<br>" + label + " %{z:.3f}<extra>" + k + " lens</extra>",
         ), row=1, col=i)
     fig.update_yaxes(title_text="stream row (blocks from 1)", row=1, col=1)
-    fig.update_xaxes(title_text="position:token", tickangle=-60)
+    fig.update_xaxes(title_text="pos:token (pos = 0-based input index)", tickangle=-60)
     fig.update_layout(title=title or f"{label} by row and token: " + " vs ".join(names),
                       height=220 + 28 * df["block"].nunique(), width=max(700, 90 + 48 * df["pos"].nunique() * len(lenses)))
     return fig
