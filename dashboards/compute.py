@@ -111,9 +111,23 @@ def head_scores(_m, key: str, text: str):
 
 
 @st.cache_data(**_CACHE)
+def random_scores(_m, key: str):
+    """Previous-token / duplicate / induction scores on repeated random tokens only (text-independent)."""
+    return attention.head_scores(_m, natural=False, copying=False)
+
+
+@st.cache_data(**_CACHE)
+def ranked_circuit(_m, key: str):
+    """The induction circuit as the head scores on repeated random tokens rank it, not confirmed by ablation
+    (one forward over the random tokens: quick enough for a page's first load)."""
+    return attention.find_induction_circuit(scores=random_scores(_m, key), on="random")
+
+
+@st.cache_data(**_CACHE)
 def circuit(_m, key: str):
-    """The detected induction circuit, from scores on repeated random tokens only (text-independent)."""
-    return attention.find_induction_circuit(_m, on="random")
+    """The detected induction circuit, ranked by the scores on repeated random tokens and confirmed by ablating
+    its candidate heads (text-independent; dozens of forwards: run only when asked)."""
+    return attention.find_induction_circuit(_m, scores=random_scores(_m, key), on="random")
 
 
 @st.cache_data(**_CACHE)

@@ -293,6 +293,46 @@ def test_ablation_kinds_and_sweep():
     assert sweep and shape(sweep[0]["z"]) == (4, 3)  # blocks × heads
 
 
+def _compute():
+    """The dashboard's compute module (the one every page run imports), imported now if no page has run yet."""
+    if "compute" not in sys.modules:
+        sys.path.insert(0, str(APP.parent))
+        import compute  # noqa: F401
+    return sys.modules["compute"]
+
+
+def test_ablations_first_load_ranks_the_heads_and_searches_only_when_asked(monkeypatch):
+    """The first load offers the circuit the head scores rank (no ablation); the confirming search (dozens of
+    forwards) runs once, on the button, and its heads replace the choice."""
+    from sprout_interp.circuits.attention import find_induction_circuit, head_scores
+
+    compute = _compute()
+    real, found = compute.attention.find_induction_circuit, []
+
+    def spy(model=None, *args, **kwargs):
+        circ = real(model, *args, **kwargs)
+        if model is not None:  # with the model: the search that confirms by ablation
+            found.append(circ)
+        return circ
+
+    monkeypatch.setattr(compute.attention, "find_induction_circuit", spy)
+    compute.circuit.clear()
+    at = ok(app("ablations").run())
+    assert found == []  # the first load ran no ablation search
+    m = si.load("gpt-4")
+    ranked = find_induction_circuit(scores=head_scores(m, natural=False, copying=False), on="random")
+    assert at.multiselect(key="abl_heads_gpt-4").value == ranked.heads()
+    assert any("not yet confirmed" in c.value for c in at.caption)
+    at.button(key="abl_confirm_btn").click()
+    ok(at.run())
+    assert len(found) == 1 and found[0].confirmed
+    assert at.multiselect(key="abl_heads_gpt-4").value == found[0].heads()
+    assert any("Confirmed by ablation" in c.value for c in at.caption)
+    ok(at.run())
+    ok(app("ablations").run().button(key="abl_confirm_btn").click().run())  # another session asks too: cached
+    assert len(found) == 1
+
+
 def test_sessions_do_not_see_each_others_ablations():
     """Two sessions share one cached model; one ablating every head leaves the other's numbers clean."""
     clean = ok(app("compare").run()).dataframe[0].value["gpt-4"].iloc[0]

@@ -38,20 +38,47 @@ def _heads(raw: list[str]) -> list[tuple[int, int]] | None:
 
 state.bind("heads", hkey, _heads, lambda v: [f"{l}.{h}" for l, h in v], many=True)
 state.bind("kind", "abl_kind", state.one_of(KINDS))
+
+
+def _first_choice(circ) -> list[tuple[int, int]]:
+    """The circuit's heads, or (none found) the best previous-token head alone."""
+    return circ.heads() if circ.found else [(circ.prev_layer, circ.prev_head)]
+
+
+# The first choice is the circuit as the head scores rank it (one forward over repeated random tokens); confirming
+# it by ablation takes dozens of forwards, so it runs only when asked (the button below), and then replaces it.
+ckey = f"abl_confirm_{key}"  # None: not asked; "asked": run the search now; else the confirmed circuit's summary
+if st.session_state.get(ckey) == "asked":
+    st.session_state[ckey] = None  # a search that fails is shown once; the button then offers it again
+    with st.spinner("confirming the induction circuit by ablation (each candidate head alone, then together)…"), \
+            state.shown_errors("the circuit search"):
+        confirmed = compute.circuit(m, key)
+    st.session_state[hkey] = _first_choice(confirmed)
+    st.session_state[ckey] = confirmed.summary()
 if hkey not in st.session_state:
-    with st.spinner("finding the induction circuit for a first choice…"):
-        try:  # the detected circuit, or (none found) the best previous-token head alone
-            circ = compute.circuit(m, key)
-            st.session_state[hkey] = circ.heads() if circ.found else [(circ.prev_layer, circ.prev_head)]
+    with st.spinner("ranking the heads for a first choice…"):
+        try:
+            st.session_state[hkey] = _first_choice(compute.ranked_circuit(m, key))
         except Exception:  # nothing to suggest: start with nothing chosen
             st.session_state[hkey] = []
 c = st.columns([3, 1])
 heads = c[0].multiselect("heads to ablate (together)", heads_all, key=hkey,
                          format_func=lambda lh: f"{block_label(lh[0])} · head {lh[1]}")
 kind = c[1].radio("kind", KINDS, horizontal=True, key="abl_kind")
+if st.session_state.get(ckey) is None:
+    c = st.columns([3, 1])
+    c[0].caption("First choice: the induction circuit as the head scores on repeated random tokens rank it (the best "
+                 "induction head and the best previous-token head before it), not yet confirmed by ablation.")
+    c[1].button("confirm the circuit by ablation", key="abl_confirm_btn",
+                on_click=lambda: st.session_state.__setitem__(ckey, "asked"),
+                help="Mean-ablates each candidate head alone, then together, measuring the copying and the held-out "
+                     "loss; the confirmed heads replace the choice. Dozens of forwards: tens of seconds on a CPU, "
+                     "once per model.")
+else:
+    st.caption(f"Confirmed by ablation: {state.md(st.session_state[ckey])}")
 if not heads:
-    st.info("Choose one or more heads to ablate. (The first choice offered is the detected induction circuit, or the "
-            "best previous-token head when there is none.)")
+    st.info("Choose one or more heads to ablate. (The first choice offered is the induction circuit the head scores "
+            "rank best, or the best previous-token head when there is none.)")
 else:
     with st.spinner(f"{kind}-ablating {len(heads)} head(s)…"), state.shown_errors("the ablation"):
         eff = compute.ablation_effect(m, key, text, tuple(sorted(heads)), kind)
