@@ -64,6 +64,41 @@ def test_default_is_every_block_alone_and_padding_is_not_counted(gpt, toks):
     assert (a["loss"] - b["loss"]).abs().max() < 1e-5
 
 
+def test_fast_knockout_equals_the_naive_forwards(gpt, toks):
+    """Starting each run from the clean stream entering its group's first block gives the naive forwards'
+    losses exactly (a knocked-out block passes its input on unchanged), with padding too."""
+    m = HookedSprout(gpt)
+    groups = [0, 1, 2, [0, 2], [1, 2], (0, 1, 2)]
+    mask = torch.ones_like(toks, dtype=torch.bool)
+    mask[2, 8:] = False
+    for attention_mask in (None, mask):
+        fast = block_knockout(m, toks, groups=groups, attention_mask=attention_mask)
+        naive = block_knockout(m, toks, groups=groups, attention_mask=attention_mask, method="naive")
+        assert (fast.attrs["method"], naive.attrs["method"]) == ("fast", "naive")
+        assert fast.equals(naive)
+
+
+def test_fast_knockout_runs_the_naive_forwards_when_the_model_is_hooked(gpt, toks):
+    """A hook inside a knocked-out block (here on its resid_mid) runs in the naive forward; the fast runs would
+    skip it, so a hooked model gets the naive forwards."""
+    m = HookedSprout(gpt)
+    m.add_hook("blocks.0.hook_resid_mid", lambda x, hook: x * 2.0)
+    try:
+        hooked = block_knockout(m, toks, groups=[0, [0, 1]])
+        naive = block_knockout(m, toks, groups=[0, [0, 1]], method="naive")
+    finally:
+        m.reset_hooks(including_permanent=True)
+    assert hooked.attrs["method"] == "naive" and hooked.equals(naive)
+    assert not hooked.equals(block_knockout(m, toks, groups=[0, [0, 1]]))  # the hook changed the numbers
+
+
+@pytest.mark.unchecked_types
+def test_unknown_knockout_method():
+    gpt = GPT(tiny_config(n_layer=2, n_head=2)).eval()
+    with pytest.raises(AblationError, match="fast"):
+        block_knockout(HookedSprout(gpt), torch.tensor([[1, 2, 3]]), method="quick")
+
+
 @pytest.mark.unchecked_types
 @pytest.mark.parametrize("groups", [[3], [[]], [[0, -1]], ["1"]])
 def test_bad_groups_say_the_convention(gpt, toks, groups):

@@ -5,12 +5,16 @@ A block is knocked out by zeroing both things it adds to the stream, ``blocks.{l
 It answers "does this block do anything?" (for instance, Sprout's blocks grown from a gpt-4) with one
 number per block, in nats, from exact forwards. Head-level knockouts are in :mod:`sprout_interp.circuits.ablation`.
 
+The default ``method="fast"`` is exact too: a knocked-out block passes its input on unchanged (x + 0 is x), so
+each group's run starts from the clean stream entering its first block (kept from the clean run) instead of
+running the blocks before it again; on Sprout (8 blocks) that is 36 block runs instead of 72.
+
 Layers are 0-indexed in code; tables also carry ``blocks`` counted from 1, as the chapter does.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Optional, Union
+from typing import Literal, Optional, Union
 
 import pandas as pd
 import torch
@@ -18,7 +22,8 @@ from jaxtyping import Bool
 from torch import Tensor
 
 from sprout_interp.core.errors import AblationError
-from sprout_interp.core.hooked import HookedSprout, as_hooked
+from sprout_interp.core.hook_points import act_name
+from sprout_interp.core.hooked import HookedSprout, as_hooked, is_hooked
 from sprout_interp.core.tokens import ModelInput
 
 __all__ = [
@@ -62,6 +67,7 @@ def block_knockout(
     tokens: ModelInput,
     groups: Optional[Sequence[Group]] = None,
     attention_mask: Optional[Bool[Tensor, "batch pos"]] = None,
+    method: Literal["fast", "naive"] = "fast",
 ) -> pd.DataFrame:
     """Mean next-token loss with each group of blocks knocked out (attention and feed-forward outputs zeroed).
 
@@ -70,6 +76,9 @@ def block_knockout(
         groups: the blocks knocked out together, one run per group, each a layer or a list of layers
             (0-indexed); default: every block alone.
         attention_mask: True at real tokens (right padding); padded targets are not counted.
+        method: "fast" (each run starts at its group's first block, from the clean stream: exact, see the
+            module docstring; the naive way is used when a hook is attached to the model, which the skipped
+            blocks would otherwise not run) or "naive" (one full forward per group).
 
     Returns:
         DataFrame ``layers`` (0-indexed, as a tuple), ``blocks`` (counted from 1, "5-8"), ``loss``
@@ -81,12 +90,32 @@ def block_knockout(
     if toks.shape[1] < 2:
         raise AblationError("a next-token loss needs at least 2 tokens per row")
     groups = _check_groups(model, groups)
-    clean = float(model(toks, return_type="loss", attention_mask=attention_mask))
+    if method not in ("fast", "naive"):
+        raise AblationError(f"method must be 'fast' or 'naive', got {method!r}")
+    if method == "fast" and any(is_hooked(mod) for mod in model.modules()):
+        method = "naive"  # a hook inside a knocked-out block must still run, as it does in the naive forward
     rows = []
-    for layers in groups:
-        hooks = [(f"blocks.{l}.{name}", _zero) for l in layers for name in ("hook_attn_out", "hook_mlp_out")]
-        loss = float(model.run_with_hooks(toks, return_type="loss", attention_mask=attention_mask, fwd_hooks=hooks))
-        rows.append(dict(layers=tuple(layers), blocks=_label(layers), loss=loss, clean=clean, change=loss - clean))
+    with model.lock:  # the stream kept from the clean run must be this model's, unchanged until the last run
+        if method == "fast":
+            names = [act_name("resid_pre", l) for l in sorted({g[0] for g in groups})]
+            clean, cache = model.run_with_cache(toks, return_type="loss", attention_mask=attention_mask,
+                                                names_filter=names, return_cache_object=False)
+            clean = float(clean)
+        else:
+            clean = float(model(toks, return_type="loss", attention_mask=attention_mask))
+        for layers in groups:
+            if method == "fast":  # the first block passes its input on: start after it, from the clean stream
+                first = layers[0]
+                rest = [(f"blocks.{l}.{name}", _zero) for l in layers[1:] for name in ("hook_attn_out", "hook_mlp_out")]
+                loss = model.run_with_hooks(cache[act_name("resid_pre", first)], start_at_layer=first + 1,
+                                            tokens=toks, return_type="loss", attention_mask=attention_mask,
+                                            fwd_hooks=rest)
+            else:
+                hooks = [(f"blocks.{l}.{name}", _zero) for l in layers for name in ("hook_attn_out", "hook_mlp_out")]
+                loss = model.run_with_hooks(toks, return_type="loss", attention_mask=attention_mask, fwd_hooks=hooks)
+            loss = float(loss)
+            rows.append(dict(layers=tuple(layers), blocks=_label(layers), loss=loss, clean=clean, change=loss - clean))
     df = pd.DataFrame(rows)
-    df.attrs.update(units="nats", convention="layers 0-indexed as in code; blocks counted from 1 as the chapter")
+    df.attrs.update(units="nats", method=method,
+                    convention="layers 0-indexed as in code; blocks counted from 1 as the chapter")
     return df
