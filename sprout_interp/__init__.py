@@ -1,6 +1,9 @@
 """sprout_interp: interpretability toolkit for Sprout, the course's small GPT."""
 from sprout_interp import features as sae  # si.sae.load_sae(m, 3), si.sae.feature_summary(m, sae, f)
-from sprout_interp.circuits import patching  # si.patching.activation_patch(model, clean, corrupted, metric, site=..., by=...)
+from sprout_interp.circuits import (
+    metrics,  # si.metrics.LogitDiff / LogProb / Loss / TargetLogProb: one metric protocol
+    patching,  # si.patching.activation_patch(model, clean, corrupted, metric, site=..., by=...)
+)
 from sprout_interp.circuits.ablation import ablate, ablation_sweep, attribution_sweep
 from sprout_interp.circuits.attention import attention_patterns, find_induction_circuit, head_scores
 from sprout_interp.circuits.attribution import direct_logit_attribution, head_token_effects
@@ -16,6 +19,7 @@ from sprout_interp.core.errors import (
     HookOutputError,
     InvalidConfigError,
     InvalidWeightsError,
+    MetricError,
     MissingTokenizerError,
     NotACheckpointError,
     NotAPathError,
@@ -45,13 +49,13 @@ load = load_hooked  # si.load("gpt-4") -> HookedSprout
 __all__ = [
     "load", "load_hooked", "HookedSprout", "SproutCache", "load_checkpoint", "LoadedCheckpoint", "sae",
     "logit_lens", "trajectories", "TunedLens", "load_tuned_lens", "save_tuned_lens", "train_tuned_lens",
-    "direct_logit_attribution", "head_token_effects", "patching",
+    "direct_logit_attribution", "head_token_effects", "patching", "metrics",
     "composition_scores", "composition_table",
     "residual_rms", "attention_patterns", "head_scores", "find_induction_circuit",
     "ablate", "ablation_sweep", "attribution_sweep", "block_knockout", "compare_models",
     "SproutError", "AblationError", "CheckpointNotFoundError", "NotACheckpointError", "UnsafeCheckpointError",
     "StateDictMismatchError", "VocabularyMismatchError", "ContextLengthError", "HookNameError", "TokenizationError",
     "HookOutputError", "NotAPathError", "UnreadablePathError", "InvalidConfigError", "InvalidWeightsError",
-    "MissingTokenizerError", "PatchingError", "SAEMismatchError", "SAENotFoundError", "TunedLensMismatchError", "TunedLensNotFoundError",
-    "ExportError",
+    "MissingTokenizerError", "MetricError", "PatchingError", "SAEMismatchError", "SAENotFoundError", "TunedLensMismatchError",
+    "TunedLensNotFoundError", "ExportError",
 ]

@@ -23,6 +23,7 @@ from sprout_interp.circuits.ablation import (
     head_means,
     spearman,
 )
+from sprout_interp.circuits.metrics import LogitDiff, LogProb
 from sprout_interp.core.errors import AblationError, SproutError
 from sprout_model import GPT
 from sprout_model.evaluation import repeated_tokens_batch
@@ -128,8 +129,9 @@ def test_fast_sweep_equals_plain_full_forward_per_head(gpt, hooked, toks, ref, k
 @pytest.mark.parametrize(
     "metric",
     ["loss", "copying", "copying_ratio", TargetLogProb([3, 9, 12], [5, 6, 7]),
-     TargetLogProb([2, 14, 9, 5], [5, 6, 7, 8], rows=[0, 1, 2, 3]), lambda logits, tokens: logits[:, -1, 3].mean()],
-    ids=["loss", "copying", "copying_ratio", "target", "target_rows", "callable"],
+     TargetLogProb([2, 14, 9, 5], [5, 6, 7, 8], rows=[0, 1, 2, 3]), lambda logits, tokens: logits[:, -1, 3].mean(),
+     LogitDiff(answer=[3, 9, 4, 8], wrong=7, pos=10), LogProb(target=5, pos=-1)],
+    ids=["loss", "copying", "copying_ratio", "target", "target_rows", "callable", "logit_diff", "log_prob"],
 )
 def test_fast_equals_naive_all_metrics(hooked, toks, ref, kind, metric):
     reference = None if kind == "zero" else ref

@@ -5,7 +5,6 @@ import pytest
 import torch
 from transformer_lens import patching as tlp
 
-import sprout_interp as si
 from sprout_interp import HookedSprout
 from sprout_interp import patching as P
 from sprout_model import GPT
@@ -127,8 +126,14 @@ def test_bad_inputs_get_clear_messages(model, pair):
         P.activation_patch(model, clean, corrupted, METRICS["loss"], site="q", by="layer_pos")
     with pytest.raises(P.PatchingError, match="direction"):
         P.activation_patch(model, clean, corrupted, METRICS["loss"], direction="up")
-    with pytest.raises(si.SproutError):
-        P.activation_patch(model, clean, corrupted, "loss")
+    with pytest.raises(P.PatchingError, match="unknown metric 'lost'"):
+        P.activation_patch(model, clean, corrupted, "lost")
+    with pytest.raises(P.PatchingError, match="LogitDiff"):
+        P.activation_patch(model, clean, corrupted, 3)
+    with pytest.raises(P.PatchingError, match="one per row of the batch"):
+        P.activation_patch(model, clean, corrupted, P.LogitDiff(answer=[1, 2, 3], wrong=4))
+    with pytest.raises(P.PatchingError, match="outside inputs"):
+        P.activation_patch(model, clean, corrupted, P.LogProb(target=1, pos=99))
 
 
 @pytest.mark.parametrize("receivers", [[(2, 0, "k")], [(1, 1, "q"), (2, 0, "v")], [(2, 0, "k"), (2, 1, "k")]])
@@ -171,3 +176,30 @@ def test_path_patching_refuses_backward_paths(model, pair):
         P.path_patch(model, *pair, METRICS["loss"], [(1, 0, "k")], senders=[(1, 1)])
     with pytest.raises(P.PatchingError, match="receiver is"):
         P.path_patch(model, *pair, METRICS["loss"], [(1, 0, "z")])
+
+
+def test_one_metric_protocol_for_patching_and_ablation(model, pair):
+    """The same metric object (or name) runs in activation patching and in the ablation sweep, and means the same
+    there: each engine's clean value equals the metric computed by hand from one plain forward."""
+    from sprout_interp.circuits.ablation import ablation_sweep
+
+    clean, corrupted = pair
+    with torch.no_grad():
+        logits = model(clean)
+    lp = logits.log_softmax(-1)
+    by_hand = {
+        "loss": -lp[:, :-1].gather(-1, clean[:, 1:, None]).mean(),
+        "logit_diff": (logits[[0, 1], -1, [3, 9]] - logits[[0, 1], -1, [8, 1]]).mean(),
+        "log_prob": lp[:, 12, 5].mean(),
+        "target": lp[[0, 0], [4, 15], [7, 2]].mean(),
+    }
+    metrics = {"loss": "loss", "logit_diff": METRICS["logit_diff"], "log_prob": METRICS["log_prob"],
+               "target": P.TargetLogProb([4, 15], [7, 2], rows=[0, 0])}
+    for name, metric in metrics.items():
+        patched = P.activation_patch(model, clean, corrupted, metric, "resid_pre", "layer")
+        swept = ablation_sweep(model, clean, metric, heads=[(0, 0)])
+        assert patched.attrs["clean"] == pytest.approx(float(by_hand[name]), abs=1e-5), name
+        assert swept["clean"].iloc[0] == pytest.approx(float(by_hand[name]), abs=1e-5), name
+        naive = P.naive_patch(model, clean, corrupted, metric, "resid_pre", "layer_pos")
+        fast = P.activation_patch(model, clean, corrupted, metric, "resid_pre", "layer_pos")
+        torch.testing.assert_close(torch.tensor(fast["value"].values), torch.tensor(naive["value"].values), atol=1e-5, rtol=0)

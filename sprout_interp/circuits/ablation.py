@@ -32,7 +32,8 @@ Functions (layers 0-indexed as in code; tables also carry ``block`` = layer + 1,
 Metrics (``metric=``): ``"loss"`` (mean next-token loss, nats), ``"copying"`` (mean loss on the second
 copy of a repeated sequence, as ``sprout_model.evaluation.repeated_tokens_loss_ratio`` counts it),
 ``"copying_ratio"`` (second-copy loss / first-copy loss), :class:`TargetLogProb` (mean log-probability
-of given tokens at given positions), or any callable ``fn(logits, tokens) -> float``.
+of given tokens at given positions), ``LogProb`` / ``LogitDiff`` (one position, as patching takes them), or
+any callable ``fn(logits, tokens) -> float``: the one metric protocol of :mod:`sprout_interp.circuits.metrics`.
 """
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ from sprout_interp.circuits.metrics import (
     BoundMetric,
     CopyingLoss,
     Loss,
+    MetricLike,
     TargetLogProb,
     bind_metric,
     metric_from_resid,
@@ -200,7 +202,7 @@ def _sweep_frame(heads, values, clean: float, name: str, kind: str, method: str)
 def ablation_sweep(
     model,
     tokens,
-    metric="loss",
+    metric: MetricLike = "loss",
     kind: Kind = "zero",
     reference=None,
     heads=None,
@@ -214,7 +216,9 @@ def ablation_sweep(
     Args:
         tokens: token ids ``(batch, pos)``, a text or a list of texts.
         metric: "loss", "copying", "copying_ratio", a metric object (:class:`Loss`, :class:`CopyingLoss`,
-            :class:`TargetLogProb`) or ``fn(logits, tokens) -> float`` (``fn(logits)`` also works).
+            :class:`TargetLogProb`, :class:`~sprout_interp.circuits.metrics.LogProb`,
+            :class:`~sprout_interp.circuits.metrics.LogitDiff`) or ``fn(logits, tokens) -> float`` (``fn(logits)``
+            also works).
         kind, reference: as in :func:`ablate`.
         heads: the (layer, head) pairs to sweep (default: all).
         method: "fast" (exact; see the module docstring) or "naive" (one full forward per head).
@@ -387,7 +391,7 @@ def _attribution(model: HookedSprout, toks, heads, rep: Replacer, bound: BoundMe
 def attribution_sweep(
     model,
     tokens,
-    metric="loss",
+    metric: MetricLike = "loss",
     kind: Kind = "zero",
     reference=None,
     heads=None,

@@ -1,36 +1,45 @@
 """Metrics of a run, bound to a batch: the mean next-token loss, the loss on a repeated sequence's second copy
-(and its ratio to the first), a target's log-probability, or any function of the logits.
+(and its ratio to the first), a target's log-probability, a logit difference, or any function of the logits.
 
-The metric protocol: an object with a ``name`` and ``bind(tokens, mask) -> BoundMetric``. A
-:class:`BoundMetric` either names (row, pos, target) triples whose log-probabilities it reduces (the fast
-paths compute logits only there) or wraps a function ``fn(logits, tokens) -> float``. Write your own metric by
-returning ``BoundMetric(name, rows, pos, targets, reduce)`` from ``bind``, or pass a plain function.
+One metric protocol serves ablations, sweeps and patching: an object with a ``name`` and
+``bind(tokens, mask) -> BoundMetric``. A :class:`BoundMetric` either names (row, pos, target) triples whose
+log-probabilities (or raw logits, ``space="logit"``) it reduces, so the fast paths compute logits only at
+those positions, or wraps a function ``fn(logits, tokens) -> float``. Write your own metric by returning
+``BoundMetric(name, rows, pos, targets, reduce)`` from ``bind``, or pass a plain function of the logits.
+
+Metrics here: :class:`Loss`, :class:`CopyingLoss`, :class:`TargetLogProb`, :class:`LogProb` and
+:class:`LogitDiff`; :func:`bind_metric` also takes the names ``"loss"``, ``"copying"``, ``"copying_ratio"``.
 """
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional, Protocol, Union, runtime_checkable
 
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from sprout_interp.core.errors import AblationError
+from sprout_interp.core.errors import MetricError
 from sprout_interp.core.hooked import HookedSprout
 
 __all__ = [
-    "BoundMetric", "Loss", "CopyingLoss", "TargetLogProb", "bind_metric", "metric_from_resid", "logprobs_from_normed",
-    "metric_reach", "metric_reach_of",
+    "Metric", "MetricLike", "BoundMetric", "Loss", "CopyingLoss", "TargetLogProb", "LogProb", "LogitDiff", "bind_metric", "metric_from_resid",
+    "logprobs_from_normed", "metric_reach", "metric_reach_of", "read_positions", "metric_from_read_logits",
 ]
 
 
 @dataclass
 class BoundMetric:
-    """A metric bound to a batch: either log-probabilities at (row, pos, target) triples, reduced over
-    the last axis, or a function of the logits."""
+    """A metric bound to a batch: either values at (row, pos, target) triples, reduced over the last axis, or a
+    function of the logits.
+
+    The values are ``log p(target)`` at (row, pos) (``space="logprob"``) or the raw logit of ``target`` there
+    (``space="logit"``, for differences of logits, which the log-softmax would only round). ``reduce`` maps
+    ``(..., n_triples)`` to ``(...)``: one value per stacked copy of the batch.
+    """
 
     name: str
     rows: Optional[Tensor] = None
@@ -39,17 +48,36 @@ class BoundMetric:
     reduce: Optional[Callable[[Tensor], Tensor]] = None
     fn: Optional[Callable] = None
     tokens: Optional[Tensor] = None
+    space: str = "logprob"
 
     def from_logits(self, logits: Float[Tensor, "batch pos d_vocab"]) -> Tensor:
         """The metric of one run's logits (differentiable)."""
         if self.fn is not None:
             out = self.fn(logits, self.tokens)
             return out if isinstance(out, Tensor) else torch.tensor(float(out))
+        if self.space == "logit":
+            return self.reduce(logits[self.rows, self.pos, self.targets].float())
         if 2 * self.rows.numel() >= logits.shape[0] * logits.shape[1]:  # most positions: no copy of the logits
             return self.reduce(F.log_softmax(logits.float(), dim=-1)[self.rows, self.pos, self.targets])
         lp = F.log_softmax(logits[self.rows, self.pos].float(), dim=-1)
         return self.reduce(lp.gather(-1, self.targets[:, None])[:, 0])
 
+
+
+@runtime_checkable
+class Metric(Protocol):
+    """What every metric object is: a ``name`` and ``bind(tokens, mask) -> BoundMetric``."""
+
+    name: str
+
+    def bind(self, tokens: Tensor, mask: Optional[Tensor]) -> BoundMetric:
+        """This metric bound to one batch of token ids ``(batch, pos)`` and its mask (False at padding)."""
+        ...
+
+
+#: what the ablations, sweeps and patching take as a metric: a name ("loss", "copying", "copying_ratio"), a
+#: :class:`Metric` object, or a function of the logits (``fn(logits)`` or ``fn(logits, tokens)``, a scalar)
+MetricLike = Union[str, Metric, Callable[..., Any]]
 
 def _mean_loss_reduce(lp: Tensor) -> Tensor:
     return -lp.mean(-1)
@@ -64,7 +92,7 @@ class Loss:
         """This metric bound to one batch of token ids ``(batch, pos)`` and its mask (False at padding)."""
         B, T = tokens.shape
         if T < 2:
-            raise AblationError("the loss needs at least 2 tokens per row")
+            raise MetricError("the loss needs at least 2 tokens per row")
         keep = torch.ones(B, T - 1, dtype=torch.bool, device=tokens.device)
         if mask is not None:
             keep = mask[:, :-1] & mask[:, 1:]
@@ -93,12 +121,12 @@ class CopyingLoss:
         if n is None:
             n = T // 2
             if T % 2 or n < 2 or not torch.equal(tokens[:, :n], tokens[:, n:]):
-                raise AblationError(
+                raise MetricError(
                     "the copying metrics need rows made of a sequence repeated twice "
                     "(sprout_model.evaluation.repeated_tokens_batch), or pass CopyingLoss(seq_len=...)"
                 )
         if n < 2 or 2 * n > T:
-            raise AblationError(f"CopyingLoss(seq_len={n}) needs rows of at least {2 * n} tokens, got {T}")
+            raise MetricError(f"CopyingLoss(seq_len={n}) needs rows of at least {2 * n} tokens, got {T}")
         second = torch.arange(n, 2 * n - 1, device=tokens.device)  # logits here predict targets n+1 .. 2n-1
         first = torch.arange(0, n - 1, device=tokens.device)  # ... and targets 1 .. n-1
         pos_one = torch.cat([second, first]) if self.ratio else second
@@ -130,7 +158,7 @@ class TargetLogProb:
         if name:
             self.name = name
         if len(self.positions) != len(self.targets) or not self.positions or (self.rows is not None and len(self.rows) != len(self.positions)):
-            raise AblationError("TargetLogProb needs as many positions as targets (and rows, if given), at least one")
+            raise MetricError("TargetLogProb needs as many positions as targets (and rows, if given), at least one")
 
     def bind(self, tokens: Tensor, mask: Optional[Tensor]) -> BoundMetric:
         """This metric bound to one batch of token ids ``(batch, pos)`` and its mask (False at padding)."""
@@ -144,9 +172,73 @@ class TargetLogProb:
         else:
             rows = torch.tensor(self.rows, device=dev)
         if int(pos.min()) < -T or int(pos.max()) >= T or int(rows.min()) < 0 or int(rows.max()) >= B:
-            raise AblationError(f"TargetLogProb positions/rows outside the batch (batch {B}, {T} positions)")
+            raise MetricError(f"TargetLogProb positions/rows outside the batch (batch {B}, {T} positions)")
         pos = pos % T
         return BoundMetric(self.name, rows, pos, tgt, lambda lp: lp.mean(-1), tokens=tokens)
+
+
+def _per_row(ids, B: int, what: str, dev) -> Tensor:
+    """One token id per batch row from an int or one id per row."""
+    t = torch.as_tensor(ids, dtype=torch.long).reshape(-1).to(dev)
+    if t.numel() == 1:
+        return t.expand(B)
+    if t.numel() != B:
+        raise MetricError(f"{what} is one token id, or one per row of the batch ({B}); got {t.numel()} ids")
+    return t
+
+
+def _one_position(pos: int, T: int, what: str) -> int:
+    if not -T <= int(pos) < T:
+        raise MetricError(f"{what}(pos={pos}) is outside inputs of {T} tokens")
+    return int(pos) % T
+
+
+@dataclass(frozen=True)
+class LogProb:
+    """``log p(target)`` as the token after position ``pos`` (logits at ``pos``; nats), averaged over the batch.
+
+    ``target``: one id for every row, or one per row (a list or a 1-d tensor).
+    """
+
+    target: Union[int, Sequence[int], Tensor]
+    pos: int = -1
+    name: str = "log-probability"
+
+    def bind(self, tokens: Tensor, mask: Optional[Tensor]) -> BoundMetric:
+        """This metric bound to one batch of token ids ``(batch, pos)`` (the mask is not needed)."""
+        B, T = tokens.shape
+        p = _one_position(self.pos, T, "LogProb")
+        rows = torch.arange(B, device=tokens.device)
+        return BoundMetric(self.name, rows, torch.full_like(rows, p), _per_row(self.target, B, "target", tokens.device),
+                           lambda lp: lp.mean(-1), tokens=tokens)
+
+
+@dataclass(frozen=True)
+class LogitDiff:
+    """``logit[answer] - logit[wrong]`` at ``pos`` (log-odds, nats), averaged over the batch.
+
+    ``answer``/``wrong``: one id for every row, or one per row (a list or a 1-d tensor).
+    """
+
+    answer: Union[int, Sequence[int], Tensor]
+    wrong: Union[int, Sequence[int], Tensor]
+    pos: int = -1
+    name: str = "logit difference"
+
+    def bind(self, tokens: Tensor, mask: Optional[Tensor]) -> BoundMetric:
+        """This metric bound to one batch of token ids ``(batch, pos)`` (the mask is not needed)."""
+        B, T = tokens.shape
+        p = _one_position(self.pos, T, "LogitDiff")
+        dev = tokens.device
+        a, w = _per_row(self.answer, B, "answer", dev), _per_row(self.wrong, B, "wrong", dev)
+        rows = torch.arange(B, device=dev).repeat_interleave(2)
+
+        def reduce(x: Tensor) -> Tensor:
+            x = x.unflatten(-1, (B, 2))
+            return (x[..., 0] - x[..., 1]).mean(-1)
+
+        return BoundMetric(self.name, rows, torch.full_like(rows, p), torch.stack([a, w], 1).reshape(-1), reduce,
+                           tokens=tokens, space="logit")
 
 
 def bind_metric(metric, tokens: Tensor, mask: Optional[Tensor]) -> BoundMetric:
@@ -154,8 +246,9 @@ def bind_metric(metric, tokens: Tensor, mask: Optional[Tensor]) -> BoundMetric:
     if isinstance(metric, str):
         table = {"loss": Loss(), "copying": CopyingLoss(), "copying_ratio": CopyingLoss(ratio=True)}
         if metric not in table:
-            raise AblationError(
-                f"unknown metric {metric!r}: use 'loss', 'copying', 'copying_ratio', TargetLogProb(...) or a function fn(logits, tokens)"
+            raise MetricError(
+                f"unknown metric {metric!r}: use 'loss', 'copying', 'copying_ratio', TargetLogProb(...), LogProb(...), "
+                "LogitDiff(...) or a function fn(logits, tokens)"
             )
         metric = table[metric]
     if hasattr(metric, "bind"):
@@ -168,7 +261,7 @@ def bind_metric(metric, tokens: Tensor, mask: Optional[Tensor]) -> BoundMetric:
             n_args = 2
         fn = metric if n_args >= 2 else (lambda logits, tokens, _f=metric: _f(logits))
         return BoundMetric(getattr(metric, "__name__", "metric"), fn=fn, tokens=tokens)
-    raise AblationError(f"metric must be a name, a metric object or a function of the logits, got {metric!r}")
+    raise MetricError(f"metric must be a name, a metric object (with .bind) or a function of the logits, got {metric!r}")
 
 
 def logprobs_from_normed(model: HookedSprout, x: Float[Tensor, "n d_model"], targets: Int[Tensor, " n"], chunk: int = 512) -> Tensor:
@@ -195,8 +288,39 @@ def metric_from_resid(model: HookedSprout, bound: BoundMetric, resid: Tensor, gr
     rows = (bound.rows[None, :] + B * torch.arange(groups, device=resid.device)[:, None]).reshape(-1)
     pos = bound.pos if at is None else torch.searchsorted(at, bound.pos)
     x = model.model.norm(resid[rows, pos.repeat(groups)])
-    lp = logprobs_from_normed(model, x, bound.targets.repeat(groups)).view(groups, N)
+    if bound.space == "logit":
+        W = model.model.head.weight
+        lp = (x.float() * W[bound.targets.repeat(groups)].float()).sum(-1).view(groups, N)
+    else:
+        lp = logprobs_from_normed(model, x, bound.targets.repeat(groups)).view(groups, N)
     return [float(v) for v in bound.reduce(lp)]
+
+
+def read_positions(bound: BoundMetric, T: int) -> list[int]:
+    """The positions (0-based, sorted) whose logits ``bound`` reads in inputs of ``T`` tokens; all of them for a
+    function of the logits."""
+    if bound.fn is not None:
+        return list(range(T))
+    return sorted(set(bound.pos.tolist()))
+
+
+def metric_from_read_logits(bound: BoundMetric, logits: Float[Tensor, "gb r d_vocab"], read: Sequence[int]) -> Tensor:
+    """The metric of each stacked copy of the batch, from logits at ``read`` only (``read_positions``):
+    ``logits`` is ``(groups * batch, len(read), vocab)``, copy-major; returns ``(groups,)``."""
+    B = bound.tokens.shape[0]
+    groups = logits.shape[0] // B
+    if bound.fn is not None:  # read is every position: these are the full logits
+        return torch.stack([torch.as_tensor(bound.from_logits(logits[g * B : (g + 1) * B])).float().reshape(())
+                            for g in range(groups)])
+    N = bound.rows.numel()
+    rows = (bound.rows[None, :] + B * torch.arange(groups, device=logits.device)[:, None]).reshape(-1)
+    idx = torch.searchsorted(torch.tensor(list(read), device=logits.device), bound.pos).repeat(groups)
+    targets = bound.targets.repeat(groups)
+    if bound.space == "logit":
+        vals = logits[rows, idx, targets].float()
+    else:
+        vals = F.log_softmax(logits[rows, idx].float(), dim=-1).gather(-1, targets[:, None])[:, 0]
+    return bound.reduce(vals.view(groups, N))
 
 
 

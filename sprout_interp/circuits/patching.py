@@ -32,22 +32,31 @@ Tables: ``layer`` (0-indexed as in code), ``block`` (= layer + 1, the chapter's 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Literal, Optional, Union
 
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from jaxtyping import Float, Int
 from torch import Tensor
 
-from sprout_interp.core.errors import PatchingError
+from sprout_interp.circuits.metrics import (
+    BoundMetric,
+    LogitDiff,
+    LogProb,
+    Loss,
+    MetricLike,
+    TargetLogProb,
+    bind_metric,
+    metric_from_read_logits,
+    read_positions,
+)
+from sprout_interp.core.errors import MetricError, PatchingError
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import HookedSprout, as_hooked, is_hooked
 from sprout_model.model import apply_rope
 
 __all__ = [
-    "PatchingError", "LogitDiff", "LogProb", "Loss", "activation_patch", "naive_patch", "SITES", "patch_macs",
+    "PatchingError", "LogitDiff", "LogProb", "Loss", "TargetLogProb", "activation_patch", "naive_patch", "SITES", "patch_macs",
     "path_patch",
 ]
 
@@ -62,106 +71,24 @@ _CHUNK = 16  # positions patched per batched forward: each chunk runs from its f
 
 
 # --------------------------------------------------------------------------------------------
-# metrics: each says where it reads and turns logits there into one value per row
+# metrics: the protocol of circuits.metrics (bind to a batch; the bound metric says where it reads)
+
+def _bind(metric, tokens: Tensor) -> BoundMetric:
+    """``metric`` bound to ``tokens``; a metric the protocol does not know is a PatchingError that says what is."""
+    try:
+        return bind_metric(metric, tokens, None)
+    except MetricError as e:
+        raise PatchingError(
+            f"{e}. Patching takes LogitDiff(answer, wrong), LogProb(target), Loss(), TargetLogProb(positions, targets) "
+            "or a function of the logits (batch, pos, vocab) returning a scalar"
+        ) from None
 
 
-@dataclass(frozen=True)
-class LogitDiff:
-    """``logit[answer] - logit[wrong]`` at ``pos`` (logits; nats of log-odds), averaged over the batch.
-
-    ``answer``/``wrong``: one id for every row, or one per row (a list or a 1-d tensor).
-    """
-
-    answer: Union[int, Sequence[int], Tensor]
-    wrong: Union[int, Sequence[int], Tensor]
-    pos: int = -1
-    name: str = "logit difference"
-
-    def positions(self, T: int) -> list[int]:
-        """The positions (0-based) whose logits this metric reads, for inputs of ``T`` tokens."""
-        return [self.pos % T]
-
-    def rows(self, logits: Float[Tensor, "n r vocab"], targets: Int[Tensor, "n t"]) -> Float[Tensor, " n"]:
-        """One value per row from the logits at :meth:`positions` and the rows' tokens."""
-        a, w = _ids(self.answer, logits), _ids(self.wrong, logits)
-        last = logits[:, 0]
-        return last.gather(1, a[:, None])[:, 0] - last.gather(1, w[:, None])[:, 0]
-
-
-@dataclass(frozen=True)
-class LogProb:
-    """``log p(target)`` at ``pos`` (nats), averaged over the batch."""
-
-    target: Union[int, Sequence[int], Tensor]
-    pos: int = -1
-    name: str = "log-probability"
-
-    def positions(self, T: int) -> list[int]:
-        """The positions (0-based) whose logits this metric reads, for inputs of ``T`` tokens."""
-        return [self.pos % T]
-
-    def rows(self, logits: Float[Tensor, "n r vocab"], targets: Int[Tensor, "n t"]) -> Float[Tensor, " n"]:
-        """One value per row from the logits at :meth:`positions` and the rows' tokens."""
-        t = _ids(self.target, logits)
-        return F.log_softmax(logits[:, 0].float(), -1).gather(1, t[:, None])[:, 0]
-
-
-@dataclass(frozen=True)
-class Loss:
-    """Mean next-token cross-entropy (nats/token) of the patched run on its own input tokens."""
-
-    name: str = "loss"
-
-    def positions(self, T: int) -> list[int]:
-        """The positions (0-based) whose logits this metric reads, for inputs of ``T`` tokens."""
-        return list(range(T - 1))
-
-    def rows(self, logits: Float[Tensor, "n r vocab"], targets: Int[Tensor, "n t"]) -> Float[Tensor, " n"]:
-        """One value per row from the logits at :meth:`positions` and the rows' tokens."""
-        lp = F.log_softmax(logits.float(), -1).gather(2, targets[:, 1:, None])[..., 0]
-        return -lp.mean(1)
-
-
-class _Callable:
-    """A user metric ``fn(logits (batch, pos, vocab)) -> scalar``, as TransformerLens's patching takes."""
-
-    def __init__(self, fn: Callable[[Tensor], Tensor]):
-        self.fn = fn
-        self.name = getattr(fn, "__name__", "metric")
-
-    def positions(self, T: int) -> list[int]:
-        """The positions (0-based) whose logits this metric reads, for inputs of ``T`` tokens."""
-        return list(range(T))
-
-
-def _ids(x, logits: Tensor) -> Tensor:
-    n = logits.shape[0]
-    t = torch.as_tensor(x, device=logits.device, dtype=torch.long).reshape(-1)
-    if t.numel() == 1:
-        return t.expand(n)
-    return t.repeat(n // t.numel())  # one id per batch row, repeated for every patch
-
-
-Metric = Union[LogitDiff, LogProb, Loss, Callable[[Tensor], Tensor]]
-
-
-def _as_metric(metric) -> Union[LogitDiff, LogProb, Loss, _Callable]:
-    if isinstance(metric, (LogitDiff, LogProb, Loss)):
-        return metric
-    if callable(metric):
-        return _Callable(metric)
-    raise PatchingError(
-        "metric must be LogitDiff(answer, wrong), LogProb(target), Loss() or a function of the logits "
-        f"(batch, pos, vocab) returning a scalar; got {metric!r}"
-    )
-
-
-def _value(metric, logits: Tensor, targets: Tensor, B: int) -> Tensor:
-    """One value per patch: ``logits`` are (n*B, r, vocab) at the metric's positions, patch-major."""
-    if isinstance(metric, _Callable):
-        return torch.stack([torch.as_tensor(metric.fn(logits[i : i + B])).float().reshape(())
-                            for i in range(0, logits.shape[0], B)])
-    return metric.rows(logits, targets).float().view(-1, B).mean(1)
+def _run_value(model: HookedSprout, metric, tokens: Tensor) -> tuple[float, str]:
+    """The metric of an unpatched run on ``tokens``, and its name."""
+    bound = _bind(metric, tokens)
+    read = read_positions(bound, tokens.shape[1])
+    return float(metric_from_read_logits(bound, model(tokens)[:, read], read)[0]), bound.name
 
 
 # --------------------------------------------------------------------------------------------
@@ -221,20 +148,20 @@ def _setter(site: str, head: Optional[int], pos: Optional[int], src: Tensor) -> 
 
 
 @torch.no_grad()
-def naive_patch(model, clean, corrupted, metric: Metric, site: Site = "resid_pre", by: By = "layer_pos",
+def naive_patch(model, clean, corrupted, metric: MetricLike, site: Site = "resid_pre", by: By = "layer_pos",
                 direction: Literal["denoise", "noise"] = "denoise") -> pd.DataFrame:
     """The same table as :func:`activation_patch`, from one full forward with a hook per patch (slow; the reference)."""
     return activation_patch(model, clean, corrupted, metric, site, by, direction, method="naive")
 
 
-def _naive_values(model, base, src_cache, metric, site, patches, B) -> list[float]:
-    T = base.shape[1]
-    read = metric.positions(T)
+def _naive_values(model, base, src_cache, metric, site, patches) -> list[float]:
+    bound = _bind(metric, base)
+    read = read_positions(bound, base.shape[1])
     out = []
     for l, h, p in patches:
         name = act_name(site, l)
         logits = model.run_with_hooks(base, fwd_hooks=[(name, _setter(site, h, p, src_cache[name]))])
-        out.append(float(_value(metric, logits[:, read], base, B)[0]))
+        out.append(float(metric_from_read_logits(bound, logits[:, read], read)[0]))
     return out
 
 
@@ -333,8 +260,8 @@ def _fast_values(model: HookedSprout, base: Tensor, src_tokens: Tensor, metric, 
     run = _Run(model, base, site)
     names = [act_name(site, l) for l in range(L)]
     _, src = model.run_with_cache(src_tokens, names_filter=names, return_cache_object=False)
-    read = metric.positions(T)
-    targets = base
+    bound = _bind(metric, base)
+    read = read_positions(bound, T)
     gpt = model.model
     values: dict[tuple, float] = {}
     for l in range(L):
@@ -365,7 +292,7 @@ def _fast_values(model: HookedSprout, base: Tensor, src_tokens: Tensor, metric, 
                 attn = gpt.blocks[l].attn.proj(z.reshape(n * B, T - s0, -1))
                 x = run[act_name("resid_pre", l)][:, s0:].repeat(n, 1, 1) + attn
                 logits = _finish(model, run, x, l, "mid", s0, n, read)
-                for pt, v in zip(chunk, _value(metric, logits, targets.repeat(n, 1), B).tolist()):
+                for pt, v in zip(chunk, metric_from_read_logits(bound, logits, read).tolist()):
                     values[pt] = v
             continue
         # stream sites: resid_pre / resid_mid / resid_post / attn_out / mlp_out
@@ -380,7 +307,7 @@ def _fast_values(model: HookedSprout, base: Tensor, src_tokens: Tensor, metric, 
             new = s_act
         if by == "layer":
             logits = _finish(model, run, new, l, stage, 0, 1, read)
-            values[mine[0]] = float(_value(metric, logits, targets, B)[0])
+            values[mine[0]] = float(metric_from_read_logits(bound, logits, read)[0])
             continue
         for c0 in range(0, T, _CHUNK):
             chunk = [pt for pt in mine if c0 <= pt[2] < c0 + _CHUNK]
@@ -391,7 +318,7 @@ def _fast_values(model: HookedSprout, base: Tensor, src_tokens: Tensor, metric, 
             for i, (_, _, p) in enumerate(chunk):
                 x[i * B : (i + 1) * B, p - c0] = new[:, p]
             logits = _finish(model, run, x, l, stage, c0, n, read)
-            for pt, v in zip(chunk, _value(metric, logits, targets.repeat(n, 1), B).tolist()):
+            for pt, v in zip(chunk, metric_from_read_logits(bound, logits, read).tolist()):
                 values[pt] = v
     return [values[pt] for pt in patches]
 
@@ -405,7 +332,7 @@ def activation_patch(
     model,
     clean,
     corrupted,
-    metric: Metric,
+    metric: MetricLike,
     site: Site = "resid_pre",
     by: By = "layer_pos",
     direction: Literal["denoise", "noise"] = "denoise",
@@ -432,16 +359,14 @@ def activation_patch(
     _check_site(site, by)
     if direction not in ("denoise", "noise"):
         raise PatchingError(f"direction must be 'denoise' (clean into corrupted) or 'noise' (the reverse), got {direction!r}")
-    m = _as_metric(metric)
     clean_t, corrupt_t = _inputs(model, clean, corrupted)
     B, T = clean_t.shape
-    read = m.positions(T)
-    clean_v = float(_value(m, model(clean_t)[:, read], clean_t, B)[0])
-    corrupt_v = float(_value(m, model(corrupt_t)[:, read], corrupt_t, B)[0])
+    clean_v, name = _run_value(model, metric, clean_t)
+    corrupt_v, _ = _run_value(model, metric, corrupt_t)
     if abs(clean_v - corrupt_v) < 1e-6:
         same = "the texts are the same" if torch.equal(clean_t, corrupt_t) else "the metric does not tell them apart"
         raise PatchingError(
-            f"the {m.name} is {clean_v:.4g} on both runs ({same}): a score needs a clean and a corrupted run that differ"
+            f"the {name} is {clean_v:.4g} on both runs ({same}): a score needs a clean and a corrupted run that differ"
         )
     base, source = (corrupt_t, clean_t) if direction == "denoise" else (clean_t, corrupt_t)
     patches = _patches(model, site, by, T)
@@ -449,9 +374,9 @@ def activation_patch(
     if method == "naive" or user_hooks:
         names = [act_name(site, l) for l in range(model.cfg.n_layers)]
         _, src = model.run_with_cache(source, names_filter=names, return_cache_object=False)
-        vals = _naive_values(model, base, src, m, site, patches, B)
+        vals = _naive_values(model, base, src, metric, site, patches)
     elif method == "fast":
-        vals = _fast_values(model, base, source, m, site, by, patches)
+        vals = _fast_values(model, base, source, metric, site, by, patches)
     else:
         raise PatchingError(f"method must be 'fast' or 'naive', got {method!r}")
     rows = []
@@ -467,7 +392,7 @@ def activation_patch(
         r["score"] = (v - corrupt_v) / (clean_v - corrupt_v)
         rows.append(r)
     df = pd.DataFrame(rows)
-    df.attrs.update(clean=clean_v, corrupted=corrupt_v, site=site, by=by, direction=direction, metric=m.name,
+    df.attrs.update(clean=clean_v, corrupted=corrupt_v, site=site, by=by, direction=direction, metric=name,
                     convention="layer 0-indexed; block = layer + 1; pos 0-based input index; score 0 = corrupted, 1 = clean")
     return df
 
@@ -533,7 +458,8 @@ def _path_values(model: HookedSprout, base: Tensor, source: Tensor, metric, send
     W_O = model.W_O
     gpt = model.model
     first = min(r[0] for r in receivers)
-    read = metric.positions(T)
+    bound = _bind(metric, base)
+    read = read_positions(bound, T)
 
     def new_inputs(senders: list[Sender]) -> dict[tuple[int, str], Tensor]:
         """Per (receiver layer, q/k/v): the raw projections (B, T, head, d_head) with the senders' change added."""
@@ -567,10 +493,10 @@ def _path_values(model: HookedSprout, base: Tensor, source: Tensor, metric, send
         n = len(inputs)
         start = bc[act_name("resid_pre", first)].repeat(n, 1, 1)
         logits = model.run_with_hooks(start, start_at_layer=first, fwd_hooks=hooks_for(inputs))
-        return _value(metric, logits[:, read], base.repeat(n, 1), B).tolist()
+        return metric_from_read_logits(bound, logits[:, read], read).tolist()
     for s in sender_sets:
         logits = model.run_with_hooks(base, fwd_hooks=hooks_for([new_inputs(s)]))
-        values.append(float(_value(metric, logits[:, read], base, B)[0]))
+        values.append(float(metric_from_read_logits(bound, logits[:, read], read)[0]))
     return values
 
 
@@ -579,7 +505,7 @@ def path_patch(
     model,
     clean,
     corrupted,
-    metric: Metric,
+    metric: MetricLike,
     receivers: Sequence[Receiver],
     senders: Optional[Sequence[Union[Sender, Sequence[Sender]]]] = None,
     direction: Literal["denoise", "noise"] = "denoise",
@@ -606,7 +532,6 @@ def path_patch(
         ``corrupted``, ``receivers``, ``direction``.
     """
     model = as_hooked(model)
-    m = _as_metric(metric)
     clean_t, corrupt_t = _inputs(model, clean, corrupted)
     B, T = clean_t.shape
     receivers = [tuple(r) for r in receivers]
@@ -617,17 +542,16 @@ def path_patch(
     _check_path(model, [h for st in sets for h in st], receivers)
     if not sets or not all(sets):
         raise PatchingError("no senders: the receivers are in the first layer, which no head precedes")
-    read = m.positions(T)
-    clean_v = float(_value(m, model(clean_t)[:, read], clean_t, B)[0])
-    corrupt_v = float(_value(m, model(corrupt_t)[:, read], corrupt_t, B)[0])
+    clean_v, name = _run_value(model, metric, clean_t)
+    corrupt_v, _ = _run_value(model, metric, corrupt_t)
     if abs(clean_v - corrupt_v) < 1e-6:
-        raise PatchingError(f"the {m.name} is {clean_v:.4g} on both runs: a score needs runs that differ")
+        raise PatchingError(f"the {name} is {clean_v:.4g} on both runs: a score needs runs that differ")
     base, source = (corrupt_t, clean_t) if direction == "denoise" else (clean_t, corrupt_t)
     user_hooks = any(is_hooked(hp) for hp in model.hook_dict.values())
-    vals = _path_values(model, base, source, m, sets, receivers, batched=method == "fast" and not user_hooks)
+    vals = _path_values(model, base, source, metric, sets, receivers, batched=method == "fast" and not user_hooks)
     df = pd.DataFrame([dict(layer=st[0][0], block=st[0][0] + 1, head=st[0][1],
                             heads=" + ".join(f"block {l + 1} head {h}" for l, h in st),
                             value=v, score=(v - corrupt_v) / (clean_v - corrupt_v)) for st, v in zip(sets, vals)])
-    df.attrs.update(clean=clean_v, corrupted=corrupt_v, receivers=receivers, direction=direction, metric=m.name,
+    df.attrs.update(clean=clean_v, corrupted=corrupt_v, receivers=receivers, direction=direction, metric=name,
                     convention="layer 0-indexed; block = layer + 1; score 0 = corrupted, 1 = clean")
     return df

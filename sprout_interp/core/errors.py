@@ -9,7 +9,7 @@ __all__ = [
     "SproutError", "CheckpointNotFoundError", "NotACheckpointError", "UnsafeCheckpointError",
     "StateDictMismatchError", "VocabularyMismatchError", "ContextLengthError", "HookNameError", "TokenizationError",
     "AblationError", "HookOutputError", "NotAPathError", "UnreadablePathError", "InvalidConfigError",
-    "InvalidWeightsError", "MissingTokenizerError", "ExportError", "PatchingError", "TunedLensMismatchError",
+    "InvalidWeightsError", "MissingTokenizerError", "ExportError", "PatchingError", "MetricError", "TunedLensMismatchError",
     "TunedLensNotFoundError", "SAEMismatchError", "SAENotFoundError",
 ]
 
@@ -87,6 +87,11 @@ class ExportError(SproutError, RuntimeError):
 
 class PatchingError(SproutError, ValueError):
     """Inputs or arguments that activation or path patching cannot use (lengths differ, runs that do not differ ...)."""
+
+
+class MetricError(AblationError, PatchingError):
+    """A metric that cannot be bound to a batch (unknown name, positions outside it, ids not one per row); one
+    metric protocol serves ablations and patching, so this is caught as either's error."""
 
 
 class TunedLensMismatchError(SproutError, ValueError):
