@@ -99,7 +99,7 @@ def test_patching_page_in_chromium(chromium, tmp_path):
 
 
 #: figures each page draws at first (pages added later are waited for by their title and finished run)
-FIRST_FIGURES = {"": 1, "logit_lens": 3, "residual": 2, "attention": 4, "ablations": 1, "patching": 3, "compare": 2,
+FIRST_FIGURES = {"": 1, "logit_lens": 2, "residual": 2, "attention": 4, "ablations": 1, "patching": 3, "compare": 2,
                  "positions": 1}
 
 #: the bounding boxes of a figure's y tick labels that overlap a plotted panel (JS; argument: the title's start)
@@ -192,14 +192,14 @@ def test_attention_page_in_chromium(chromium, tmp_path):
 def test_logit_lens_state_survives_a_reload(chromium, tmp_path):
     with browser.serve("gpt-4", log=tmp_path / "streamlit.log") as url, browser.chrome() as d:
         d.get(url + "/logit_lens?model=gpt-1&text=description&pos=4&row=0&tokens=60")
-        browser.wait_for_page(d, n_plots=3, timeout=600)
+        browser.wait_for_page(d, n_plots=2, timeout=600)
         assert browser.problems(d) == []
         assert _inputs(d)[:1] == ["4"] and "embedding, position 4" in [h.strip() for h in browser.texts(d, "h3")]
         box = d.execute_script("const b = document.querySelector('.st-key-lens_grid_box'); "
                                "return [b.scrollWidth, b.clientWidth];")
         assert box[0] > box[1]  # 60 tokens at a readable size: the grid scrolls sideways
         d.refresh()
-        browser.wait_for_page(d, n_plots=3, timeout=600)
+        browser.wait_for_page(d, n_plots=2, timeout=600)
         q = _query(d)
         assert q["model"] == ["gpt-1"] and q["pos"] == ["4"] and q["row"] == ["0"]
         assert _inputs(d)[:1] == ["4"]
@@ -231,7 +231,7 @@ def test_logit_lens_picker_and_detail_agree_after_typing_a_text(chromium, tmp_pa
     first = "Zorbin Plax came home late from the harbour, and his wife was waiting."
     with browser.serve("gpt-4", log=tmp_path / "streamlit.log") as url, browser.chrome() as d:
         d.get(f"{url}/logit_lens?model=gpt-4&text={quote(first)}&pos=5&row=1")
-        browser.wait_for_page(d, n_plots=3, timeout=600)
+        browser.wait_for_page(d, n_plots=2, timeout=600)
         assert _selectbox_shows(d, "row") == "block 1" and "block 1, position 5" in browser.texts(d, "h3")[0]
         box = d.find_element(By.CSS_SELECTOR, '[data-testid="stSidebar"] textarea')
         box.send_keys(Keys.END, " Then the boat left again, and the pier was empty.")
@@ -239,7 +239,7 @@ def test_logit_lens_picker_and_detail_agree_after_typing_a_text(chromium, tmp_pa
         deadline = time.monotonic() + 120
         while "position 5" in browser.texts(d, "h3")[0] and time.monotonic() < deadline:
             time.sleep(0.3)
-        browser.wait_for_page(d, n_plots=3, timeout=600)
+        browser.wait_for_page(d, n_plots=2, timeout=600)
         shown = _selectbox_shows(d, "row")
         detail = browser.texts(d, "h3")[0].strip()
         assert shown == "block 4" and detail == f"{shown}, position {_inputs(d)[0]}"

@@ -377,9 +377,31 @@ def test_patching_page_clear_messages_for_bad_pairs():
     assert any("not one" in e.value for e in at.error) and not at.exception
 
 
-def test_logit_lens_tuned_toggle_and_trajectories():
+def _trajectories(at: AppTest) -> list[dict]:
+    return [c for c in charts(at) if "text = top-1 token" in c["layout"]["title"]["text"]]
+
+
+def test_logit_lens_trajectories_wait_until_opened(monkeypatch):
+    """Both lenses over every row (more work than the rest of the page) run only once their section is opened."""
+    compute = _compute()
+    calls = []
+    real = compute.trajectories
+    monkeypatch.setattr(compute, "trajectories", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    compute.lens_trajectories.clear()
     at = ok(app().run())
-    traj = [c for c in charts(at) if "text = top-1 token" in c["layout"]["title"]["text"]]
+    assert calls == [] and _trajectories(at) == []
+    assert at.query_params["trajectories"] == "0"
+    at.session_state["lens_traj_open"] = True  # what opening the expander does
+    ok(at.run())
+    assert calls == [1] and len(_trajectories(at)) == 1
+    assert at.query_params["trajectories"] == "1"  # a link opens it too
+
+
+def test_logit_lens_tuned_toggle_and_trajectories():
+    at = app()
+    at.session_state["lens_traj_open"] = True
+    at = ok(at.run())
+    traj = _trajectories(at)
     assert len(traj) == 1 and len([d for d in traj[0]["data"] if d.get("type") == "heatmap"]) == 2  # both lenses
     at.radio(key="lens_which").set_value("tuned")
     ok(at.run())
@@ -509,8 +531,8 @@ def test_positions_page_offers_a_real_heads_queries_and_keys():
 
 
 @pytest.mark.parametrize("page, params, expect", [
-    ("logit_lens", {"lens": "logit", "pos": "3", "row": "0", "tokens": "40"},
-     {"lens_which": "logit", "lens_pos": 3, "lens_row": 0, "lens_width": 40}),
+    ("logit_lens", {"lens": "logit", "pos": "3", "row": "0", "tokens": "40", "trajectories": "1"},
+     {"lens_which": "logit", "lens_pos": 3, "lens_row": 0, "lens_width": 40, "lens_traj_open": True}),
     ("attention", {"layer": "0", "head": "2", "n": "20"}, {"attn_layer": 0, "attn_head": 2, "attn_n": 20}),
     ("residual", {"log": "0", "per_position": "1"}, {"rms_log": False, "rms_per_position": True}),
     ("ablations", {"heads": ["1.0", "3.2"], "kind": "mean"}, {"abl_heads_gpt-4": [(1, 0), (3, 2)], "abl_kind": "mean"}),

@@ -131,13 +131,18 @@ if chapter is None:
 state.table(summary, "logit lens by block")
 
 # -- per-token trajectories, both lenses -----------------------------------------------------
+# computed only once opened (both lenses over every row and token: more work than the rest of the page)
 st.subheader("Per-token trajectories: logit lens vs tuned lens")
-state.bind("colour", "lens_traj_metric", state.one_of(list(TRAJECTORY_METRICS)))
-metric = st.selectbox("colour", list(TRAJECTORY_METRICS), format_func=lambda k: TRAJECTORY_METRICS[k][0],
-                      key="lens_traj_metric")
-with state.shown_errors("the trajectories"):
-    traj = compute.lens_trajectories(m, key, text)
-    state.chart(trajectory_heatmaps(traj, metric, positions=range(start, end),
-                                    title=f"{state.plain(m.name or key)}: {TRAJECTORY_METRICS[metric][0]}, "
-                                          f"tokens {start}–{end - 1} (text = top-1 token)"),
-                "trajectories", key="lens_traj")
+state.bind("trajectories", "lens_traj_open", state.as_bool, state.fmt_bool)
+with st.expander("each token through both lenses, block by block (entropy, cross-entropy, KL to the final output)",
+                 key="lens_traj_open", on_change="rerun") as traj_box:
+    if traj_box.open:
+        state.bind("colour", "lens_traj_metric", state.one_of(list(TRAJECTORY_METRICS)))
+        metric = st.selectbox("colour", list(TRAJECTORY_METRICS), format_func=lambda k: TRAJECTORY_METRICS[k][0],
+                              key="lens_traj_metric")
+        with st.spinner("reading every block through both lenses…"), state.shown_errors("the trajectories"):
+            traj = compute.lens_trajectories(m, key, text)
+            state.chart(trajectory_heatmaps(traj, metric, positions=range(start, end),
+                                            title=f"{state.plain(m.name or key)}: {TRAJECTORY_METRICS[metric][0]}, "
+                                                  f"tokens {start}–{end - 1} (text = top-1 token)"),
+                        "trajectories", key="lens_traj")
