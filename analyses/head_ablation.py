@@ -12,7 +12,7 @@ For every checkpoint:
    tokens, twice), each beside the attribution-patching estimate and their rank correlation, and each
    head's specificity (the share of the copying it removes against the share of the model's held-out
    ability it removes), so a head whose removal breaks the model is not taken for a copying head;
-2. the circuit (sprout_interp.circuits.attention.find_induction_circuit): candidates ranked by head scores
+2. the circuit (sprout_interp.circuits.induction.find_induction_circuit): candidates ranked by head scores
    (previous-token heads by the weaker of their scores on random tokens and on natural text), each
    ablated alone, then together, measuring invented-name copying (sprout_model.evaluation.NAME_TEXTS:
    the mean probability of each name's later tokens at its second occurrence), the induction head's
@@ -36,15 +36,9 @@ from typing import Any
 import pandas as pd
 
 from sprout_interp.circuits.ablation import ablation_sweep, name_copying_under_ablation
-from sprout_interp.circuits.attention import (
-    PARTLY_SHARE,
-    REPRODUCED_SHARE,
-    ablation_effects,
-    find_induction_circuit,
-    head_label,
-    heads_label,
-    specificity,
-)
+from sprout_interp.circuits.evidence import ablation_effects, specificity
+from sprout_interp.circuits.heads import head_label, heads_label
+from sprout_interp.circuits.induction import PARTLY_SHARE, REPRODUCED_SHARE, find_induction_circuit
 from sprout_interp.core.texts import TEXTS
 from sprout_interp.plots.heads import sweep_heatmap
 from sprout_interp.report.claims import Claim, verdict_lines
@@ -266,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _sweep_specificity(loss_sw: pd.DataFrame, copy_sw: pd.DataFrame, d_vocab: int) -> pd.DataFrame:
     """Per head: copying-ratio change, share of the copying gain removed ((ablated - clean) / (1 - clean): a
-    ratio of 1 is no copying), held-out loss change, and specificity (``sprout_interp.circuits.attention.specificity``)."""
+    ratio of 1 is no copying), held-out loss change, and specificity (``sprout_interp.circuits.evidence.specificity``)."""
     clean_ratio, clean_loss = float(copy_sw.attrs["clean"]), float(loss_sw.attrs["clean"])
     gain = 1.0 - clean_ratio
     rows = []

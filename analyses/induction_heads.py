@@ -10,7 +10,7 @@ For every checkpoint: previous-token, duplicate-token and induction scores of ev
 random tokens (--batch rows of --seq-len random tokens, each repeated twice) and on held-out text
 (--n windows of --length tokens; the three ready-made texts when the corpus is not installed), each
 head's part in in-context copying (the copying ratio, loss on the second copy / loss on the first, with
-that head zero-ablated), and the circuit (sprout_interp.circuits.attention.find_induction_circuit): candidates
+that head zero-ablated), and the circuit (sprout_interp.circuits.induction.find_induction_circuit): candidates
 ranked by the scores (previous-token heads by the weaker of their two scores: a head that looks back
 only on random tokens is not a previous-token head), then each ablated alone (--kind, mean over held-out
 text by default) and together, measuring invented-name copying, the induction head's induction score and
@@ -33,15 +33,9 @@ from typing import Any
 import pandas as pd
 
 from sprout_interp.circuits.ablation import ablation_sweep
-from sprout_interp.circuits.attention import (
-    PARTLY_SHARE,
-    REPRODUCED_SHARE,
-    InductionCircuit,
-    attention_patterns,
-    find_induction_circuit,
-    head_label,
-    head_scores,
-)
+from sprout_interp.circuits.attention import attention_patterns, head_scores
+from sprout_interp.circuits.heads import head_label
+from sprout_interp.circuits.induction import PARTLY_SHARE, REPRODUCED_SHARE, InductionCircuit, find_induction_circuit
 from sprout_interp.core.texts import TEXTS
 from sprout_interp.plots.heads import head_scores_figure, pattern_figure
 from sprout_interp.report.claims import Claim, verdict_lines

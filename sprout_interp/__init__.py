@@ -5,10 +5,11 @@ from sprout_interp.circuits import (
     patching,  # si.patching.activation_patch(model, clean, corrupted, metric, site=..., by=...)
 )
 from sprout_interp.circuits.ablation import ablate, ablation_sweep, attribution_sweep
-from sprout_interp.circuits.attention import attention_patterns, find_induction_circuit, head_scores
+from sprout_interp.circuits.attention import attention_patterns, head_scores
 from sprout_interp.circuits.attribution import direct_logit_attribution, head_token_effects
 from sprout_interp.circuits.compare import compare_models
 from sprout_interp.circuits.composition import composition_scores, composition_table
+from sprout_interp.circuits.induction import find_induction_circuit
 from sprout_interp.circuits.knockout import block_knockout
 from sprout_interp.core.errors import (
     AblationError,

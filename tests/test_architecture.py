@@ -24,7 +24,8 @@ LAYERS = {
     "report": 5,     # what scripts share
 }
 #: inside core, the order its modules may import each other in (a module imports only ones before it)
-CORE_ORDER = ["errors", "tokens", "texts", "loading", "export", "hook_points", "components", "cache", "generation", "hooked"]
+CORE_ORDER = ["errors", "tokens", "texts", "limits", "files", "pickles", "configs", "loading", "export", "hook_points", "components",
+              "cache", "generation", "hooked"]
 #: attributes of the wrapper's classes that only the wrapper's own modules (WRAPPER) may touch
 WRAPPER = {"core.hooked", "core.components", "core.generation"}
 PRIVATE_ATTRS = {"_attn", "_ffn", "_norm", "_ln", "_lock", "_check_tokens", "_check_mask", "_model"}

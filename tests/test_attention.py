@@ -10,20 +10,12 @@ import torch
 from conftest import tiny_config
 
 from sprout_interp import HookedSprout
-from sprout_interp.circuits import attention
+from sprout_interp.circuits import induction
 from sprout_interp.circuits.ablation import ablate
-from sprout_interp.circuits.attention import (
-    SCORE_COLUMNS,
-    ablation_effects,
-    attention_patterns,
-    find_induction_circuit,
-    head_label,
-    head_scores,
-    heads_label,
-    pattern_scores,
-    score_masks,
-    specificity,
-)
+from sprout_interp.circuits.attention import SCORE_COLUMNS, attention_patterns, head_scores, pattern_scores, score_masks
+from sprout_interp.circuits.evidence import ablation_effects, specificity
+from sprout_interp.circuits.heads import head_label, heads_label
+from sprout_interp.circuits.induction import find_induction_circuit
 from sprout_interp.core.errors import AblationError
 from sprout_model import GPT
 from sprout_model.evaluation import repeated_tokens_batch
@@ -270,7 +262,7 @@ def _circuit_scores():
 
 
 def test_circuit_confirmation_picks_heads_by_their_own_ablation(hooked, monkeypatch):
-    monkeypatch.setattr(attention, "_Measurer", _FakeMeasurer)
+    monkeypatch.setattr(induction, "EffectMeasurer", _FakeMeasurer)
     monkeypatch.setattr(_FakeMeasurer, "EFFECTS", {
         frozenset({(1, 1)}): dict(copying_second=0.0, loss=6.50),  # the best induction score, but it breaks the model
         frozenset({(1, 0)}): dict(copying_second=0.01, loss=2.06),
@@ -301,7 +293,7 @@ def test_circuit_confirmation_picks_heads_by_their_own_ablation(hooked, monkeypa
 
 def test_circuit_confirmation_returns_shared_previous_token_heads(hooked, monkeypatch):
     """Two previous-token heads that each matter little alone but together carry the copying are both returned."""
-    monkeypatch.setattr(attention, "_Measurer", _FakeMeasurer)
+    monkeypatch.setattr(induction, "EffectMeasurer", _FakeMeasurer)
     scores = _circuit_scores()
     scores["prev_token_text"] = [0.45, 0.4, 0.0, 0.0, 0.0, 0.0]
     monkeypatch.setattr(_FakeMeasurer, "EFFECTS", {

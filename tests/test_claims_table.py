@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sprout_interp.circuits.attention import InductionCircuit
+from sprout_interp.circuits.induction import InductionCircuit
 from sprout_interp.report.claims import (
     BEGIN,
     END,

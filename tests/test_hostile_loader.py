@@ -27,8 +27,9 @@ from conftest import tiny_config
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, models
 
-from sprout_interp.core import errors, loading
-from sprout_interp.core.loading import expected_shapes, load_checkpoint, validate_config
+from sprout_interp.core import errors, limits, loading
+from sprout_interp.core.configs import expected_shapes, validate_config
+from sprout_interp.core.loading import load_checkpoint
 from sprout_model import GPT
 from sprout_model.checkpoint import save_checkpoint
 
@@ -277,7 +278,7 @@ def test_pickle_budget_leaves_ordinary_extras_alone(tmp_path, tiny_model):
 def test_pickle_of_more_bytes_than_allowed_is_refused(tmp_path, tiny_model, monkeypatch):
     make_tokenizer(tmp_path / "tokenizer.json")
     torch.save({"model": tiny_model.state_dict(), "notes": "x" * 5000}, tmp_path / "m.pt")
-    monkeypatch.setattr(loading, "MAX_PICKLE_BYTES", 4000)
+    monkeypatch.setattr(limits, "MAX_PICKLE_BYTES", 4000)
     refused(errors.NotACheckpointError, "pickle", "bytes", call=lambda: load_checkpoint(tmp_path / "m.pt"))
 
 
@@ -378,15 +379,15 @@ def test_damaged_train_json_is_a_note_not_a_failure(folder):
 
 
 def test_oversized_json_and_tokenizer_files(folder, monkeypatch):
-    monkeypatch.setattr(loading, "MAX_JSON_BYTES", 64)
+    monkeypatch.setattr(limits, "MAX_JSON_BYTES", 64)
     refused(errors.NotACheckpointError, "config.json", "bytes", call=lambda: load_checkpoint(folder))
-    monkeypatch.setattr(loading, "MAX_JSON_BYTES", 1 << 20)
-    monkeypatch.setattr(loading, "MAX_TOKENIZER_BYTES", 64)
+    monkeypatch.setattr(limits, "MAX_JSON_BYTES", 1 << 20)
+    monkeypatch.setattr(limits, "MAX_TOKENIZER_BYTES", 64)
     refused(errors.NotACheckpointError, "tokenizer.json", "bytes", call=lambda: load_checkpoint(folder))
 
 
 def test_oversized_weights_file(folder, monkeypatch):
-    monkeypatch.setattr(loading, "MAX_WEIGHTS_BYTES", 1000)
+    monkeypatch.setattr(limits, "MAX_WEIGHTS_BYTES", 1000)
     refused(errors.NotACheckpointError, "model.safetensors", "more than a Sprout weights file can be",
             call=lambda: load_checkpoint(folder))
 

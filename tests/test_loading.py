@@ -14,7 +14,8 @@ from tokenizers import Tokenizer, models
 
 import sprout_interp as si
 from sprout_interp.core import loading
-from sprout_interp.core.loading import build_model, infer_config, load_checkpoint, strip_prefixes
+from sprout_interp.core.configs import build_model, infer_config, strip_prefixes
+from sprout_interp.core.loading import load_checkpoint
 from sprout_model import GPT
 from sprout_model.checkpoint import SHIPPED_DIR as REAL_SHIPPED_DIR
 from sprout_model.checkpoint import save_checkpoint

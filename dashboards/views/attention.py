@@ -6,7 +6,7 @@ import compute
 import state
 import streamlit as st
 
-from sprout_interp.circuits.attention import find_induction_circuit
+from sprout_interp.circuits.induction import find_induction_circuit
 from sprout_interp.plots.heads import (
     attention_hover_html,
     block_label,

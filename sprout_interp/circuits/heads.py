@@ -2,6 +2,7 @@
 label a person reads ("block 2 head 0 (layer 1)"), and the ablation kinds."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from sprout_interp.core.errors import AblationError
@@ -62,3 +63,12 @@ def head_label(layer: int, head: int) -> str:
     'block 2 head 0 (layer 1)'
     """
     return f"block {layer + 1} head {head} (layer {layer})"
+
+
+def heads_label(heads: Sequence[Head]) -> str:
+    """Several heads joined with ``" + "`` (:func:`head_label` each); ``"none"`` for no head.
+
+    >>> heads_label([(1, 0), (2, 3)])
+    'block 2 head 0 (layer 1) + block 3 head 3 (layer 2)'
+    """
+    return " + ".join(head_label(int(l), int(h)) for l, h in heads) or "none"

@@ -42,6 +42,12 @@ Threads: PyTorch module hooks are global state on the model. Every forward, ``ru
 duration, so a ``HookedSprout`` shared between threads (Streamlit sessions) gives each caller
 exactly the result it would get alone. Nested use from one thread is fine. Hooks added with
 ``add_hook``/``reset_hooks_end=False`` outlive the call on purpose and are then seen by everyone.
+
+Why one file of this length: ``HookedSprout`` is the surface a TransformerLens user reaches for (weights as
+``W_Q`` ..., hooks, caches, tokens, generation, export), and they look a method up in one class, as in
+TransformerLens's ``HookedTransformer``. Everything that is not that surface lives elsewhere in ``core/``: the
+hooked components (``components``), the cache (``cache``), the hook points and names (``hook_points``) and the
+runners behind ``generate`` (``generation``).
 """
 from __future__ import annotations
 

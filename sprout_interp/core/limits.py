@@ -1,0 +1,21 @@
+"""What a checkpoint load may read and build: the size of each file, the pickle's length and cost, the config's
+ranges and the size of the model that would be built.
+
+Module attributes, read at every load, so a test (or a user with a bigger model) can change them:
+``sprout_interp.core.limits.MAX_WEIGHTS_BYTES = 8 << 30``.
+"""
+from __future__ import annotations
+
+__all__ = ["MAX_WEIGHTS_BYTES", "MAX_JSON_BYTES", "MAX_TOKENIZER_BYTES", "MAX_MODEL_BYTES", "MAX_PICKLE_BYTES",
+           "PICKLE_OPS", "PICKLE_OPS_PER_TENSOR", "LIMITS", "SHOW"]
+
+MAX_WEIGHTS_BYTES = 4 << 30  # a .safetensors or .pt file; Sprout's own is 70 MB in float32
+MAX_JSON_BYTES = 16 << 20  # config.json, train.json (a long run's history is well under 1 MB)
+MAX_TOKENIZER_BYTES = 64 << 20  # tokenizer.json (Sprout's 8,192-token BPE is about 0.5 MB)
+MAX_MODEL_BYTES = 8 << 30  # float32 parameters plus the RoPE tables of the model that would be built
+MAX_PICKLE_BYTES = 64 << 20  # the pickle inside a .pt
+PICKLE_OPS = 200_000  # pickle opcodes allowed in a .pt, plus PICKLE_OPS_PER_TENSOR for each tensor in it
+PICKLE_OPS_PER_TENSOR = 200
+LIMITS = {"vocab_size": 1_000_000, "context": 65_536, "n_layer": 256, "n_head": 16_384, "d_model": 16_384,
+          "d_ff": 65_536}  # upper bounds of the config's whole-number fields
+SHOW = 5  # how many keys or names an error message shows
