@@ -248,6 +248,34 @@ def _ranks(scores: pd.DataFrame, on: str) -> tuple[pd.Series, pd.Series]:
     return prev, ind
 
 
+def _ranked(scores: pd.DataFrame, on: str, threshold: float, name: str, min_share: float,
+            min_specificity: float) -> tuple[InductionCircuit, pd.Series, pd.Series]:
+    """The circuit as the head scores alone rank it (nothing ablated), and the previous-token and induction
+    ranking scores of every row of ``scores``."""
+    prank, irank = _ranks(scores, on)
+    i = int(irank.idxmax())
+    il = int(scores.loc[i, "layer"])
+    p = int(prank.idxmax())
+    earlier = prank[scores["layer"] < il]
+    pb = None if earlier.empty else int(earlier.idxmax())
+    ratio = scores.attrs.get("clean_copying_ratio")
+    circ = InductionCircuit(
+        model=name,
+        prev_layer=int(scores.loc[p, "layer"]), prev_head=int(scores.loc[p, "head"]), prev_score=float(prank[p]),
+        induction_layer=il, induction_head=int(scores.loc[i, "head"]), induction_score=float(irank[i]),
+        prev_earlier=int(scores.loc[p, "layer"]) < il,
+        prev_before_layer=None if pb is None else int(scores.loc[pb, "layer"]),
+        prev_before_head=None if pb is None else int(scores.loc[pb, "head"]),
+        prev_before_score=None if pb is None else float(prank[pb]),
+        threshold=threshold,
+        found=bool(irank[i] >= threshold and pb is not None and prank[pb] >= threshold),
+        scores_on=on,
+        clean_copying_ratio=None if ratio is None else float(ratio),
+        min_share=min_share, min_specificity=min_specificity,
+    )
+    return circ, prank, irank
+
+
 def find_induction_circuit(
     model=None,
     scores: Optional[pd.DataFrame] = None,
@@ -291,8 +319,6 @@ def find_induction_circuit(
         :class:`InductionCircuit`; ``.evidence`` holds every ablation's numbers, ``.verdicts()`` judges
         the previous-token and the induction part each from its own ablation.
     """
-    from sprout_model.evaluation import repeated_tokens_batch
-
     if on not in ("both", "random", "text"):
         raise AblationError(f"on must be 'both', 'random' or 'text', got {on!r}")
     confirm = model is not None if confirm is None else confirm
@@ -311,32 +337,26 @@ def find_induction_circuit(
     if not need <= set(scores.columns):
         raise AblationError(f"the scores table has no {sorted(need - set(scores.columns))} columns (was it made with natural=False?)")
     scores = scores.reset_index(drop=True)
-    prank, irank = _ranks(scores, on)
-    i = int(irank.idxmax())
-    il = int(scores.loc[i, "layer"])
-    p = int(prank.idxmax())
-    earlier = prank[scores["layer"] < il]
-    pb = None if earlier.empty else int(earlier.idxmax())
     name = scores.attrs.get("model", "") or (getattr(model, "name", "") if model is not None else "")
-    ratio = scores.attrs.get("clean_copying_ratio")
-    circ = InductionCircuit(
-        model=name,
-        prev_layer=int(scores.loc[p, "layer"]), prev_head=int(scores.loc[p, "head"]), prev_score=float(prank[p]),
-        induction_layer=il, induction_head=int(scores.loc[i, "head"]), induction_score=float(irank[i]),
-        prev_earlier=int(scores.loc[p, "layer"]) < il,
-        prev_before_layer=None if pb is None else int(scores.loc[pb, "layer"]),
-        prev_before_head=None if pb is None else int(scores.loc[pb, "head"]),
-        prev_before_score=None if pb is None else float(prank[pb]),
-        threshold=threshold,
-        found=bool(irank[i] >= threshold and pb is not None and prank[pb] >= threshold),
-        scores_on=on,
-        clean_copying_ratio=None if ratio is None else float(ratio),
-        min_share=min_share, min_specificity=min_specificity,
-    )
+    circ, prank, irank = _ranked(scores, on, threshold, name, min_share, min_specificity)
     if not confirm:
         return circ
+    return _confirm(circ, as_hooked(model), scores, prank, irank, kind, reference, copying, held_out, max_candidates)
 
-    model = as_hooked(model)
+
+def _confirm(circ: InductionCircuit, model, scores: pd.DataFrame, prank: pd.Series, irank: pd.Series, kind: Kind,
+             reference, copying: Optional[str], held_out, max_candidates: int) -> InductionCircuit:
+    """``circ`` confirmed by ablation, in place: the induction head, then the previous-token heads, then the sets.
+
+    One function on purpose: each stage reads the measurements and choices of the one before it (the induction
+    head chosen in stage 1 is the head whose score stage 2 watches), and the evidence table is all of their rows
+    in the order they were measured; read top to bottom it is the algorithm :func:`find_induction_circuit`
+    describes.
+    """
+    from sprout_model.evaluation import repeated_tokens_batch
+
+    threshold, min_share, min_specificity, on, name = circ.threshold, circ.min_share, circ.min_specificity, circ.scores_on, circ.model
+    i = int(irank.idxmax())
     seq_len = int(scores.attrs.get("seq_len", 64))
     rep = repeated_tokens_batch(model.cfg.d_vocab, min(seq_len, model.cfg.n_ctx // 2), int(scores.attrs.get("batch", 16)),
                                 int(scores.attrs.get("seed", 0))).to(model.device)

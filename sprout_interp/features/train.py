@@ -137,6 +137,10 @@ def train_sae(
     tokens when None). ``d_sae`` defaults to 8 × d_model, ``k_aux`` to d_in / 2. ``max_seconds`` stops early
     (the learning-rate decay is then cut short). Returns the SAE (float32, reading the raw stream, with the
     fingerprint and training numbers in ``info``) and a :class:`TrainStats`.
+
+    One function on purpose: it is the training loop (initialisation, TopK step, auxiliary loss on dead
+    latents, decoder renormalisation, schedule, stats), and a reader checking it against the recipe reads it in
+    order, as in SAELens's trainer.
     """
     from tqdm.auto import tqdm
 
