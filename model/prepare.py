@@ -1,9 +1,10 @@
 """Build the corpus, split it by document, train the tokenizer and write token files.
 
-    python -m sprout_model.prepare [--corpus default|fiction|FOLDER] [--out data/default]
+    python -m sprout_model.prepare [--corpus default|fiction|large|FOLDER] [--out data/default]
 
 Writes ``tokenizer.json``, ``train.bin`` and ``val.bin`` (uint16 token ids, documents joined by
-``<|endoftext|>``) and ``meta.json`` (sizes and the corpus hash) into the output folder.
+``<|endoftext|>``) and ``meta.json`` (sizes, the corpus hash, and documents, characters and tokens by source)
+into the output folder, and prints the table by source.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from .augment import common_words, find_names, randomise_names
 from .cli import input_errors_exit
-from .corpus import CorpusError, corpus_hash, describe, load_documents, split_documents
+from .corpus import CorpusError, corpus_hash, describe, describe_sources, load_documents, source_counts, source_of, split_corpus
 from .tokenizer import EOT, TokenizerError, encode, train_tokenizer
 
 DATA_ROOT = Path("data")
@@ -37,7 +38,7 @@ def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     docs = load_documents(corpus)
-    train, val = split_documents(docs, val_fraction, seed)
+    train, val = split_corpus(corpus, docs, val_fraction, seed)
     print(describe(train, val), end="")
     try:
         tok = train_tokenizer(d.text for d in train)
@@ -50,11 +51,16 @@ def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction
     eot = tok.token_to_id(EOT)
     meta = {"corpus": corpus, "corpus_sha256": corpus_hash(train + val), "vocab_size": tok.get_vocab_size(),
             "val_documents": sorted(d.name for d in val)}
+    sources = source_counts(train, val)
     for name, part in (("train", train), ("val", val)):
+        for row in sources.values():
+            row[f"{name}_tokens"] = 0
         ids: list[int] = []
         for d in part:
+            n = len(ids)
             ids.extend(encode(tok, d.text))
             ids.append(eot)
+            sources[source_of(d.name)][f"{name}_tokens"] += len(ids) - n  # with the document's <|endoftext|>
         np.asarray(ids, dtype=np.uint16).tofile(out / f"{name}.bin")
         meta[f"{name}_tokens"] = len(ids)
         meta[f"{name}_documents"] = len(part)
@@ -75,7 +81,9 @@ def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction
         meta["names_found"] = len(names)
         meta["splice_share"] = splice_share
     meta["chars_per_token"] = round(meta["train_chars"] / meta["train_tokens"], 3)
+    meta["sources"] = sources
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    print(describe_sources(sources), end="")
     print(f"tokens: train {meta['train_tokens']:,}, validation {meta['val_tokens']:,}; "
           f"{meta['chars_per_token']} characters/token; {time.time() - t0:.0f}s -> {out}")
     return meta
@@ -84,7 +92,7 @@ def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction
 @input_errors_exit
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--corpus", default="default", help="default, fiction, or a folder of .txt files")
+    p.add_argument("--corpus", default="default", help="default, fiction, large (default + more books), or a folder of .txt files")
     p.add_argument("--out", default=None, help="output folder (default data/<corpus>)")
     p.add_argument("--val-fraction", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)

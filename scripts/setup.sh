@@ -25,3 +25,23 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "$VPY" -m pip install -q -e ".[train,test,docs]"
   echo "$want" > "$stamp"
 fi
+
+# The "large" corpus also reads public-domain books that Debian packages ship as data (model/corpus.py,
+# DEBIAN_PACKAGES, pinned there). They are unpacked, not installed: apt-get download + dpkg-deb -x into
+# .venv/debian-corpus, without their dependencies (R, SWORD). Where that fails only `--corpus large` needs them,
+# so it is a note, not an error; that corpus's CorpusError says what to run.
+debdir=.venv/debian-corpus
+debs=$("$VPY" -c 'from sprout_model.corpus import DEBIAN_PACKAGES as P; print(" ".join(f"{k}={v}" for k, v in P.items()))')
+if [ "$(cat "$debdir/.sprout-debs" 2>/dev/null)" != "$debs" ]; then
+  tmp=$(mktemp -d)
+  # shellcheck disable=SC2086
+  if command -v apt-get >/dev/null 2>&1 && { (cd "$tmp" && apt-get download -qq $debs) >/dev/null 2>&1 ||
+       { [ "$(id -u)" -eq 0 ] && apt-get update -qq >/dev/null 2>&1 && (cd "$tmp" && apt-get download -qq $debs) >/dev/null 2>&1; }; }; then
+    rm -rf "$debdir" && mkdir -p "$debdir"
+    for f in "$tmp"/*.deb; do dpkg-deb -x "$f" "$debdir"; done
+    echo "$debs" > "$debdir/.sprout-debs"
+  else
+    echo "note: could not download the Debian packages $debs; only the 'large' corpus needs them" >&2
+  fi
+  rm -rf "$tmp"
+fi
