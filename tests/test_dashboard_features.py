@@ -57,9 +57,34 @@ def test_feature_page_and_the_text_tab():
     next(n for n in at.number_input if (n.key or "").startswith("feat_n_")).set_value(7)
     at = ok(at.run())
     assert any("feature 7" in shown(m.value) for m in at.markdown)
-    # the text tab: a table of features with descriptions
+    # the text tab: a table of features with descriptions, built only once the tab is open
+    assert not any("description" in d.value.columns for d in at.dataframe)
+    at.session_state["feat_tab"] = "On your text"  # what clicking the tab does
+    at = ok(at.run())
     tables = [d.value for d in at.dataframe]
     assert any({"feature", "max_act", "pos_of_max", "description"} <= set(t.columns) for t in tables)
+    assert not any("feature 7" in shown(m.value) for m in at.markdown)  # the feature page's tab is closed
+    at.session_state["feat_tab"] = "Feature page"
+    at = ok(at.run())
+    assert any("feature 7" in shown(m.value) for m in at.markdown)  # still the feature chosen before
+    assert at.query_params["tab"] == "Feature page"
+
+
+def test_the_text_tab_waits_until_opened(monkeypatch):
+    """The text tab's dozen feature pages (for their descriptions) are built only when it is opened."""
+    import sys
+
+    at = app(text="Zorbin Plax came home late from the harbour.")
+    ok(at.run())
+    compute = sys.modules["compute"]
+    calls = []
+    real = compute.feature_descriptions
+    monkeypatch.setattr(compute, "feature_descriptions", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    ok(at.run())
+    assert calls == []
+    at.session_state["feat_tab"] = "On your text"
+    ok(at.run())
+    assert calls == [1]
 
 
 def test_search_by_token():
@@ -75,7 +100,9 @@ def test_search_by_token():
 
 
 def test_text_longer_than_the_context_is_cut_with_a_notice():
-    at = ok(app(text="Zorbin Plax came home late. " * 150).run())
+    at = app(text="Zorbin Plax came home late. " * 150)
+    at.session_state["feat_tab"] = "On your text"
+    at = ok(at.run())
     assert any("512" in shown(str(w.value)) for w in at.warning)
 
 
@@ -85,7 +112,9 @@ def test_checkpoint_without_saes_says_how_to_train_one():
 
 
 def test_typed_text_is_shown_literally():
-    at = ok(app(text="**bold** <script>alert(1)</script> [link](http://x)").run())
+    at = app(text="**bold** <script>alert(1)</script> [link](http://x)")
+    at.session_state["feat_tab"] = "On your text"
+    at = ok(at.run())
     html = " ".join(str(h.proto.body) for h in at.get("html"))
     assert set(re.findall(r"<\s*(\w+)", html)) <= {"div", "span", "p"}, "typed text became markup"
     assert "&lt;" in html and "[link](http://x)" not in html.replace("</span>", "")

@@ -34,63 +34,71 @@ if qual:
     c[3].metric("loss recovered", f"{qual.get('loss_recovered', float('nan')):.1%}",
                 help="(CE zero-ablated − CE with the reconstruction) / (CE zero-ablated − CE clean), held-out text")
 
-page_tab, text_tab = st.tabs(["Feature page", "On your text"])
+# each tab runs only while it is open (the text tab builds a dozen feature pages for its descriptions)
+TABS = ["Feature page", "On your text"]
+state.bind("tab", "feat_tab", state.one_of(TABS))
+page_tab, text_tab = st.tabs(TABS, key="feat_tab", on_change="rerun")
+for k in ("feat_how", "feat_token", f"feat_n_{key}_{layer}", f"feat_pick_{key}_{layer}", f"feat_text_pick_{key}_{layer}"):
+    if k in st.session_state:  # a widget in the closed tab is not drawn: keep what it held for when it opens again
+        st.session_state[k] = st.session_state[k]
+st.session_state.setdefault("feat_token", " the")
 
 with page_tab:
-    how = st.radio("find a feature", ["by number", "by token"], horizontal=True, key="feat_how")
-    state.remember(f"feat_n_{key}_{layer}", 0, 0, sae.d_sae - 1)
-    if how == "by token":
-        tok = state.clean_text(st.text_input("a token (one token, with its leading space: ' Plax')", value=" the",
-                                             key="feat_token"))
-        with st.spinner("searching…"), state.shown_errors("the token search"):
-            found = compute.features_for_token(m, key, layer, tok)
-        if found.empty:
-            st.info(f"{state.md(repr(tok))} does not occur in the held-out sample, or no feature fires on it.")
-        else:
-            st.dataframe(found, hide_index=True)
-            pick = st.selectbox("show feature", list(found["feature"]), key=f"feat_pick_{key}_{layer}")
-            st.session_state[f"feat_n_{key}_{layer}"] = int(pick)
-    feature = st.number_input(f"feature (0 … {sae.d_sae - 1})", min_value=0, max_value=sae.d_sae - 1, step=1,
-                              key=f"feat_n_{key}_{layer}")
-    with st.spinner("building the feature's page…"), state.shown_errors("the feature page"):
-        page = compute.feature_page(m, key, layer, int(feature))
-    st.markdown(f"**feature {int(feature)}**, block {layer + 1} (layer {layer}): {state.md(page.description)}")
-    c = st.columns(3)
-    c[0].metric("fires on", f"{page.frequency:.2%}", help=f"of {page.n_tokens:,} held-out tokens")
-    c[1].metric("max activation", f"{page.max_activation:.2f}")
-    c[2].metric("mean when on", f"{page.mean_activation:.2f}")
-    st.markdown("**Top-activating contexts** (held-out text; the firing token outlined, background = activation)")
-    st.html(contexts_html(page.contexts))
-    left, right = st.columns(2)
-    with left:
-        if not page.histogram.empty:
-            st.plotly_chart(activation_histogram(page, title=f"activations when on ({page.frequency:.2%} of tokens)"),
-                            width="content")
-        st.markdown("**Tokens it fires on** (share of its top activations)")
-        st.dataframe(page.top_tokens, hide_index=True)
-    with right:
-        st.plotly_chart(logit_effect_chart(page, title="tokens it promotes and suppresses (W_dec · W_U)"), width="content")
-        st.markdown("**The token before** (share of its top activations)")
-        st.dataframe(page.top_previous, hide_index=True)
+    if page_tab.open:
+        how = st.radio("find a feature", ["by number", "by token"], horizontal=True, key="feat_how")
+        state.remember(f"feat_n_{key}_{layer}", 0, 0, sae.d_sae - 1)
+        if how == "by token":
+            tok = state.clean_text(st.text_input("a token (one token, with its leading space: ' Plax')", key="feat_token"))
+            with st.spinner("searching…"), state.shown_errors("the token search"):
+                found = compute.features_for_token(m, key, layer, tok)
+            if found.empty:
+                st.info(f"{state.md(repr(tok))} does not occur in the held-out sample, or no feature fires on it.")
+            else:
+                st.dataframe(found, hide_index=True)
+                pick = st.selectbox("show feature", list(found["feature"]), key=f"feat_pick_{key}_{layer}")
+                st.session_state[f"feat_n_{key}_{layer}"] = int(pick)
+        feature = st.number_input(f"feature (0 … {sae.d_sae - 1})", min_value=0, max_value=sae.d_sae - 1, step=1,
+                                  key=f"feat_n_{key}_{layer}")
+        with st.spinner("building the feature's page…"), state.shown_errors("the feature page"):
+            page = compute.feature_page(m, key, layer, int(feature))
+        st.markdown(f"**feature {int(feature)}**, block {layer + 1} (layer {layer}): {state.md(page.description)}")
+        c = st.columns(3)
+        c[0].metric("fires on", f"{page.frequency:.2%}", help=f"of {page.n_tokens:,} held-out tokens")
+        c[1].metric("max activation", f"{page.max_activation:.2f}")
+        c[2].metric("mean when on", f"{page.mean_activation:.2f}")
+        st.markdown("**Top-activating contexts** (held-out text; the firing token outlined, background = activation)")
+        st.html(contexts_html(page.contexts))
+        left, right = st.columns(2)
+        with left:
+            if not page.histogram.empty:
+                st.plotly_chart(activation_histogram(page, title=f"activations when on ({page.frequency:.2%} of tokens)"),
+                                width="content")
+            st.markdown("**Tokens it fires on** (share of its top activations)")
+            st.dataframe(page.top_tokens, hide_index=True)
+        with right:
+            st.plotly_chart(logit_effect_chart(page, title="tokens it promotes and suppresses (W_dec · W_U)"), width="content")
+            st.markdown("**The token before** (share of its top activations)")
+            st.dataframe(page.top_previous, hide_index=True)
 
 with text_tab:
-    with st.spinner("encoding your text…"), state.shown_errors("the features of this text"):
-        cells, by = compute.text_features(m, key, text, layer)
-    if cells.attrs.get("notice"):
-        st.warning(state.md(cells.attrs["notice"]))
-    if by.empty:
-        st.info("No feature fires on this text.")
-        st.stop()
-    top = by.head(12).copy()
-    desc = compute.feature_descriptions(m, key, layer, tuple(int(f) for f in top["feature"]))
-    top["description"] = [desc[int(f)] for f in top["feature"]]
-    st.markdown("**The strongest features on this text** (pos 0-based)")
-    st.dataframe(top, hide_index=True)
-    show = st.selectbox("colour the text by feature", list(top["feature"]), key=f"feat_text_pick_{key}_{layer}")
-    strs = compute.str_tokens(m, key, text)
-    acts = [0.0] * len(strs)
-    for r in cells[cells["feature"] == show].itertuples():
-        acts[r.pos] = r.activation
-    st.html(f'<div style="font-family: monospace; line-height: 1.8">{context_html(strs, acts)}</div>')
-    with st.expander("every (position, feature) that fires"):
-        st.dataframe(cells, hide_index=True)
+    if text_tab.open:
+        with st.spinner("encoding your text…"), state.shown_errors("the features of this text"):
+            cells, by = compute.text_features(m, key, text, layer)
+        if cells.attrs.get("notice"):
+            st.warning(state.md(cells.attrs["notice"]))
+        if by.empty:
+            st.info("No feature fires on this text.")
+        else:
+            top = by.head(12).copy()
+            desc = compute.feature_descriptions(m, key, layer, tuple(int(f) for f in top["feature"]))
+            top["description"] = [desc[int(f)] for f in top["feature"]]
+            st.markdown("**The strongest features on this text** (pos 0-based)")
+            st.dataframe(top, hide_index=True)
+            show = st.selectbox("colour the text by feature", list(top["feature"]), key=f"feat_text_pick_{key}_{layer}")
+            strs = compute.str_tokens(m, key, text)
+            acts = [0.0] * len(strs)
+            for r in cells[cells["feature"] == show].itertuples():
+                acts[r.pos] = r.activation
+            st.html(f'<div style="font-family: monospace; line-height: 1.8">{context_html(strs, acts)}</div>')
+            with st.expander("every (position, feature) that fires"):
+                st.dataframe(cells, hide_index=True)
