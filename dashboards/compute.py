@@ -10,7 +10,7 @@ from __future__ import annotations
 import state
 import streamlit as st
 
-from sprout_interp.circuits import ablation, attention, compare, per_token
+from sprout_interp.circuits import ablation, attention, compare, induction, per_token
 from sprout_interp.circuits.knockout import block_knockout
 from sprout_interp.core.errors import AblationError
 from sprout_interp.core.texts import TEXTS
@@ -120,14 +120,14 @@ def random_scores(_m, key: str):
 def ranked_circuit(_m, key: str):
     """The induction circuit as the head scores on repeated random tokens rank it, not confirmed by ablation
     (one forward over the random tokens: quick enough for a page's first load)."""
-    return attention.find_induction_circuit(scores=random_scores(_m, key), on="random")
+    return induction.find_induction_circuit(scores=random_scores(_m, key), on="random")
 
 
 @st.cache_data(**_CACHE)
 def circuit(_m, key: str):
     """The detected induction circuit, ranked by the scores on repeated random tokens and confirmed by ablating
     its candidate heads (text-independent; dozens of forwards: run only when asked)."""
-    return attention.find_induction_circuit(_m, scores=random_scores(_m, key), on="random")
+    return induction.find_induction_circuit(_m, scores=random_scores(_m, key), on="random")
 
 
 @st.cache_data(**_CACHE)

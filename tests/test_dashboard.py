@@ -304,10 +304,11 @@ def _compute():
 def test_ablations_first_load_ranks_the_heads_and_searches_only_when_asked(monkeypatch):
     """The first load offers the circuit the head scores rank (no ablation); the confirming search (dozens of
     forwards) runs once, on the button, and its heads replace the choice."""
-    from sprout_interp.circuits.attention import find_induction_circuit, head_scores
+    from sprout_interp.circuits.attention import head_scores
+    from sprout_interp.circuits.induction import find_induction_circuit
 
     compute = _compute()
-    real, found = compute.attention.find_induction_circuit, []
+    real, found = compute.induction.find_induction_circuit, []
 
     def spy(model=None, *args, **kwargs):
         circ = real(model, *args, **kwargs)
@@ -315,7 +316,7 @@ def test_ablations_first_load_ranks_the_heads_and_searches_only_when_asked(monke
             found.append(circ)
         return circ
 
-    monkeypatch.setattr(compute.attention, "find_induction_circuit", spy)
+    monkeypatch.setattr(compute.induction, "find_induction_circuit", spy)
     compute.circuit.clear()
     at = ok(app("ablations").run())
     assert found == []  # the first load ran no ablation search
