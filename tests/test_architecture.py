@@ -167,3 +167,22 @@ def test_tables_use_one_vocabulary():
                     if isinstance(k, ast.Constant) and k.value in RETIRED_COLUMNS:
                         raise AssertionError(f"{p.relative_to(ROOT)}:{node.lineno}: column {k.value!r}; "
                                              f"the tables call it {RETIRED_COLUMNS[k.value]!r}")
+
+
+@pytest.mark.parametrize("name", sorted(_modules()))
+def test_all_lists_are_true(name):
+    """``__all__`` names what the module defines (or imports on purpose) and every public function and class it
+    defines, so ``from module import *`` and the API reference show the module as it is."""
+    import importlib
+
+    mod = importlib.import_module(f"sprout_interp.{name}")
+    declared = getattr(mod, "__all__", None)
+    assert declared is not None, f"sprout_interp.{name} has no __all__"
+    assert len(declared) == len(set(declared)), f"sprout_interp.{name}.__all__ names something twice"
+    missing = [n for n in declared if not hasattr(mod, n)]
+    assert not missing, f"sprout_interp.{name}.__all__ names {missing}, which it does not have"
+    tree = _modules()[name]
+    defined = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and not n.name.startswith("_")
+               and n.name != "main"]  # a module's command-line entry point is run, not imported
+    unlisted = [n for n in defined if n not in declared]
+    assert not unlisted, f"sprout_interp.{name} defines {unlisted} but leaves them out of __all__"

@@ -12,6 +12,9 @@ from pathlib import Path
 import sprout_model.model as arch
 from sprout_model import Config
 
+__all__ = ["Part", "PARTS", "PARTS_BY_KEY", "CALCULATOR_PRESETS", "CHAPTER_COUNTS", "source", "project_path", "numbered",
+           "param_breakdown", "part_params", "counted_breakdown"]
+
 
 @dataclass(frozen=True)
 class Part:

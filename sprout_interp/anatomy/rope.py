@@ -7,6 +7,8 @@ from torch import Tensor
 
 from sprout_model.model import apply_rope, rope_tables
 
+__all__ = ["random_qk", "rope_score", "score_grid", "turn_lengths", "head_qk", "head_score_grid", "scores_by_distance"]
+
 
 def random_qk(head_dim: int = 64, seed: int = 1) -> tuple[Float[Tensor, " head_dim"], Float[Tensor, " head_dim"]]:
     """A seeded random query and key of unit length."""

@@ -65,7 +65,7 @@ from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import HookedSprout, as_hooked, is_hooked
 
 __all__ = [
-    "KINDS", "CONVENTION", "AblationResult", "ablate", "ablation_sweep", "attribution_sweep", "head_means",
+    "trimmed_positions", "KINDS", "CONVENTION", "AblationResult", "ablate", "ablation_sweep", "attribution_sweep", "head_means",
     "default_reference", "Loss", "CopyingLoss", "TargetLogProb", "AblatedRunner", "name_copying_under_ablation",
     "spearman", "all_heads", "check_heads", "ablated", "sweep_macs", "metric_reach", "Kind", "Head",
 ]

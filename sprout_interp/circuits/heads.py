@@ -7,7 +7,7 @@ from typing import Literal
 
 from sprout_interp.core.errors import AblationError
 
-__all__ = ["Head", "Kind", "KINDS", "CONVENTION", "all_heads", "check_heads", "check_kind", "head_label"]
+__all__ = ["Head", "Kind", "KINDS", "CONVENTION", "all_heads", "check_heads", "check_kind", "head_label", "heads_label"]
 
 Kind = Literal["zero", "mean", "resample"]
 KINDS = ("zero", "mean", "resample")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from torch import Tensor
 
+__all__ = ["model_diagram", "rope_grid_figure", "distance_profile_figure"]
+
 # (key, label, y centre) from top (input) to bottom (output); keys match sprout_interp.anatomy.params.PARTS
 _BOXES = [
     ("embed", "token embedding  (V × d)", 9.0),

@@ -33,6 +33,7 @@ __all__ = [
     "out_dir",
     "pct",
     "plotly_js",
+    "run_claim_script",
     "preset_of",
     "print_table",
     "save_figure",
