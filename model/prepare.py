@@ -9,12 +9,14 @@ into the output folder, and prints the table by source.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import time
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from .augment import common_words, find_names, randomise_names
 from .cli import input_errors_exit
@@ -24,9 +26,31 @@ from .tokenizer import EOT, TokenizerError, encode, train_tokenizer
 DATA_ROOT = Path("data")
 
 
+def reuse_tokenizer(path: str | Path) -> Tokenizer:
+    """A ``tokenizer.json`` to encode with, checked: it exists, parses, and has the end-of-text token."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "tokenizer.json"
+    if not p.is_file():
+        raise CorpusError(f"no tokenizer at {p}: pass a tokenizer.json (such as sprout_model/checkpoints/tokenizer.json)")
+    try:
+        tok = Tokenizer.from_file(str(p))
+    except Exception as e:
+        raise CorpusError(f"{p} is not a tokenizers file ({type(e).__name__}: {str(e)[:200]})") from None
+    if tok.token_to_id(EOT) is None:
+        raise CorpusError(f"{p} has no {EOT} token, which prepare puts between documents")
+    if tok.get_vocab_size() > 1 << 16:
+        raise CorpusError(f"{p} has {tok.get_vocab_size():,} tokens; the token files are uint16 (at most 65,536)")
+    return tok
+
+
 def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction: float = 0.05, seed: int = 0,
-            name_views: int = 0, splice_share: float = 0.0) -> dict:
+            name_views: int = 0, splice_share: float = 0.0, tokenizer: str | Path | None = None) -> dict:
     """Run the whole pipeline; returns the metadata it also writes to ``meta.json``.
+
+    ``tokenizer``: the path of a ``tokenizer.json`` to encode with instead of training one on the corpus (for
+    example the shipped models', ``sprout_model/checkpoints/tokenizer.json``, so that a model trained on a bigger
+    corpus keeps their vocabulary and is measured on the same validation windows).
 
     Raises CorpusError (or ValueError for an argument out of range) with what to do.
     """
@@ -40,17 +64,22 @@ def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction
     docs = load_documents(corpus)
     train, val = split_corpus(corpus, docs, val_fraction, seed)
     print(describe(train, val), end="")
-    try:
-        tok = train_tokenizer(d.text for d in train)
-    except TokenizerError as e:
-        raise CorpusError(
-            f"{e}: the training split ({sum(len(d.text) for d in train):,} characters) is too little text to learn "
-            "the tokenizer's vocabulary from. Add more .txt files (a few MB of prose)"
-        ) from None
+    if tokenizer is not None:
+        tok = reuse_tokenizer(tokenizer)
+    else:
+        try:
+            tok = train_tokenizer(d.text for d in train)
+        except TokenizerError as e:
+            raise CorpusError(
+                f"{e}: the training split ({sum(len(d.text) for d in train):,} characters) is too little text to learn "
+                "the tokenizer's vocabulary from. Add more .txt files (a few MB of prose)"
+            ) from None
     tok.save(str(out / "tokenizer.json"))
     eot = tok.token_to_id(EOT)
     meta = {"corpus": corpus, "corpus_sha256": corpus_hash(train + val), "vocab_size": tok.get_vocab_size(),
-            "val_documents": sorted(d.name for d in val)}
+            "val_documents": sorted(d.name for d in val),
+            "tokenizer": "trained on the training split" if tokenizer is None else f"reused: {Path(tokenizer).name}",
+            "tokenizer_sha256": hashlib.sha256(tok.to_str().encode()).hexdigest()}
     sources = source_counts(train, val)
     for name, part in (("train", train), ("val", val)):
         for row in sources.values():
@@ -100,10 +129,12 @@ def main(argv: list[str] | None = None) -> None:
                    help="also write K versions of the training split with recurring names randomised")
     p.add_argument("--splice-share", type=float, default=0.0,
                    help="with --name-views: share of invented names spliced from two common words (augment.splice_name)")
+    p.add_argument("--tokenizer", default=None,
+                   help="encode with this tokenizer.json instead of training one (e.g. sprout_model/checkpoints/tokenizer.json)")
     a = p.parse_args(argv)
     if not 0.0 <= a.splice_share <= 1.0:
         p.error(f"--splice-share must be between 0 and 1, got {a.splice_share}")
-    prepare(a.corpus, a.out, a.val_fraction, a.seed, a.name_views, a.splice_share)
+    prepare(a.corpus, a.out, a.val_fraction, a.seed, a.name_views, a.splice_share, a.tokenizer)
 
 
 if __name__ == "__main__":

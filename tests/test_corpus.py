@@ -12,6 +12,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from tokenizers import Tokenizer
 
 import sprout_model.prepare as prepare_mod
 from sprout_model import corpus as corpus_mod
@@ -45,7 +46,7 @@ from sprout_model.corpus import (
     sword_blocks,
     sword_documents,
 )
-from sprout_model.tokenizer import train_tokenizer
+from sprout_model.tokenizer import EOT, train_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -509,6 +510,37 @@ def test_prepare_reports_tokens_by_source(tmp_path, monkeypatch, capsys):
     printed = capsys.readouterr().out
     assert re.search(r"^total\s+10\s+3\s+[\d,]+\s+" + f"{meta['train_tokens']:,}\\s+{meta['val_tokens']:,}$", printed, re.M)
 
+
+
+def test_prepare_can_encode_with_a_given_tokenizer(tmp_path, monkeypatch):
+    """--tokenizer: no tokenizer is trained; the token files are that tokenizer's ids of the same documents, so a
+    model trained on a bigger corpus keeps the shipped vocabulary. A file without the end-of-text token is refused."""
+    rng = random.Random(2)
+    words = "the cat sat on a mat while the dog ran to the red ball and a bird sang".split()
+    (tmp_path / "src").mkdir()
+    for i in range(6):
+        (tmp_path / "src" / f"t{i}.txt").write_text("\n\n".join(" ".join(rng.choices(words, k=60)) for _ in range(5)))
+    monkeypatch.setattr(prepare_mod, "train_tokenizer", functools.partial(train_tokenizer, vocab_size=300))
+    own = prepare_mod.prepare(str(tmp_path / "src"), tmp_path / "own", val_fraction=0.2, seed=0)
+    assert own["tokenizer"] == "trained on the training split"
+
+    def no_training(*a, **k):
+        raise AssertionError("a tokenizer was trained although one was given")
+
+    monkeypatch.setattr(prepare_mod, "train_tokenizer", no_training)
+    again = prepare_mod.prepare(str(tmp_path / "src"), tmp_path / "again", val_fraction=0.2, seed=0,
+                                tokenizer=tmp_path / "own" / "tokenizer.json")
+    assert again["tokenizer"] == "reused: tokenizer.json" and again["tokenizer_sha256"] == own["tokenizer_sha256"]
+    for name in ("train.bin", "val.bin", "tokenizer.json"):
+        assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "own" / name).read_bytes(), name
+    from tokenizers import models
+
+    Tokenizer(models.WordLevel({"the": 0, "cat": 1, "[UNK]": 2}, unk_token="[UNK]")).save(str(tmp_path / "no_eot.json"))
+    assert Tokenizer.from_file(str(tmp_path / "no_eot.json")).token_to_id(EOT) is None
+    with pytest.raises(CorpusError, match="no <\\|endoftext\\|> token"):
+        prepare_mod.prepare(str(tmp_path / "src"), tmp_path / "x", val_fraction=0.2, tokenizer=tmp_path / "no_eot.json")
+    with pytest.raises(CorpusError, match="no tokenizer at"):
+        prepare_mod.prepare(str(tmp_path / "src"), tmp_path / "x", val_fraction=0.2, tokenizer=tmp_path / "missing.json")
 
 # ---------------------------------------------------------------- the real sources of "large"
 
