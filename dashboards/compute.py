@@ -7,6 +7,8 @@ to the same question. Nothing here does tensor maths; it calls the library.
 """
 from __future__ import annotations
 
+import threading
+
 import state
 import streamlit as st
 
@@ -97,11 +99,17 @@ def all_patterns(_m, key: str, text: str, n: int):
 
 @st.cache_resource(max_entries=8, show_spinner=False)
 def all_heads_chart(_m, key: str, text: str, n: int, framed: tuple):
-    """The small multiples of every head on the text's first ``n`` tokens, ``framed`` (layer, head) outlined.
+    """The small multiples of every head on the text's first ``n`` tokens, ``framed`` (layer, head) outlined; a
+    click on a panel selects its invisible marker, whose customdata is ``[layer, head]``.
     Built once and shared (plotly takes a while to lay out dozens of panels): callers must not change it."""
     from sprout_interp.plots.heads import all_heads_figure
+    from sprout_interp.plots.picking import clickable_panels
 
-    return all_heads_figure(all_patterns(_m, key, text, n), str_tokens(_m, key, text), selected=framed, n=n)
+    fig = all_heads_figure(all_patterns(_m, key, text, n), str_tokens(_m, key, text), selected=framed, n=n)
+    names = {f"block {l + 1} head {h}": (l, h) for l in range(_m.cfg.n_layers) for h in range(_m.cfg.n_heads)}
+    panels = {i: names[tr.name] for i, tr in enumerate(fig.data) if tr.name in names}
+    return clickable_panels(fig, panels, {i: f"block {l + 1} head {h} (layer {l}): click to draw it large below"
+                                          for i, (l, h) in panels.items()}, name="choose this head")
 
 
 @st.cache_data(**_CACHE)
@@ -130,15 +138,35 @@ def circuit(_m, key: str):
     return induction.find_induction_circuit(_m, scores=random_scores(_m, key), on="random")
 
 
-@st.cache_data(**_CACHE)
-def copying_sweep(_m, key: str, kind: str = "zero", seq_len: int = 64, batch: int = 16, seed: int = 0):
+@st.cache_resource(show_spinner=False)
+def _copying_sweeps() -> dict:
+    """The copying sweeps computed so far, by (model key, options), shared by every session; with their locks.
+    (Not st.cache_data: a sweep must be able to draw its progress bar, which a cached function cannot.)"""
+    return {"done": {}, "locks": {}, "lock": threading.Lock()}
+
+
+def copying_sweep(_m, key: str, kind: str = "zero", seq_len: int = 64, batch: int = 16, seed: int = 0,
+                  progress=None):
     """Each head's part in in-context copying: the copying ratio (loss on copy 2 / copy 1) with that head
     ablated alone, on ``batch`` rows of ``seq_len`` random tokens repeated twice; the exact fast sweep
-    (one forward per group of heads from their block on, not one full forward per head)."""
+    (one forward per group of heads from their block on, not one full forward per head). Computed once per
+    model and options for every session (two sessions asking at once wait for one sweep); ``progress(done,
+    total)`` is called as the heads are measured, only when it is computed."""
     from sprout_model.evaluation import repeated_tokens_batch
 
-    rep = repeated_tokens_batch(_m.cfg.d_vocab, seq_len, batch, seed)
-    return ablation.ablation_sweep(_m, rep, metric="copying_ratio", kind=kind, method="fast")
+    store, want = _copying_sweeps(), (key, kind, seq_len, batch, seed)
+    with store["lock"]:
+        lock = store["locks"].setdefault(want, threading.Lock())
+    with lock:
+        sweep = store["done"].get(want)
+        if sweep is None:
+            rep = repeated_tokens_batch(_m.cfg.d_vocab, seq_len, batch, seed)
+            sweep = ablation.ablation_sweep(_m, rep, metric="copying_ratio", kind=kind, method="fast", progress=progress)
+            with store["lock"]:
+                while len(store["done"]) >= _CACHE["max_entries"]:  # the oldest goes
+                    store["done"].pop(next(iter(store["done"])))
+                store["done"][want] = sweep
+    return sweep.copy()
 
 
 @st.cache_data(**_CACHE)

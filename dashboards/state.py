@@ -428,6 +428,23 @@ def page_downloads(page: str) -> None:
              "Each chart's camera button saves it as a PNG (and in the HTML file, as an SVG).")
 
 
+def take_click(chart_key: str, n: int = 2) -> tuple[int, ...] | None:
+    """What a click on the chart ``chart_key`` (drawn with ``on_select="rerun"``) picked in the previous run: the
+    first ``n`` ints of the selected point's customdata (:func:`sprout_interp.plots.picking.picked`), once. None
+    when nothing is selected, or when this selection was taken already (the widgets it set may have moved on
+    since). Call it before drawing the widgets the click sets."""
+    from sprout_interp.plots.picking import picked
+
+    now, seen = picked(st.session_state.get(chart_key), n), f"_taken_{chart_key}"
+    if now is None:
+        st.session_state.pop(seen, None)  # deselected: the same point, clicked again, counts again
+        return None
+    if st.session_state.get(seen) == now:
+        return None
+    st.session_state[seen] = now
+    return now
+
+
 def header(title: str, what: str = "") -> None:
     """The page title, one line on what it shows, and the layer convention."""
     st.header(title)

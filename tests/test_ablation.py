@@ -193,6 +193,18 @@ def test_fast_sweep_heads_per_batch_and_subset(hooked, toks):
     assert abs(sub["ablated"].to_numpy() - want).max() < ATOL
 
 
+@pytest.mark.parametrize("method", ["fast", "naive"])
+def test_sweep_reports_its_progress(hooked, toks, method):
+    """``progress(done, total)`` after each head (naive) or group of heads (fast), ending at every head."""
+    calls = []
+    df = ablation_sweep(hooked, toks, method=method, heads_per_batch=2, progress=lambda d, t: calls.append((d, t)))
+    n = len(df)
+    assert calls[-1] == (n, n) and all(t == n for _, t in calls)
+    assert [d for d, _ in calls] == sorted({d for d, _ in calls}) and calls[0][0] >= 1
+    if method == "naive":
+        assert len(calls) == n
+
+
 def test_sweep_with_padding_ignores_padded_targets(hooked):
     g = torch.Generator().manual_seed(3)
     toks = torch.randint(1, 64, (3, 12), generator=g)

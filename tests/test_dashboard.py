@@ -432,7 +432,8 @@ def _state_module():
 
 
 def test_attention_starts_on_the_induction_head_with_every_head_drawn():
-    from sprout_interp.circuits.attention import find_induction_circuit, head_scores
+    from sprout_interp.circuits.attention import head_scores
+    from sprout_interp.circuits.induction import find_induction_circuit
 
     m = si.load("gpt-4")
     circ = find_induction_circuit(scores=head_scores(m, natural=m.to_tokens(TEXTS["story"]), copying=False),
@@ -448,21 +449,90 @@ def test_attention_starts_on_the_induction_head_with_every_head_drawn():
     assert len(hover) == 1 and "textContent" in hover[0].proto.body  # the text to hover over, offline
 
 
-def test_copying_button_runs_the_exact_fast_sweep_once():
+def test_copying_button_runs_the_exact_fast_sweep_once(monkeypatch):
+    """The button's sweep is ablation_sweep's exact fast method (equal to one full forward per head), drawn with
+    its progress, and computed once per model for every session."""
     from sprout_interp.circuits.ablation import ablation_sweep
     from sprout_model.evaluation import repeated_tokens_batch
 
+    compute = _compute()
+    real, calls = compute.ablation.ablation_sweep, []
+
+    def spy(*args, **kwargs):
+        done = []
+        progress = kwargs.get("progress")
+        kwargs["progress"] = lambda d, t: done.append((d, t)) or (progress and progress(d, t))
+        calls.append((kwargs.get("method"), kwargs.get("metric"), done))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compute.ablation, "ablation_sweep", spy)
+    compute._copying_sweeps.clear()
     at = ok(app("attention").run())
+    assert calls == []  # nothing before the button
     at.button(key="copy_btn").click()
     ok(at.run())
+    assert [(method, metric) for method, metric, _ in calls] == [("fast", "copying_ratio")]
+    assert calls[0][2][-1] == (12, 12)  # the progress reached every head of gpt-4
     table = next(d.value for d in at.dataframe if "ablated" in d.value.columns)
     assert table.attrs.get("method") == "fast" and len(table) == 12
     m = si.load("gpt-4")
     rep = repeated_tokens_batch(m.cfg.d_vocab, 64, 16, 0)
     naive = ablation_sweep(m, rep, metric="copying_ratio", method="naive")
     np.testing.assert_allclose(table["ablated"].to_numpy(), naive["ablated"].to_numpy(), rtol=1e-4, atol=1e-5)
-    compute = sys.modules["compute"]
-    assert hasattr(compute.copying_sweep, "clear")  # st.cache_data: computed once per model, for every session
+    other = ok(app("attention").run().button(key="copy_btn").click().run())  # another session: the same sweep
+    assert len(calls) == 1
+    again = next(d.value for d in other.dataframe if "ablated" in d.value.columns)
+    assert again.equals(table)
+
+
+def _every_head(at: AppTest) -> dict:
+    return next(c for c in charts(at) if c["layout"]["title"]["text"].startswith("every head"))
+
+
+def _selection(*customdata) -> dict:
+    """A plotly chart's selection state as Streamlit keeps it after a click on points with this customdata."""
+    points = [{"customdata": list(c), "curve_number": 0, "point_number": 0} for c in customdata]
+    return {"selection": {"points": points, "point_indices": [0] * len(points), "box": [], "lasso": []}}
+
+
+def test_picked_maps_a_selection_to_the_points_customdata():
+    from sprout_interp.plots.picking import picked
+
+    assert picked(_selection((2, 1))) == (2, 1)
+    assert picked(_selection((2, 1, 7)), n=3) == (2, 1, 7)
+    assert picked({"selection": {"points": [{"x": 3}, {"customdata": [1, 0]}]}}) == (1, 0)  # the first with customdata
+    for nothing in (None, {}, {"selection": {}}, _selection(), {"selection": {"points": [{"customdata": ["a", 1]}]}},
+                    {"selection": {"points": [{"customdata": [1]}]}}):
+        assert picked(nothing) is None, nothing
+
+
+def test_a_click_on_a_heads_small_pattern_chooses_that_head():
+    at = ok(app("attention").run())
+    every = _every_head(at)
+    pickers = [d for d in every["data"] if d["type"] == "scatter"]
+    assert sorted(tuple(d["customdata"][0]) for d in pickers) == [(l, h) for l in range(4) for h in range(3)]
+    layout = every["layout"]
+    for d in pickers:  # each marker covers its panel: plotly hovers it within its radius + 20 px
+        xa, ya = layout["xaxis" + d["xaxis"][1:]], layout["yaxis" + d["yaxis"][1:]]
+        w = (layout["width"] - 60) * (xa["domain"][1] - xa["domain"][0])
+        h = (layout["height"] - 120) * (ya["domain"][1] - ya["domain"][0])
+        assert d["marker"]["size"] / 2 + 20 >= np.hypot(w, h) / 2 and d["marker"]["opacity"] == 0
+    at.session_state["attn_all"] = _selection((2, 1))  # what a click on block 3's head 1 leaves
+    ok(at.run())
+    assert (at.selectbox(key="attn_layer").value, at.selectbox(key="attn_head").value) == (2, 1)
+    assert at.subheader[1].value == "block 3 (layer 2), head 1"
+    assert at.query_params["layer"] == "2" and at.query_params["head"] == "1"
+    at.selectbox(key="attn_head").set_value(0)  # then a choice above: the old click does not win it back
+    ok(at.run())
+    assert (at.selectbox(key="attn_layer").value, at.selectbox(key="attn_head").value) == (2, 0)
+    at.session_state["attn_all"] = _selection()  # deselected, then the same head clicked again
+    ok(at.run())
+    at.session_state["attn_all"] = _selection((2, 1))
+    ok(at.run())
+    assert at.selectbox(key="attn_head").value == 1
+    at.session_state["attn_all"] = _selection((9, 9))  # not a head of this model: ignored
+    ok(at.run())
+    assert (at.selectbox(key="attn_layer").value, at.selectbox(key="attn_head").value) == (2, 1)
 
 
 def test_anatomy_code_has_the_files_line_numbers_and_project_path():

@@ -35,6 +35,9 @@ state.bind("head", "attn_head", state.int_in(0, H - 1))
 state.bind("n", "attn_n", state.int_in(1, T))
 state.remember("attn_layer", circ.induction_layer, 0, L - 1)
 state.remember("attn_head", circ.induction_head, 0, H - 1)
+clicked = state.take_click("attn_all")  # a click on a head's small pattern below (previous run) chooses that head
+if clicked is not None and 0 <= clicked[0] < L and 0 <= clicked[1] < H:
+    st.session_state["attn_layer"], st.session_state["attn_head"] = clicked
 layer = c[0].selectbox("block", list(range(L)), format_func=block_label, key="attn_layer")
 head = c[1].selectbox("head", list(range(H)), key="attn_head",
                       help="Starts on the detected induction head (best induction score on repeated random tokens).")
@@ -48,11 +51,11 @@ with st.spinner("running the model…"), state.shown_errors("the attention patte
     strs = compute.str_tokens(m, key, text)
     induction = (circ.induction_layer, circ.induction_head)
     every = compute.all_heads_chart(m, key, text, n, induction)
-state.chart(every, "every head", key="attn_all")
+state.chart(every, "every head", key="attn_all", on_select="rerun", selection_mode="points")
 st.caption(f"One small pattern per head, first {n} of {T} tokens, all on one colour scale (0–1). Framed in red: the "
            f"detected induction head, {block_label(circ.induction_layer)}, head {circ.induction_head} (the best "
-           "induction score on repeated random tokens). Hover shows the tokens and the weight; the head chosen above "
-           "is drawn large below.")
+           "induction score on repeated random tokens). Click a head's pattern (or choose it above) to draw it large "
+           "below, where hovering shows the tokens and the weights.")
 
 # -- the chosen head ---------------------------------------------------------------------------
 st.subheader(f"{block_label(layer)}, head {head}")
@@ -117,9 +120,11 @@ flag = f"copying_sweep_{key}"
 if st.button("measure each head's part in copying", key="copy_btn"):
     st.session_state[flag] = True
 if st.session_state.get(flag):
-    with st.spinner(f"ablating each of the {L * H} heads on the repeated tokens…"), \
-            state.shown_errors("the copying sweep"):
-        cs = compute.copying_sweep(m, key)
+    bar = st.empty()  # filled only while the sweep runs (the first time for this model)
+    with state.shown_errors("the copying sweep"):
+        cs = compute.copying_sweep(m, key, progress=lambda done, total: bar.progress(
+            done / total, text=f"ablating each head alone on the repeated tokens: {done} of {total} heads done…"))
+    bar.empty()
     state.chart(head_scores_heatmap(cs, "change", zmin=None, zmax=None, colorscale="Reds",
                                     title="copying ratio change when the head is zero-ablated"), "copying sweep")
     st.caption(f"How much the copying ratio (loss on copy 2 / copy 1; clean {cs.attrs['clean']:.2f}) rises when that "

@@ -37,7 +37,7 @@ any callable ``fn(logits, tokens) -> float``: the one metric protocol of :mod:`s
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Literal, NamedTuple, Optional
 
@@ -210,6 +210,7 @@ def ablation_sweep(
     method: Literal["fast", "naive"] = "fast",
     heads_per_batch: Optional[int] = None,
     attribution: bool = False,
+    progress: Optional[Callable[[int, int], None]] = None,
 ) -> pd.DataFrame:
     """Ablate each head alone and measure ``metric``; one row per head.
 
@@ -226,6 +227,8 @@ def ablation_sweep(
             keep a forward near 4,096 tokens, at least 1 and at most a layer's heads).
         attribution: also compute :func:`attribution_sweep` and add its ``estimate`` column;
             ``df.attrs["spearman"]`` is its rank correlation with ``change``.
+        progress: called as ``progress(heads done, heads in all)`` after each head (naive) or group of heads
+            (fast) is measured, e.g. to draw a progress bar.
 
     Returns:
         DataFrame ``layer`` (0-indexed), ``block`` (layer + 1, the chapter's "layer N"), ``head``,
@@ -242,10 +245,10 @@ def ablation_sweep(
     with model.lock:
         rep = Replacer(model, toks, heads, kind, reference)
         if method == "naive":
-            df = _naive_sweep(model, toks, heads, rep, bound, kind)
+            df = _naive_sweep(model, toks, heads, rep, bound, kind, progress)
         else:
             _, P = metric_reach_of(bound, toks)
-            df = _fast_sweep(model, toks[:, :P], heads, rep, bound, kind, heads_per_batch)
+            df = _fast_sweep(model, toks[:, :P], heads, rep, bound, kind, heads_per_batch, progress)
         if attribution:
             est = _attribution(model, toks, heads, rep, bound)
             df["estimate"] = est
@@ -254,12 +257,14 @@ def ablation_sweep(
 
 
 @torch.no_grad()
-def _naive_sweep(model, toks, heads, rep, bound, kind) -> pd.DataFrame:
+def _naive_sweep(model, toks, heads, rep, bound, kind, progress=None) -> pd.DataFrame:
     clean = float(bound.from_logits(model(toks)))
     values = []
     for l, h in heads:
         logits = model.run_with_hooks(toks, fwd_hooks=ablation_hooks([(l, h)], rep))
         values.append(float(bound.from_logits(logits)))
+        if progress is not None:
+            progress(len(values), len(heads))
     return _sweep_frame(heads, values, clean, bound.name, kind, "naive")
 
 
@@ -280,7 +285,8 @@ def trimmed_positions(model: HookedSprout, bound: BoundMetric, P: int) -> Option
 
 
 @torch.no_grad()
-def _fast_sweep(model: HookedSprout, toks, heads, rep: Replacer, bound: BoundMetric, kind, heads_per_batch) -> pd.DataFrame:
+def _fast_sweep(model: HookedSprout, toks, heads, rep: Replacer, bound: BoundMetric, kind, heads_per_batch,
+                progress=None) -> pd.DataFrame:
     L = model.cfg.n_layers
     B, T = toks.shape
     C = model.cfg.d_model
@@ -320,6 +326,8 @@ def _fast_sweep(model: HookedSprout, toks, heads, rep: Replacer, bound: BoundMet
                     resid = model.run_block_at(L - 1, resid, at)
             for h, v in zip(group, metric_from_resid(model, bound, resid, G, at)):
                 results[(l, h)] = v
+            if progress is not None:
+                progress(len(results), len(heads))
     return _sweep_frame(heads, [results[hd] for hd in heads], clean, bound.name, kind, "fast")
 
 
