@@ -150,9 +150,10 @@ def test_every_page_in_chromium(chromium, tmp_path):
 
 
 def test_attention_page_in_chromium(chromium, tmp_path):
-    """All heads drawn, the head-score labels clear of the neighbouring panels, the hover view live, and the
-    state in the URL surviving a reload."""
+    """All heads drawn, the head-score labels clear of the neighbouring panels, the hover view live, the
+    state in the URL surviving a reload, and a click on a head's small pattern choosing that head."""
     from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.actions.action_builder import ActionBuilder
     from selenium.webdriver.common.by import By
 
     with browser.serve("gpt-4", log=tmp_path / "streamlit.log") as url, browser.chrome(1500, 1100) as d:
@@ -162,7 +163,7 @@ def test_attention_page_in_chromium(chromium, tmp_path):
         drawn = d.execute_script("""
             const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
               .find(g => ((g.querySelector('.gtitle') || {}).textContent || '').startsWith('every head'));
-            return gd ? [gd.data.length, gd.querySelectorAll('.heatmaplayer image, .hm image').length,
+            return gd ? [gd.data.filter(t => t.type === 'heatmap').length, gd.querySelectorAll('.heatmaplayer image, .hm image').length,
                          Array.from(gd.querySelectorAll('.annotation-text')).map(a => a.textContent)] : null;""")
         assert drawn is not None and drawn[0] == drawn[1] == 4 * 3, drawn  # every head of every block, drawn
         assert {f"block {l + 1} head {h}" for l in range(4) for h in range(3)} <= set(drawn[2])
@@ -185,6 +186,27 @@ def test_attention_page_in_chromium(chromium, tmp_path):
         q = _query(d)
         assert q["layer"] == ["0"] and q["head"] == ["2"] and q["n"] == ["24"] and q["text"] == ["dialogue"]
         assert "block 1 (layer 0), head 2" in " ".join(browser.texts(d, "h3"))
+
+        # a click on a head's small pattern chooses it: block 3 head 1, clicked off its panel's centre
+        x, y = d.execute_script("""
+            const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
+              .find(g => ((g.querySelector('.gtitle') || {}).textContent || '').startsWith('every head'));
+            const L = gd._fullLayout, i = 2 * 3 + 1 + 1, xa = L['xaxis' + i], ya = L['yaxis' + i];
+            gd.scrollIntoView({block: 'center'});
+            const r = gd.getBoundingClientRect();
+            return [r.left + xa._offset + 0.2 * xa._length, r.top + ya._offset + 0.85 * ya._length];""")
+        actions = ActionBuilder(d)
+        actions.pointer_action.move_to_location(int(x), int(y)).pause(0.3).click()
+        actions.perform()
+        deadline = time.monotonic() + 120
+        while "block 3 (layer 2), head 1" not in " ".join(browser.texts(d, "h3")) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        browser.wait_for_page(d, n_plots=4, timeout=600)
+        assert "block 3 (layer 2), head 1" in " ".join(browser.texts(d, "h3"))
+        assert (_selectbox_shows(d, "block"), _selectbox_shows(d, "head")) == ("block 3 (layer 2)", "1")
+        q = _query(d)
+        assert q["layer"] == ["2"] and q["head"] == ["1"]
+        assert browser.problems(d) == []
         browser.full_page_screenshot(d, tmp_path / "attention.png")
         assert (tmp_path / "attention.png").stat().st_size > 20_000
 
