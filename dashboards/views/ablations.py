@@ -68,7 +68,7 @@ kind = c[1].radio("kind", KINDS, horizontal=True, key="abl_kind")
 if st.session_state.get(ckey) is None:
     c = st.columns([3, 1])
     c[0].caption("First choice: the induction circuit as the head scores on repeated random tokens rank it (the best "
-                 "induction head and the best previous-token head before it), not yet confirmed by ablation.")
+                 "induction head and the best previous-token head), not yet confirmed by ablation.")
     c[1].button("confirm the circuit by ablation", key="abl_confirm_btn",
                 on_click=lambda: st.session_state.__setitem__(ckey, "asked"),
                 help="Mean-ablates each candidate head alone, then together, measuring the copying and the held-out "
