@@ -187,14 +187,26 @@ def test_attention_page_in_chromium(chromium, tmp_path):
         assert q["layer"] == ["0"] and q["head"] == ["2"] and q["n"] == ["24"] and q["text"] == ["dialogue"]
         assert "block 1 (layer 0), head 2" in " ".join(browser.texts(d, "h3"))
 
-        # a click on a head's small pattern chooses it: block 3 head 1, clicked off its panel's centre
-        x, y = d.execute_script("""
+        # a click on a head's small pattern chooses it: block 3 head 1. Its whole panel answers (the pointer over
+        # each corner hovers that head's marker), and a click off the centre chooses it
+        at_js = """
             const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
               .find(g => ((g.querySelector('.gtitle') || {}).textContent || '').startsWith('every head'));
             const L = gd._fullLayout, i = 2 * 3 + 1 + 1, xa = L['xaxis' + i], ya = L['yaxis' + i];
-            gd.scrollIntoView({block: 'center'});
             const r = gd.getBoundingClientRect();
-            return [r.left + xa._offset + 0.2 * xa._length, r.top + ya._offset + 0.85 * ya._length];""")
+            return [r.left + xa._offset + arguments[0] * xa._length, r.top + ya._offset + arguments[1] * ya._length];"""
+        hovered_js = "const h = document.querySelector('.js-plotly-plot') && Array.from(document.querySelectorAll(" \
+                     "'.js-plotly-plot')).map(g => g._hoverdata).find(h => h && h.length); " \
+                     "return h && h[0].customdata ? h[0].customdata : null;"
+        d.execute_script("Array.from(document.querySelectorAll('.js-plotly-plot')).find(g => ((g.querySelector("
+                         "'.gtitle') || {}).textContent || '').startsWith('every head')).scrollIntoView({block: 'center'});")
+        for fx, fy in ((0.02, 0.02), (0.98, 0.02), (0.02, 0.98), (0.98, 0.98)):
+            x, y = d.execute_script(at_js, fx, fy)
+            actions = ActionBuilder(d)
+            actions.pointer_action.move_to_location(int(x), int(y)).pause(0.3)
+            actions.perform()
+            assert d.execute_script(hovered_js) == [2, 1], (fx, fy)
+        x, y = d.execute_script(at_js, 0.2, 0.85)
         actions = ActionBuilder(d)
         actions.pointer_action.move_to_location(int(x), int(y)).pause(0.3).click()
         actions.perform()

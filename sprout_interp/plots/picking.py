@@ -29,21 +29,23 @@ def clickable_panels(fig: go.Figure, picks: Mapping[int, Sequence[Any]], hover: 
                      name: str = "pick") -> go.Figure:
     """Put one invisible marker over each heat-map panel named in ``picks`` (trace index -> the customdata a click
     on that panel reports, e.g. ``(layer, head)``), as large as the panel, with ``hover[i]`` as its hover text.
-    A click anywhere on the panel selects the marker; the heat-map's own hover gives way to the marker's there.
-    The figure needs ``layout.width`` and ``layout.height`` (the markers' size is in pixels). Returns ``fig``."""
+    A click anywhere on the panel selects the marker; the heat-map's own hover gives way to the marker's there,
+    and the panel's axes are fixed (no zoom strips at its edges to catch the click). The figure needs
+    ``layout.width`` and ``layout.height`` (the markers' size is in pixels). Returns ``fig``."""
     width, height = fig.layout.width, fig.layout.height
     if width is None or height is None:
         raise ValueError("clickable_panels needs the figure's layout.width and layout.height (marker sizes are pixels)")
     margin = fig.layout.margin
     inner_w = float(width - (margin.l if margin.l is not None else 80) - (margin.r if margin.r is not None else 80))
     inner_h = float(height - (margin.t if margin.t is not None else 100) - (margin.b if margin.b is not None else 80))
-    markers = []
+    markers, axes = [], []
     for i, data in picks.items():
         tr = fig.data[i]
         if tr.type != "heatmap":
             raise ValueError(f"trace {i} is a {tr.type}, not a heat-map panel")
         xa = "xaxis" + (tr.xaxis or "x")[1:]
         ya = "yaxis" + (tr.yaxis or "y")[1:]
+        axes += [xa, ya]
         w, h = _axis_px(fig, xa, inner_w), _axis_px(fig, ya, inner_h)
         xs = list(tr.x) if tr.x is not None else list(range(len(tr.z[0])))
         ys = list(tr.y) if tr.y is not None else list(range(len(tr.z)))
@@ -58,6 +60,10 @@ def clickable_panels(fig: go.Figure, picks: Mapping[int, Sequence[Any]], hover: 
             hovertext=[hover.get(i, "")], hovertemplate="%{hovertext}<extra></extra>", showlegend=False, name=name,
         ))
     fig.add_traces(markers)
+    # fixed axes: no zoom or pan strips at the panels' edges, where a neighbouring panel's axis strip (a few
+    # pixels wide, wider than the gap between small panels) would take the click instead
+    for name in axes:
+        fig.layout[name].fixedrange = True
     return fig
 
 
