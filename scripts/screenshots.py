@@ -21,9 +21,9 @@ import browser  # noqa: E402
 # page -> (URL path, figures drawn at first, text of a button to press (or None), figures after pressing)
 PAGES = {
     "anatomy": ("/", 1, None, 1),
-    "logit_lens": ("/logit_lens", 3, None, 3),
+    "logit_lens": ("/logit_lens?trajectories=1", 3, None, 3),  # the trajectories' section opened
     "residual": ("/residual", 2, None, 2),
-    "attention": ("/attention", 4, "measure each head's part in copying", 5),
+    "attention": ("/attention?repeated=1", 4, "measure each head's part in copying", 5),  # the test opened
     "ablations": ("/ablations", 1, "run the full sweep", 2),
     "patching": ("/patching", 3, None, 3),
     "compare": ("/compare", 2, None, 2),

@@ -99,7 +99,7 @@ def test_patching_page_in_chromium(chromium, tmp_path):
 
 
 #: figures each page draws at first (pages added later are waited for by their title and finished run)
-FIRST_FIGURES = {"": 1, "logit_lens": 2, "residual": 2, "attention": 4, "ablations": 1, "patching": 3, "compare": 2,
+FIRST_FIGURES = {"": 1, "logit_lens": 2, "residual": 2, "attention": 3, "ablations": 1, "patching": 3, "compare": 2,
                  "positions": 1}
 
 #: the bounding boxes of a figure's y tick labels that overlap a plotted panel (JS; argument: the title's start)
@@ -158,7 +158,7 @@ def test_attention_page_in_chromium(chromium, tmp_path):
 
     with browser.serve("gpt-4", log=tmp_path / "streamlit.log") as url, browser.chrome(1500, 1100) as d:
         d.get(url + "/attention?model=gpt-4&text=dialogue&layer=0&head=2&n=24")
-        browser.wait_for_page(d, n_plots=4, timeout=600)
+        browser.wait_for_page(d, n_plots=3, timeout=600)
         assert browser.problems(d) == []
         drawn = d.execute_script("""
             const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
@@ -182,7 +182,7 @@ def test_attention_page_in_chromium(chromium, tmp_path):
 
         # the choices survive a reload of the URL
         d.refresh()
-        browser.wait_for_page(d, n_plots=4, timeout=600)
+        browser.wait_for_page(d, n_plots=3, timeout=600)
         q = _query(d)
         assert q["layer"] == ["0"] and q["head"] == ["2"] and q["n"] == ["24"] and q["text"] == ["dialogue"]
         assert "block 1 (layer 0), head 2" in " ".join(browser.texts(d, "h3"))
@@ -213,7 +213,7 @@ def test_attention_page_in_chromium(chromium, tmp_path):
         deadline = time.monotonic() + 120
         while "block 3 (layer 2), head 1" not in " ".join(browser.texts(d, "h3")) and time.monotonic() < deadline:
             time.sleep(0.3)
-        browser.wait_for_page(d, n_plots=4, timeout=600)
+        browser.wait_for_page(d, n_plots=3, timeout=600)
         assert "block 3 (layer 2), head 1" in " ".join(browser.texts(d, "h3"))
         assert (_selectbox_shows(d, "block"), _selectbox_shows(d, "head")) == ("block 3 (layer 2)", "1")
         q = _query(d)

@@ -267,14 +267,33 @@ def test_residual_block_knockouts():
     assert "at least two tokens" in messages(one) and charts(one)
 
 
+def _attention_with_the_test_open() -> AppTest:
+    at = app("attention")
+    at.session_state["rep_open"] = True  # what opening the repeated-tokens test's expander does
+    return ok(at.run())
+
+
 def test_attention_choice_and_repeated_tokens():
+    """The repeated-tokens test runs once its expander is opened (or a link with repeated=1 opens it)."""
     at = ok(app("attention").run())
+    assert not at.metric and not any("random tokens repeated" in c["layout"]["title"]["text"] for c in charts(at))
+    assert not [b for b in at.button if b.key == "copy_btn"]  # closed: the test has not run
     at.selectbox(key="attn_layer").set_value(0)
     at.selectbox(key="attn_head").set_value(2)
+    at.session_state["rep_open"] = True
     ok(at.run())
     chosen = next(c for c in charts(at) if "hook_pattern" in c["layout"]["title"]["text"])
     assert "block 1 (layer 0), head 2" in chosen["layout"]["title"]["text"]
     assert len(at.metric) == 3  # copy 1, copy 2, ratio
+    assert any("head 2 on 32 random tokens repeated twice" in c["layout"]["title"]["text"] for c in charts(at))
+    assert at.query_params["repeated"] == "1"
+    at.select_slider(key="rep_len").set_value(16)
+    ok(at.run())
+    at.session_state["rep_open"] = False
+    ok(at.run())
+    at.session_state["rep_open"] = True
+    ok(at.run())
+    assert at.select_slider(key="rep_len").value == 16  # kept while the expander was closed
 
 
 @pytest.mark.slow
@@ -467,7 +486,7 @@ def test_copying_button_runs_the_exact_fast_sweep_once(monkeypatch):
 
     monkeypatch.setattr(compute.ablation, "ablation_sweep", spy)
     compute._copying_sweeps.clear()
-    at = ok(app("attention").run())
+    at = _attention_with_the_test_open()
     assert calls == []  # nothing before the button
     at.button(key="copy_btn").click()
     ok(at.run())
@@ -479,7 +498,7 @@ def test_copying_button_runs_the_exact_fast_sweep_once(monkeypatch):
     rep = repeated_tokens_batch(m.cfg.d_vocab, 64, 16, 0)
     naive = ablation_sweep(m, rep, metric="copying_ratio", method="naive")
     np.testing.assert_allclose(table["ablated"].to_numpy(), naive["ablated"].to_numpy(), rtol=1e-4, atol=1e-5)
-    other = ok(app("attention").run().button(key="copy_btn").click().run())  # another session: the same sweep
+    other = ok(_attention_with_the_test_open().button(key="copy_btn").click().run())  # another session: the same sweep
     assert len(calls) == 1
     again = next(d.value for d in other.dataframe if "ablated" in d.value.columns)
     assert again.equals(table)
@@ -605,7 +624,8 @@ def test_positions_page_offers_a_real_heads_queries_and_keys():
 @pytest.mark.parametrize("page, params, expect", [
     ("logit_lens", {"lens": "logit", "pos": "3", "row": "0", "tokens": "40", "trajectories": "1"},
      {"lens_which": "logit", "lens_pos": 3, "lens_row": 0, "lens_width": 40, "lens_traj_open": True}),
-    ("attention", {"layer": "0", "head": "2", "n": "20"}, {"attn_layer": 0, "attn_head": 2, "attn_n": 20}),
+    ("attention", {"layer": "0", "head": "2", "n": "20", "repeated": "1", "rep_len": "16"},
+     {"attn_layer": 0, "attn_head": 2, "attn_n": 20, "rep_open": True, "rep_len": 16}),
     ("residual", {"log": "0", "per_position": "1"}, {"rms_log": False, "rms_per_position": True}),
     ("ablations", {"heads": ["1.0", "3.2"], "kind": "mean"}, {"abl_heads_gpt-4": [(1, 0), (3, 2)], "abl_kind": "mean"}),
     ("positions", {"qk": "random", "m": "40", "n": "7", "seed": "5"}, {"pos_m": 40, "pos_n": 7, "pos_seed": 5}),

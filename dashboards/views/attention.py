@@ -93,40 +93,48 @@ st.markdown("Random tokens, then the same tokens again. The first time nothing p
             "*n + i* of the second copy attends to position *i + 1* of the first (the token after the earlier "
             "copy of its own token): a diagonal stripe *n − 1* tokens behind the main diagonal. The head shown is "
             "the one chosen above (at first, the detected induction head).")
-c = st.columns(2)
-lengths = [8, 16, 32, 64, 128]
-state.bind("rep_len", "rep_len", state.one_of(lengths))
-state.bind("seed", "rep_seed", state.int_in(0, 10_000))
-st.session_state.setdefault("rep_len", 32)
-st.session_state.setdefault("rep_seed", 0)
-seq_len = c[0].select_slider("random tokens per copy", lengths, key="rep_len")
-seed = c[1].number_input("seed", 0, 10_000, key="rep_seed")
-seq_len = min(int(seq_len), m.cfg.n_ctx // 2)
-with st.spinner("running the test…"), state.shown_errors("the repeated-tokens test"):
-    _, rstrs = compute.repeated_tokens(m, key, seq_len, int(seed))
-    rpat = compute.repeated_patterns(m, key, seq_len, int(seed), layer)
-    first, second, ratio = compute.copying_ratio(m, key, seq_len, int(seed))
-k = st.columns(3)
-k[0].metric("loss on copy 1 (nats/token)", f"{first:.2f}")
-k[1].metric("loss on copy 2", f"{second:.2f}")
-k[2].metric("ratio copy 2 / copy 1", f"{ratio:.2f}", help="near 1: no copying; far below 0.5: an induction circuit")
-state.chart(pattern_figure(rpat[head], rstrs, title=f"{block_label(layer)}, head {head} on {seq_len} random "
-                           f"tokens repeated twice"), "repeated tokens")
+# run only once opened: its own forwards on the random tokens, and the button for each head's part in copying
+state.bind("repeated", "rep_open", state.as_bool, state.fmt_bool)
+for k in ("rep_len", "rep_seed"):
+    if k in st.session_state:  # a widget in the closed expander is not drawn: keep what it held
+        st.session_state[k] = st.session_state[k]
+with st.expander("run the test: the copy losses, the chosen head on the repeated tokens, each head's part in copying",
+                 key="rep_open", on_change="rerun") as rep_box:
+    if rep_box.open:
+        c = st.columns(2)
+        lengths = [8, 16, 32, 64, 128]
+        state.bind("rep_len", "rep_len", state.one_of(lengths))
+        state.bind("seed", "rep_seed", state.int_in(0, 10_000))
+        st.session_state.setdefault("rep_len", 32)
+        st.session_state.setdefault("rep_seed", 0)
+        seq_len = c[0].select_slider("random tokens per copy", lengths, key="rep_len")
+        seed = c[1].number_input("seed", 0, 10_000, key="rep_seed")
+        seq_len = min(int(seq_len), m.cfg.n_ctx // 2)
+        with st.spinner("running the test…"), state.shown_errors("the repeated-tokens test"):
+            _, rstrs = compute.repeated_tokens(m, key, seq_len, int(seed))
+            rpat = compute.repeated_patterns(m, key, seq_len, int(seed), layer)
+            first, second, ratio = compute.copying_ratio(m, key, seq_len, int(seed))
+        k = st.columns(3)
+        k[0].metric("loss on copy 1 (nats/token)", f"{first:.2f}")
+        k[1].metric("loss on copy 2", f"{second:.2f}")
+        k[2].metric("ratio copy 2 / copy 1", f"{ratio:.2f}", help="near 1: no copying; far below 0.5: an induction circuit")
+        state.chart(pattern_figure(rpat[head], rstrs, title=f"{block_label(layer)}, head {head} on {seq_len} random "
+                                   f"tokens repeated twice"), "repeated tokens")
 
-st.markdown("**Which heads does copying need?** Ablate each head alone on the repeated tokens and see how much the "
-            "copying ratio rises (the exact fast sweep: each group of heads reruns only the blocks from its own on; "
-            "computed once per model and shared by every session).")
-flag = f"copying_sweep_{key}"
-if st.button("measure each head's part in copying", key="copy_btn"):
-    st.session_state[flag] = True
-if st.session_state.get(flag):
-    bar = st.empty()  # filled only while the sweep runs (the first time for this model)
-    with state.shown_errors("the copying sweep"):
-        cs = compute.copying_sweep(m, key, progress=lambda done, total: bar.progress(
-            done / total, text=f"ablating each head alone on the repeated tokens: {done} of {total} heads done…"))
-    bar.empty()
-    state.chart(head_scores_heatmap(cs, "change", zmin=None, zmax=None, colorscale="Reds",
-                                    title="copying ratio change when the head is zero-ablated"), "copying sweep")
-    st.caption(f"How much the copying ratio (loss on copy 2 / copy 1; clean {cs.attrs['clean']:.2f}) rises when that "
-               "head alone is zero-ablated, on 16 rows of 64 random tokens repeated twice.")
-    state.table(cs, "copying sweep")
+        st.markdown("**Which heads does copying need?** Ablate each head alone on the repeated tokens and see how much the "
+                    "copying ratio rises (the exact fast sweep: each group of heads reruns only the blocks from its own on; "
+                    "computed once per model and shared by every session).")
+        flag = f"copying_sweep_{key}"
+        if st.button("measure each head's part in copying", key="copy_btn"):
+            st.session_state[flag] = True
+        if st.session_state.get(flag):
+            bar = st.empty()  # filled only while the sweep runs (the first time for this model)
+            with state.shown_errors("the copying sweep"):
+                cs = compute.copying_sweep(m, key, progress=lambda done, total: bar.progress(
+                    done / total, text=f"ablating each head alone on the repeated tokens: {done} of {total} heads done…"))
+            bar.empty()
+            state.chart(head_scores_heatmap(cs, "change", zmin=None, zmax=None, colorscale="Reds",
+                                            title="copying ratio change when the head is zero-ablated"), "copying sweep")
+            st.caption(f"How much the copying ratio (loss on copy 2 / copy 1; clean {cs.attrs['clean']:.2f}) rises when that "
+                       "head alone is zero-ablated, on 16 rows of 64 random tokens repeated twice.")
+            state.table(cs, "copying sweep")
