@@ -203,3 +203,20 @@ def test_one_metric_protocol_for_patching_and_ablation(model, pair):
         naive = P.naive_patch(model, clean, corrupted, metric, "resid_pre", "layer_pos")
         fast = P.activation_patch(model, clean, corrupted, metric, "resid_pre", "layer_pos")
         torch.testing.assert_close(torch.tensor(fast["value"].values), torch.tensor(naive["value"].values), atol=1e-5, rtol=0)
+
+
+def test_patches_that_change_nothing_give_the_run_exactly(model, pair):
+    """Before the first position where the texts differ every stream is the same in both runs (attention is causal),
+    and at the first block only the differing positions differ: copying such an activation changes nothing, so its
+    value is the patched run's own, exactly (score 0 denoising), as one hooked forward per patch finds to 1e-5."""
+    clean, corrupted = pair  # they differ at positions 3 and 11
+    metric = METRICS["logit_diff"]
+    fast = P.activation_patch(model, clean, corrupted, metric, "resid_pre", "layer_pos")
+    naive = P.naive_patch(model, clean, corrupted, metric, "resid_pre", "layer_pos")
+    same = (fast["pos"] < 3) | ((fast["layer"] == 0) & ~fast["pos"].isin([3, 11]))
+    assert same.sum() == 3 * 3 + 18 - 3
+    assert (fast.loc[same, "value"] == fast.attrs["corrupted"]).all() and (fast.loc[same, "score"] == 0).all()
+    torch.testing.assert_close(torch.tensor(fast["value"].values), torch.tensor(naive["value"].values), atol=1e-5, rtol=0)
+    heads = P.activation_patch(model, clean, corrupted, metric, "z", "head_pos")
+    early = heads["pos"] < 3
+    assert early.any() and (heads.loc[early, "value"] == heads.attrs["corrupted"]).all()

@@ -20,7 +20,9 @@ site                                          hook                     by
 
 Exact and fast: everything before the patched layer is taken from the run being patched (never
 recomputed); a patch at position ``p`` changes nothing before ``p`` (attention is causal), so the
-later blocks run only from ``p`` on, reading the earlier positions' keys and values from that run;
+later blocks run only from ``p`` on, reading the earlier positions' keys and values from that run; a patch
+that copies an activation equal to the run's own (every position before the texts first differ, say) is
+that run's value without running anything;
 the logits are computed only where the metric reads; and every position (or head) of a layer runs
 in one batched forward. The result equals one full forward per patch with a hook, the loop that
 ``transformer_lens.patching`` runs (the tests check both to 1e-5). With a hook of the user's own on
@@ -67,7 +69,7 @@ SITES: dict[str, tuple[str, ...]] = {
     "attn_out": ("layer_pos", "layer"), "mlp_out": ("layer_pos", "layer"),
     "z": ("head", "head_pos"), "q": ("head",), "k": ("head",), "v": ("head",), "pattern": ("head",),
 }
-_CHUNK = 16  # positions patched per batched forward: each chunk runs from its first position on
+_CHUNK = 16  # patches per batched forward: each chunk runs from its first patched position on
 
 
 # --------------------------------------------------------------------------------------------
@@ -262,6 +264,7 @@ def _fast_values(model: HookedSprout, base: Tensor, src_tokens: Tensor, metric, 
     _, src = model.run_with_cache(src_tokens, names_filter=names, return_cache_object=False)
     bound = _bind(metric, base)
     read = read_positions(bound, T)
+    unpatched = float(metric_from_read_logits(bound, run.logits[:, read], read)[0])  # the run being patched, as it is
     gpt = model.model
     values: dict[tuple, float] = {}
     for l in range(L):
@@ -269,13 +272,22 @@ def _fast_values(model: HookedSprout, base: Tensor, src_tokens: Tensor, metric, 
         if not mine:
             continue
         s_act = src[names[l]]
+        if site == "z":  # a head whose copied output equals the run's own changes nothing: the run's value, exactly
+            own = run[names[l]]
+            live = []
+            for pt in mine:
+                _, h, p = pt
+                same = torch.equal(s_act[:, :, h], own[:, :, h]) if p is None else torch.equal(s_act[:, p, h], own[:, p, h])
+                if same:
+                    values[pt] = unpatched
+                else:
+                    live.append(pt)
+            mine = live
         if site in ("z", "q", "k", "v", "pattern"):
-            chunks = [mine]
-            if by == "head_pos":  # one batched forward per group of _CHUNK positions, all heads in it
-                by_pos: dict[int, list] = {}
-                for pt in mine:
-                    by_pos.setdefault(pt[2] // _CHUNK, []).append(pt)
-                chunks = list(by_pos.values())
+            chunks = [mine] if mine else []
+            if by == "head_pos":  # one batched forward per _CHUNK patches, all heads, from the first one's position on
+                mine, step = sorted(mine, key=lambda pt: (pt[2], pt[1])), _CHUNK * model.cfg.n_heads
+                chunks = [mine[i : i + step] for i in range(0, len(mine), step)]
             for chunk in chunks:
                 n = len(chunk)
                 s0 = min(pt[2] for pt in chunk) if by == "head_pos" else 0
@@ -305,14 +317,20 @@ def _fast_values(model: HookedSprout, base: Tensor, src_tokens: Tensor, metric, 
             new = run[act_name("resid_mid", l)] + s_act
         else:
             new = s_act
+        noop = (new == stream).all(-1).all(0)  # (pos,): the copied stream equals the run's own there
         if by == "layer":
+            if bool(noop.all()):
+                values[mine[0]] = unpatched
+                continue
             logits = _finish(model, run, new, l, stage, 0, 1, read)
             values[mine[0]] = float(metric_from_read_logits(bound, logits, read)[0])
             continue
-        for c0 in range(0, T, _CHUNK):
-            chunk = [pt for pt in mine if c0 <= pt[2] < c0 + _CHUNK]
-            if not chunk:
-                continue
+        for pt in mine:  # before the texts first differ, and wherever the stream is the same: no change, exactly
+            if bool(noop[pt[2]]):
+                values[pt] = unpatched
+        live = sorted((pt for pt in mine if not bool(noop[pt[2]])), key=lambda pt: pt[2])
+        for chunk in (live[i : i + _CHUNK] for i in range(0, len(live), _CHUNK)):
+            c0 = chunk[0][2]
             n = len(chunk)
             x = stream[:, c0:].repeat(n, 1, 1)
             for i, (_, _, p) in enumerate(chunk):
