@@ -24,10 +24,12 @@ page = None
 try:
     page = st.navigation(pages)
     page.run()
+except state.PageStop:  # the page said why it stopped; the link and downloads below are still written
+    pass
 except Exception as err:  # last line of defence: a page's failure is shown on that page, the app keeps running
     st.error(f"This page failed: {state.md(type(err).__name__)}: {state.md(err)}. The other pages still work.")
     with st.expander("details"):
         st.code(traceback.format_exc())
-finally:  # also after st.stop(): the link keeps what was chosen, the sidebar offers what was drawn
+finally:  # also after state.stop(): the link keeps what was chosen, the sidebar offers what was drawn
     state.write_url()
     state.page_downloads(page.title if page is not None else "page")

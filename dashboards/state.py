@@ -3,7 +3,7 @@ URL that keeps a view, the downloads, and uploads.
 
 The URL: the sidebar keeps the model and the text in ``?model=…&text=…``, and a page keeps its main choices
 there with :func:`bind` (a link, a bookmark or a reload restores them); :func:`write_url` writes them after
-every run (``app.py`` calls it, also after ``st.stop()``). Downloads: :func:`chart` draws a figure and adds it to
+every run (``app.py`` calls it, also after :func:`stop`). Downloads: :func:`chart` draws a figure and adds it to
 the page's one HTML file (:func:`page_downloads`, in the sidebar), :func:`table` draws a table with its CSV
 button; both files are made only when clicked. Uploads (:func:`save_upload`) go to a folder of their own and
 through the same loader as a path. ``-- --no-path-box`` or ``SPROUT_DASHBOARD_NO_PATH_BOX=1`` hides the path box
@@ -26,6 +26,7 @@ import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -527,14 +528,25 @@ def current_tokens(model: si.HookedSprout):
     return toks
 
 
+class PageStop(Exception):
+    """Raised by :func:`stop`; ``app.py`` catches it."""
+
+
+def stop() -> NoReturn:
+    """Skip the rest of the page, its message already shown. Unlike ``st.stop()``, which ends the script run so
+    that what ``app.py`` writes afterwards is dropped, the run then ends normally: the link still records what
+    was chosen and the sidebar still offers the downloads."""
+    raise PageStop
+
+
 def page_inputs():
     """(model, model key, text, tokens) for a page; stops the page (with the message already shown) if any is missing."""
     m = current_model()
     if m is None:
-        st.stop()
+        stop()
     toks = current_tokens(m)
     if toks is None:
-        st.stop()
+        stop()
     return m, model_key(), current_text(), toks
 
 
@@ -567,11 +579,13 @@ def shown_errors(what: str = "this view"):
     instead of killing it, and the rest of the page is skipped. Other pages are not affected."""
     try:
         yield
+    except PageStop:
+        raise
     except si.SproutError as err:
         st.error(f"Could not compute {what}: {md(err)}")
-        st.stop()
+        stop()
     except Exception as err:  # a bug: show it with its traceback, keep the app alive
         st.error(f"Could not compute {what}: {md(type(err).__name__)}: {md(err)}")
         with st.expander("details"):
             st.code(traceback.format_exc())
-        st.stop()
+        stop()

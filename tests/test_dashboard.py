@@ -1,6 +1,6 @@
 """The Streamlit dashboard, driven headless with streamlit.testing.v1.AppTest (no browser).
 
-Every page with its default inputs, every bad input the issue lists (each shows a clear message and
+Every page with its default inputs, every bad input a user can give (each shows a clear message and
 the other pages keep working), a model switch, and the main interactions. The shipped gpt-4 (and
 gpt-1) keep it quick; models and results are cached per process, so later tests reuse them.
 """
@@ -658,6 +658,19 @@ def test_the_link_follows_the_widgets_and_carries_a_typed_text():
     ok(again.switch_page(PAGES["attention"]).run())
     assert again.session_state["own_text"] == qp["text"] and again.selectbox(key="attn_head").value == 2
 
+
+def test_a_page_that_stops_early_still_writes_the_link():
+    """A page that stops on a bad input (here patching without a corrupted text) keeps the link in step with what
+    was typed, so the link and a reload show the same page; st.stop() would have dropped it."""
+    at = ok(app("patching").run())
+    at.text_area(key="patch_corrupted").set_value("")
+    at.run()
+    assert any("Type both texts" in w.value for w in at.warning) and not at.exception
+    assert at.query_params["corrupted"] == ""
+    at.text_area(key="patch_corrupted").set_value("two words")
+    at.run()
+    assert at.query_params["corrupted"] == "two words"  # a length mismatch: the error is shown, the link still follows
+    assert any("same length" in e.value or "tokens" in e.value for e in at.error)
 
 def test_a_link_with_impossible_values_falls_back_to_the_defaults():
     at = AppTest.from_file(str(APP), default_timeout=180)

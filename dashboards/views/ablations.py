@@ -20,7 +20,7 @@ m, key, text, toks = state.page_inputs()
 L, H, T = m.cfg.n_layers, m.cfg.n_heads, int(toks.shape[1])
 if T < 2:
     st.warning("The text is a single token: there is no next token to predict. Type a longer text.")
-    st.stop()
+    state.stop()
 
 heads_all = [(l, h) for l in range(L) for h in range(H)]
 hkey = f"abl_heads_{key}"

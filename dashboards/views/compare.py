@@ -24,7 +24,7 @@ if missing:
     st.caption(f"Not installed here: {', '.join(missing)}.")
 if not options:
     st.error("No shipped checkpoint is installed and no model path is chosen: nothing to compare.")
-    st.stop()
+    state.stop()
 mkey = "cmp_models_" + "|".join(options)
 state.bind("models", mkey, lambda raw: [o for o in options if o in raw] or None,
            lambda v: [k for k in v if not state.is_upload(k)], many=True)
@@ -32,7 +32,7 @@ st.session_state.setdefault(mkey, list(options))
 keys = st.multiselect("models", options, key=mkey, format_func=state.shown_key)
 if not keys:
     st.info("Choose at least one model.")
-    st.stop()
+    state.stop()
 loaded = []
 for k in keys:  # a model that does not load is left out, and the page says why
     try:
@@ -43,12 +43,12 @@ for k in keys:  # a model that does not load is left out, and the page says why
 keys = loaded
 if not keys:
     st.error("None of the chosen models could be loaded.")
-    st.stop()
+    state.stop()
 
 text = state.current_text()
 if not text.strip():
     st.warning("The text is empty: pick a ready-made text or type something in the sidebar.")
-    st.stop()
+    state.stop()
 with st.spinner("running every model on the text…"), state.shown_errors("the comparison"):
     df = compute.compare_models(tuple(keys), text)
 ref = state.load_model(keys[0])

@@ -20,7 +20,7 @@ if not layers:
     st.info("This checkpoint has no sparse autoencoder beside it. Train one with "
             "`python -m sprout_interp.features.train --model <name or path> --layer 3` (about a quarter of an hour "
             "on a CPU), then reload.")
-    st.stop()
+    state.stop()
 layer = st.selectbox("layer", layers, format_func=lambda l: f"block {l + 1} (layer {l}, blocks.{l}.hook_resid_post)",
                      key=f"feat_layer_{key}")
 with st.spinner("loading the SAE…"), state.shown_errors("the SAE"):

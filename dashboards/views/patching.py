@@ -22,7 +22,7 @@ state.header(
 )
 m = state.current_model()
 if m is None:
-    st.stop()
+    state.stop()
 key = state.model_key()
 c = st.columns(2)
 for param, k in (("clean", "patch_clean"), ("corrupted", "patch_corrupted"), ("answer", "patch_answer"),
@@ -42,7 +42,7 @@ c[2].caption("Metric: logit[answer] − logit[wrong] at the last position (each 
 
 if not clean.strip() or not corrupted.strip():
     st.warning("Type both texts: patching compares a clean and a corrupted run of the same length.")
-    st.stop()
+    state.stop()
 with st.spinner("patching the residual stream at every block and position (first time only)…"), \
         state.shown_errors("the residual-stream patching"):
     resid = compute.patching(m, key, clean, corrupted, answer, wrong, "resid_pre", "layer_pos")
