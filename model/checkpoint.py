@@ -58,7 +58,7 @@ def save_checkpoint(
     tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
     tmp.mkdir()
     try:
-        sd = {k: v.detach().to(dtype).contiguous().clone() for k, v in model.state_dict().items() if k != TIED}
+        sd = {k: v.detach().to("cpu", dtype).contiguous().clone() for k, v in model.state_dict().items() if k != TIED}
         save_file(sd, str(tmp / "model.safetensors"), metadata={"format": "pt", "dtype": str(dtype)})
         (tmp / "config.json").write_text(json.dumps(model.cfg.to_dict(), indent=1))
         (tmp / "train.json").write_text(json.dumps(train_info, indent=1))

@@ -139,11 +139,16 @@ class NameCopying(NamedTuple):
 @torch.no_grad()
 def name_copying(model: nn.Module, tokenizer, texts: list[tuple[str, str]] | None = None) -> NameCopying:
     """Probability the model gives each later token of an invented name (all but its first token) at the
-    name's first and second occurrence in each text. ``model(idx)`` returns ``(logits, _)``."""
+    name's first and second occurrence in each text. ``model(idx)`` returns ``(logits, _)``; the texts go to the
+    device of the model's parameters."""
+    try:
+        device = next(model.parameters()).device
+    except (AttributeError, StopIteration):
+        device = torch.device("cpu")
     results = []
     for name, text in texts or NAME_TEXTS:
         enc = tokenizer.encode(text, add_special_tokens=False)
-        ids = torch.tensor([enc.ids])
+        ids = torch.tensor([enc.ids], device=device)
         probs = torch.softmax(model(ids)[0][0].float(), -1)
         starts = [i for i in range(len(text)) if text.startswith(" " + name, i)]
         if len(starts) != 2:

@@ -2,10 +2,16 @@
 
     python -m sprout_model.prepare                      # once: corpus, tokenizer, token files
     python -m sprout_model.train --preset gpt-4 --tokens 8e6
+    python -m sprout_model.train --preset sprout --device cuda --dtype bf16 --compile --batch-size 256 --seq-len 512
 
 The run folder (default ``runs/<preset>``) holds ``state.pt`` (model, optimizer, step, data position,
 RNG states; written atomically every ``--save-every`` steps and on Ctrl-C) and ``checkpoint/``, the
 checkpoint folder of the best validation loss so far. Running the same command again resumes.
+
+``--device cuda`` trains on a GPU: the weights and the optimizer's state stay float32 there (``--dtype bf16``
+runs the forward pass under bfloat16 autocast), the batches are drawn on the GPU from the token arrays moved
+there once (``TorchBatches``), and ``state.pt`` and the checkpoints are written from CPU copies, so any
+machine reads them. ``sprout_model.device`` runs the whole recipe on a lent GPU within a time budget.
 """
 from __future__ import annotations
 
@@ -14,7 +20,8 @@ import json
 import math
 import signal
 import time
-from dataclasses import asdict, dataclass
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +72,14 @@ class TrainArgs:
     init_from: str | None = None  # start from another run's weights (its folder's state.pt, or a checkpoint
     # folder); fresh optimizer and schedule; its tokens and history carry over into this run's counts; a
     # shallower or narrower run (a smaller preset) is grown to this size keeping its function (grow.py)
+    device: str = "cpu"  # "cuda" (or "cuda:N"): train there; state.pt and checkpoints are written from CPU copies
+    dtype: str = "fp32"  # "bf16": the forward pass under bfloat16 autocast (float32 weights and optimizer state)
+    sampler: str = "auto"  # "numpy": Batches (host memory); "torch": TorchBatches (the tokens on --device);
+    # "auto": numpy on the CPU, torch on a GPU
+    fit_minutes: float | None = None  # shorten the schedule (--tokens is then the most) so that it ends after about
+    # this many minutes of this process's wall time, measured on the steps after the first few (see FIT_AFTER)
+    stop_copy_ratio: float | None = None  # stop (resumably) at the first evaluation whose copying ratio is at or
+    # below this: the end of a copy-task stage, whose next stage starts from this run with --init-from
 
     def model_config(self) -> Config:
         """The preset's Config, with ``n_layer`` overridden when set (vocab_size as the preset says)."""
@@ -80,6 +95,54 @@ class TrainArgs:
 
 class TrainArgsError(ValueError):
     """Training options that cannot work together or with the run folder being resumed."""
+
+
+DTYPES = ("fp32", "bf16")
+SAMPLERS = ("auto", "numpy", "torch")
+FIT_AFTER = (3, 10)  # --fit-minutes: skip this many steps (compilation), then time this many
+
+
+def resolve_device(a: TrainArgs) -> torch.device:
+    """The torch.device of ``--device``; raises TrainArgsError (saying what to pass) for one this machine lacks."""
+    try:
+        device = torch.device(a.device)
+    except (RuntimeError, ValueError):
+        raise TrainArgsError(f"--device {a.device!r} is not a device torch knows; pass cpu or cuda") from None
+    if device.type not in ("cpu", "cuda"):
+        raise TrainArgsError(f"--device {a.device!r}: training runs on cpu or cuda only")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise TrainArgsError(f"--device {a.device}: this machine has no CUDA device (or torch was built without "
+                                 "CUDA); pass --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise TrainArgsError(f"--device {a.device}: there are {torch.cuda.device_count()} CUDA devices here")
+        if a.dtype == "bf16" and not torch.cuda.is_bf16_supported():
+            raise TrainArgsError(f"--dtype bf16: {torch.cuda.get_device_name(device)} does not support bfloat16; "
+                                 "pass --dtype fp32")
+    return device
+
+
+def resolve_sampler(a: TrainArgs, device: torch.device) -> str:
+    """``--sampler`` with "auto" decided: numpy batches on the CPU, torch batches on a GPU."""
+    if a.sampler != "auto":
+        return a.sampler
+    return "numpy" if device.type == "cpu" else "torch"
+
+
+def autocast(device: torch.device, dtype: str) -> AbstractContextManager:
+    """The forward pass's precision: bfloat16 autocast for ``dtype`` "bf16", plain float32 otherwise."""
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=dtype == "bf16")
+
+
+def to_cpu(obj):
+    """``obj`` (tensors in nested dicts, lists and tuples) with every tensor a detached CPU tensor."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_cpu(v) for v in obj)
+    return obj
 
 
 def check_args(a: TrainArgs) -> None:
@@ -102,10 +165,16 @@ def check_args(a: TrainArgs) -> None:
     need(a.n_layer is None or a.n_layer >= 1, f"--n-layer must be 1 or more, got {a.n_layer}")
     need(a.threads is None or a.threads >= 1, f"--threads must be 1 or more, got {a.threads}")
     need(a.max_steps is None or a.max_steps >= 0, f"--max-steps must be 0 or more, got {a.max_steps}")
+    need(a.dtype in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}, got {a.dtype!r}")
+    need(a.sampler in SAMPLERS, f"--sampler must be one of {', '.join(SAMPLERS)}, got {a.sampler!r}")
+    for name in ("fit_minutes", "stop_copy_ratio"):
+        v = getattr(a, name)
+        need(v is None or (math.isfinite(v) and v > 0), f"--{name.replace('_', '-')} must be a number above 0, got {v}")
     need(a.preset in PRESETS, f"--preset {a.preset!r} is not one of {', '.join(sorted(PRESETS))}")
     context = a.model_config().context
     need(a.seq_len <= context, f"--seq-len {a.seq_len} is longer than the {a.preset} model's context of {context} "
                                f"tokens; pass --seq-len {context} or less")
+    resolve_device(a)
 
 
 RESUME_MUST_MATCH = ("preset", "n_layer", "batch_size", "seq_len")  # a resumed run keeps its shapes and batches
@@ -198,17 +267,109 @@ class Batches:
         return x[:, :-1], x[:, 1:]
 
 
+MIN_COPY_PERIOD = 8  # the shortest period of a copy row (augment.repeated_random_row's default)
+
+
+class TorchBatches:
+    """The batches of :class:`Batches`, drawn on ``device`` (a GPU) from token arrays moved there once.
+
+    The windows are Batches' exactly (the same seeded order of non-overlapping windows every epoch, view
+    e mod len(views) in epoch e), so without copy or real rows both give the same batches. The real rows
+    (a ``real_rows`` share: a random window of ``real``) and copy rows (a ``copy_rows`` share: random tokens
+    1..vocab_size-1, or with ``copy_source`` "text" the row's own start, repeating with a period drawn from
+    8..(seq_len+1)//2) are drawn by torch generators on ``device`` seeded by the position (seed, epoch,
+    cursor), so the position is all the state there is and a resumed run sees the batches an uninterrupted
+    one would on the same kind of device; they are not Batches' numpy draws. The tokens are held as int32
+    (11.9M tokens: 48 MB) and a batch costs one gather and, with copy rows, one more.
+    """
+
+    def __init__(self, views: np.ndarray | list[np.ndarray], seq_len: int, batch_size: int, seed: int,
+                 copy_rows: float = 0.0, vocab_size: int = 8192, copy_source: str = "random",
+                 real: np.ndarray | None = None, real_rows: float = 0.0, device: str | torch.device = "cpu"):
+        views = views if isinstance(views, list) else [views]
+        if real_rows and real is None:
+            raise ValueError("real_rows needs the real training text")
+        if copy_source not in ("random", "text"):
+            raise ValueError(f"copy_source must be 'random' or 'text', got {copy_source!r}")
+        if copy_rows > 0 and (seq_len + 1) // 2 < MIN_COPY_PERIOD:
+            raise ValueError(f"copy rows repeat with a period of at least {MIN_COPY_PERIOD} tokens, so they need "
+                             f"seq_len {2 * MIN_COPY_PERIOD - 1} or more, got {seq_len}")
+        n = min((len(v) - 1) // seq_len for v in views)
+        if n < batch_size:
+            raise ValueError(f"only {n} windows of {seq_len} tokens; need at least batch_size={batch_size}")
+        self.device = torch.device(device)
+        self.T, self.B, self.seed = seq_len, batch_size, seed
+        self.copy_rows, self.vocab_size, self.copy_source = copy_rows, vocab_size, copy_source
+        self.real_rows = real_rows
+        self.views = [self._put(v) for v in views]
+        self.real = self._put(real) if real_rows else None
+        self._pos = torch.arange(seq_len + 1, device=self.device)
+        self._gen = torch.Generator(device=self.device)
+        self.epoch, self.cursor = 0, 0
+        self._set_epoch(0)
+
+    def _put(self, tokens: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(tokens).astype(np.int32)).to(self.device)
+
+    def _set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.tokens = self.views[epoch % len(self.views)]
+        self.n = (len(self.tokens) - 1) // self.T
+        order = np.random.default_rng(self.seed + epoch).permutation(self.n)  # Batches' order
+        self._order = torch.from_numpy(order).to(self.device)
+
+    def state(self) -> dict:
+        return {"epoch": self.epoch, "cursor": self.cursor, "sampler": "torch"}
+
+    def load_state(self, s: dict) -> None:
+        self._set_epoch(s["epoch"])
+        self.cursor = s["cursor"]
+
+    def _seeded(self, stream: int) -> torch.Generator:
+        """The generator for this position's draws of one kind (0: copy rows, 1: real rows)."""
+        seed = np.random.SeedSequence([self.seed, self.epoch, self.cursor, stream]).generate_state(1, np.uint64)[0]
+        return self._gen.manual_seed(int(seed) & (2**63 - 1))
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.cursor + self.B > self.n:
+            self._set_epoch(self.epoch + 1)
+            self.cursor = 0
+        starts = self._order[self.cursor: self.cursor + self.B] * self.T
+        self.cursor += self.B
+        rows = self.tokens[starts[:, None] + self._pos]  # (B, T+1)
+        if self.real_rows > 0:
+            g = self._seeded(1)
+            take = torch.rand(self.B, generator=g, device=self.device) < self.real_rows
+            at = torch.randint((len(self.real) - 1) // self.T, (self.B,), generator=g, device=self.device) * self.T
+            rows = torch.where(take[:, None], self.real[at[:, None] + self._pos], rows)
+        if self.copy_rows > 0:
+            g = self._seeded(0)
+            take = torch.rand(self.B, generator=g, device=self.device) < self.copy_rows
+            period = torch.randint(MIN_COPY_PERIOD, (self.T + 1) // 2 + 1, (self.B,), generator=g, device=self.device)
+            if self.copy_source == "text":
+                source = rows
+            else:
+                source = torch.randint(1, self.vocab_size, rows.shape, generator=g, device=self.device, dtype=rows.dtype)
+            rows = torch.where(take[:, None], source.gather(1, self._pos % period[:, None]), rows)
+        x = rows.long()
+        return x[:, :-1], x[:, 1:]
+
+
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, val: np.ndarray, seq_len: int, n_batches: int, batch_size: int) -> float:
-    """Mean cross-entropy in nats/token on fixed, evenly spaced validation windows."""
+def evaluate(model: torch.nn.Module, val: np.ndarray, seq_len: int, n_batches: int, batch_size: int,
+             device: str | torch.device | None = None, dtype: str = "fp32") -> float:
+    """Mean cross-entropy in nats/token on fixed, evenly spaced validation windows (on ``device``, by default
+    the model's, with the forward pass in ``dtype`` as in training)."""
     model.eval()
+    device = torch.device(device) if device is not None else next(model.parameters()).device
     n = (len(val) - 1) // seq_len
     idx = np.linspace(0, n - 1, num=min(n, n_batches * batch_size)).astype(int)
     losses = []
     for i in range(0, len(idx), batch_size):
         rows = np.stack([val[s * seq_len: s * seq_len + seq_len + 1] for s in idx[i: i + batch_size]]).astype(np.int64)
-        x = torch.from_numpy(rows)
-        _, loss = model(x[:, :-1], x[:, 1:])
+        x = torch.from_numpy(rows).to(device)
+        with autocast(device, dtype):
+            _, loss = model(x[:, :-1], x[:, 1:])
         losses.append(loss.item() * len(rows))
     model.train()
     return sum(losses) / len(idx)
@@ -247,10 +408,20 @@ def _param_groups(model: GPT, a: TrainArgs) -> list[dict]:
 
 
 def train(a: TrainArgs, progress: bool = True) -> dict:
-    """Train (or resume) a run; returns its summary (also in ``<out>/checkpoint/train.json``)."""
+    """Train (or resume) a run; returns its summary (also in ``<out>/checkpoint/train.json``).
+
+    The summary: ``step``, ``tokens_seen``, ``best_val``, ``done`` (the schedule's last step was taken) and
+    ``stopped`` (why the loop ended: "done", "max_steps", "max_minutes", "stop_copy_ratio", "signal" or
+    "interrupted").
+    """
     check_args(a)
+    a = replace(a)  # --fit-minutes changes its tokens; the caller's stays as it was
+    device = resolve_device(a)
+    sampler = resolve_sampler(a, device)
     if a.threads:
         torch.set_num_threads(a.threads)
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision("high")  # TF32 for what autocast leaves in float32
     out = Path(a.out or f"runs/{a.preset}")
     data = Path(a.data)
     missing = [f for f in ("meta.json", "train.bin", "val.bin", "tokenizer.json") if not (data / f).is_file()]
@@ -268,6 +439,12 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
     s = read_state(state_file) if state_file.exists() else None  # checked before anything is written
     if s is not None:
         check_resume(s.get("args"), a, out)
+        saved_sampler = s["data"].get("sampler", "numpy")
+        if saved_sampler != sampler:
+            raise TrainArgsError(f"{out} drew its batches with --sampler {saved_sampler}; resuming it with {sampler} would "
+                                 f"not continue the same run. Pass --sampler {saved_sampler} to resume, or --out a new folder")
+        if s.get("fit"):
+            a.tokens = s["fit"]["tokens"]  # the schedule it was fitted to
     out.mkdir(parents=True, exist_ok=True)
     train_tokens = real_tokens = np.memmap(data / "train.bin", dtype=np.uint16, mode="r")
     if a.real_rows and not a.name_views:
@@ -299,10 +476,13 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
         with torch.no_grad():
             c = torch.randn(cfg.d_model)
             model.embed.weight += a.embed_mean * c / c.norm()
-    opt = torch.optim.AdamW(_param_groups(model, a), lr=a.lr, betas=(0.9, a.beta2))
-    batches = Batches(train_tokens, a.seq_len, a.batch_size, a.seed, a.copy_rows, cfg.vocab_size, a.copy_source,
-                      real_tokens, a.real_rows)
-    step, tokens_seen, wall, best, history = 0, 0, 0.0, float("inf"), []
+    if sampler == "numpy":
+        batches = Batches(train_tokens, a.seq_len, a.batch_size, a.seed, a.copy_rows, cfg.vocab_size, a.copy_source,
+                          real_tokens, a.real_rows)
+    else:
+        batches = TorchBatches(train_tokens, a.seq_len, a.batch_size, a.seed, a.copy_rows, cfg.vocab_size, a.copy_source,
+                               real_tokens, a.real_rows, device=device)
+    step, tokens_seen, wall, best, history, fit = 0, 0, 0.0, float("inf"), [], None
 
     init = None
     if a.init_from and s is None:
@@ -310,20 +490,24 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
         print(f"starting from {a.init_from} ({tokens_seen:,} tokens already seen)")
     if s is not None:
         model.load_state_dict(s["model"])
-        opt.load_state_dict(s["optimizer"])
         batches.load_state(s["data"])
         set_rng_state(s["rng"])
         step, tokens_seen, wall, best, history = s["step"], s["tokens_seen"], s["wall"], s["best_val"], s["history"]
-        init = s.get("init")
+        init, fit = s.get("init"), s.get("fit")
         print(f"resumed {out} at step {step:,} ({tokens_seen:,} tokens)")
+    model.to(device)  # float32 master weights; the optimizer is made for them where they now are
+    opt = torch.optim.AdamW(_param_groups(model, a), lr=a.lr, betas=(0.9, a.beta2),
+                            **({"fused": True} if device.type == "cuda" else {}))
+    if s is not None:
+        opt.load_state_dict(s["optimizer"])  # moves the saved (CPU) moments to the parameters' device
 
     fwd = torch.compile(model) if a.compile else model
 
     def save_state() -> None:
         write_state({
-            "model": model.state_dict(), "optimizer": opt.state_dict(), "data": batches.state(), "rng": rng_state(),
-            "step": step, "tokens_seen": tokens_seen, "wall": wall, "best_val": best, "history": history,
-            "args": asdict(a), "init": init,
+            "model": to_cpu(model.state_dict()), "optimizer": to_cpu(opt.state_dict()), "data": batches.state(),
+            "rng": rng_state(), "step": step, "tokens_seen": tokens_seen, "wall": wall, "best_val": best,
+            "history": history, "args": asdict(a), "init": init, **({"fit": fit} if fit else {}),
         }, state_file)
 
     def train_info(val_loss: float) -> dict:
@@ -331,59 +515,101 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
             "preset": a.preset, "corpus": meta["corpus"], "corpus_sha256": meta["corpus_sha256"],
             "tokens_seen": tokens_seen, "steps": step, "wall_time_s": round(wall, 1),
             "val_loss": round(val_loss, 4), "val_loss_unit": "nats/token", "args": asdict(a),
-            "init_from": init, "history": history,
+            "init_from": init, "history": history, **({"fit": fit} if fit else {}),
         }
+
+    def measure() -> tuple[float, float, float | None]:
+        """Validation loss, copying ratio and invented-name copying (None where the probe does not fit)."""
+        val = evaluate(model, val_tokens, a.seq_len, a.eval_batches, a.batch_size, device, a.dtype)
+        copy = repeated_tokens_loss_ratio(model, seq_len=min(64, cfg.context // 2), batch=8, seed=0).ratio
+        model.eval()
+        names = name_copying(model, tokenizer).mean_prob if tokenizer is not None else None
+        model.train()
+        return val, copy, names
 
     stop = {"now": False}
     old_handler = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     t_start = time.time()
+    fit_from = step + FIT_AFTER[0] if a.fit_minutes and fit is None else None  # time the steps after these
+    t_fit = None
+    stopped = "done"
     bar = tqdm(total=a.total_steps, initial=step, disable=not progress, dynamic_ncols=True)
     model.train()
     try:
-        while step < a.total_steps and not stop["now"]:
+        while step < a.total_steps:
+            if stop["now"]:
+                stopped = "signal"
+                break
             if a.max_steps is not None and step >= a.max_steps:
+                stopped = "max_steps"
                 break
             if a.max_minutes is not None and time.time() - t_start > a.max_minutes * 60:
+                stopped = "max_minutes"
                 break
             t0 = time.time()
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, a) * g.get("lr_mult", 1.0)
             x, y = batches.next()
-            _, loss = fwd(x, y)
+            with autocast(device, a.dtype):
+                _, loss = fwd(x, y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
             opt.step()
+            train_loss = loss.item()  # waits for the step, so dt is its time on a GPU too
             step += 1
             tokens_seen += x.numel()
             dt = time.time() - t0
             wall += dt
             bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{x.numel() / dt:,.0f}")
+            bar.set_postfix(loss=f"{train_loss:.3f}", tok_s=f"{x.numel() / dt:,.0f}")
+            if fit_from is not None and step == fit_from:
+                t_fit = time.time()
+            elif t_fit is not None and step == fit_from + FIT_AFTER[1]:
+                fit, t_fit = _fit_schedule(a, step, (time.time() - t_fit) / FIT_AFTER[1], measure, t_start), None
+                a.tokens = fit["tokens"]
+                bar.total = a.total_steps
+                bar.write(f"schedule fitted to {a.fit_minutes:.2f} minutes: {a.total_steps:,} steps "
+                          f"({fit['s_per_step']:.3f} s a step, {fit['eval_s']:.2f} s an evaluation)")
             if step % a.eval_every == 0 or step == a.total_steps:
-                val = evaluate(model, val_tokens, a.seq_len, a.eval_batches, a.batch_size)
-                copy = repeated_tokens_loss_ratio(model, seq_len=min(64, cfg.context // 2), batch=8, seed=0).ratio
-                model.eval()
-                names = name_copying(model, tokenizer).mean_prob if tokenizer is not None else None
-                model.train()
-                history.append({"step": step, "tokens": tokens_seen, "train_loss": round(loss.item(), 4),
+                val, copy, names = measure()
+                history.append({"step": step, "tokens": tokens_seen, "train_loss": round(train_loss, 4),
                                 "val_loss": round(val, 4), "copy_ratio": round(copy, 3),
                                 "name_copying": None if names is None else round(names, 4), "wall_s": round(wall, 1)})
-                bar.write(f"step {step:,}  tokens {tokens_seen:,}  train {loss.item():.3f}  val {val:.3f}  "
+                bar.write(f"step {step:,}  tokens {tokens_seen:,}  train {train_loss:.3f}  val {val:.3f}  "
                           f"copy ratio {copy:.3f}" + ("" if names is None else f"  names {names:.1%}"))
                 if val < best:  # keep the best checkpoint by validation loss
                     best = val
                     save_checkpoint(model, out / "checkpoint", data / "tokenizer.json", train_info(val))
+                if a.stop_copy_ratio is not None and copy <= a.stop_copy_ratio and step < a.total_steps:
+                    stopped = "stop_copy_ratio"
+                    bar.write(f"copying ratio {copy:.3f} <= {a.stop_copy_ratio:g}: stopping (the same command resumes)")
+                    break
             if step % a.save_every == 0:
                 save_state()
     except KeyboardInterrupt:
+        stopped = "interrupted"
         bar.write("interrupted: saving state, run the same command to resume")
     finally:
         bar.close()
         save_state()
         signal.signal(signal.SIGTERM, old_handler)
-    return {"step": step, "tokens_seen": tokens_seen, "best_val": best, "done": step >= a.total_steps}
+    return {"step": step, "tokens_seen": tokens_seen, "best_val": best, "done": step >= a.total_steps, "stopped": stopped}
+
+
+def _fit_schedule(a: TrainArgs, step: int, s_per_step: float, measure, t_start: float) -> dict:
+    """--fit-minutes: the tokens of a schedule that ends about ``a.fit_minutes`` after ``t_start``, at the
+    measured time a step and an evaluation (timed once here, its result dropped); never more than --tokens,
+    never fewer than one more step. 3% of the time left is kept for saving checkpoints."""
+    t0 = time.time()
+    measure()
+    eval_s = time.time() - t0
+    left = a.fit_minutes * 60 - (time.time() - t_start)
+    more = int(0.97 * left / (s_per_step + eval_s / a.eval_every))
+    steps = max(step + 1, min(a.total_steps, step + more))
+    return {"tokens": float(steps * a.batch_size * a.seq_len), "steps": steps, "at_step": step,
+            "s_per_step": round(s_per_step, 4), "eval_s": round(eval_s, 3), "minutes": a.fit_minutes}
 
 
 @input_errors_exit
@@ -393,11 +619,13 @@ def main(argv: list[str] | None = None) -> None:
         flag = "--" + f.replace("_", "-")
         if f == "preset":
             p.add_argument(flag, default=default, choices=sorted(PRESETS))
+        elif f in ("dtype", "sampler"):
+            p.add_argument(flag, default=default, choices=DTYPES if f == "dtype" else SAMPLERS)
         elif isinstance(default, bool):
             p.add_argument(flag, action="store_true")
         elif default is None:
-            p.add_argument(flag, type=float if f == "max_minutes" else (str if f in ("out", "init_from") else int),
-                           default=None)
+            p.add_argument(flag, default=None, type=float if f in ("max_minutes", "fit_minutes", "stop_copy_ratio")
+                           else (str if f in ("out", "init_from") else int))
         else:
             p.add_argument(flag, type=type(default), default=default)
     a = TrainArgs(**vars(p.parse_args(argv)))

@@ -525,3 +525,167 @@ def test_ship_last_takes_the_last_step(data, tmp_path):
     model, _ = load_folder(tmp_path / "shipped" / "tiny")
     for k, v in state["model"].items():
         torch.testing.assert_close(model.state_dict()[k], v.half().float())  # the last weights, in 16 bits
+
+
+# ---------------------------------------------------------------- devices, precision, torch batches, time-fitted schedules
+
+# The history of args(data, out) (and with copy_rows=0.5) as the training loop gave it before it knew of devices:
+# on the CPU in float32 it must give the same numbers (to the 4 decimals history keeps; 2e-4 leaves room for a
+# last digit rounded the other way, and bf16 autocast, 2e-3 off in validation loss, would not pass).
+RECORDED = {
+    "plain": [(4, 5.0038, 4.8041, 0.994), (8, 4.3237, 4.3375, 1.003)],
+    "copy_rows": [(4, 5.4415, 5.3056, 1.0), (8, 5.2657, 5.1018, 1.0)],
+}
+
+
+def _curve(out: Path) -> list[tuple]:
+    return [(h["step"], h["train_loss"], h["val_loss"], h["copy_ratio"]) for h in _state(out)["history"]]
+
+
+@pytest.mark.parametrize("kind", ["plain", "copy_rows"])
+def test_cpu_fp32_gives_the_recorded_losses(data, tmp_path, kind):
+    kw = {"copy_rows": 0.5} if kind == "copy_rows" else {}
+    r = train(args(data, tmp_path / "run", device="cpu", dtype="fp32", **kw), progress=False)
+    assert r["done"] and r["stopped"] == "done"
+    got = _curve(tmp_path / "run")
+    assert [g[0] for g in got] == [e[0] for e in RECORDED[kind]]
+    for g, e in zip(got, RECORDED[kind]):
+        assert g[1:] == pytest.approx(e[1:], abs=2e-4), (got, RECORDED[kind])
+    assert "sampler" not in _state(tmp_path / "run")["data"]  # the numpy batches, as before
+
+
+def test_bf16_autocast_on_cpu_trains_with_float32_weights(data, tmp_path):
+    train(args(data, tmp_path / "fp32"), progress=False)
+    r = train(args(data, tmp_path / "bf16", dtype="bf16"), progress=False)
+    assert r["done"]
+    a, b = _curve(tmp_path / "fp32"), _curve(tmp_path / "bf16")
+    assert all(math.isfinite(v) for row in b for v in row[1:3])
+    diffs = [abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra[1:3], rb[1:3])]
+    assert max(diffs) < 0.05  # the same training, at lower precision
+    assert max(diffs) > 5e-4  # ... and autocast really was on
+    s = _state(tmp_path / "bf16")
+    assert all(v.dtype == torch.float32 for v in s["model"].values())  # float32 master weights
+    moments = [t for st in s["optimizer"]["state"].values() for k, t in st.items() if k != "step"]
+    assert moments and all(t.dtype == torch.float32 and t.device.type == "cpu" for t in moments)
+    model, info = load_folder(tmp_path / "bf16" / "checkpoint")
+    assert info["args"]["dtype"] == "bf16" and next(model.parameters()).dtype == torch.float32
+
+
+def test_device_and_dtype_options_are_checked(data, tmp_path):
+    from sprout_model.train import TrainArgsError, check_args
+    with pytest.raises(TrainArgsError, match="--dtype must be one of fp32, bf16"):
+        check_args(args(data, tmp_path, dtype="fp16"))
+    with pytest.raises(TrainArgsError, match="not a device torch knows"):
+        check_args(args(data, tmp_path, device="gpu0"))
+    with pytest.raises(TrainArgsError, match="cpu or cuda only"):
+        check_args(args(data, tmp_path, device="meta"))
+    with pytest.raises(TrainArgsError, match="--sampler must be one of"):
+        check_args(args(data, tmp_path, sampler="fast"))
+    with pytest.raises(TrainArgsError, match="--fit-minutes must be a number above 0"):
+        check_args(args(data, tmp_path, fit_minutes=0.0))
+    if not torch.cuda.is_available():
+        with pytest.raises(TrainArgsError, match="no CUDA device"):
+            check_args(args(data, tmp_path, device="cuda"))
+
+
+def test_torch_batches_are_batches_windows():
+    from sprout_model.train import TorchBatches
+    views = [np.arange(1000, dtype=np.uint16), np.arange(5000, 6100, dtype=np.uint16)]
+    a, b = Batches(views, 10, 8, seed=5), TorchBatches(views, 10, 8, seed=5)
+    for i in range(40):  # several epochs, both views
+        (xa, ya), (xb, yb) = a.next(), b.next()
+        assert torch.equal(xa, xb) and torch.equal(ya, yb), i
+        assert xb.dtype == torch.int64
+    assert b.state() == {**a.state(), "sampler": "torch"}
+    c = TorchBatches(views, 10, 8, seed=5)
+    c.load_state(b.state())
+    assert torch.equal(c.next()[0], b.next()[0])  # the position is the whole state
+
+
+@pytest.mark.parametrize("source", ["random", "text"])
+def test_torch_batches_copy_rows_repeat_with_a_period(source):
+    from sprout_model.train import TorchBatches
+    tokens = np.arange(1, 5000, dtype=np.uint16)
+    b = TorchBatches(tokens, seq_len=64, batch_size=64, seed=0, copy_rows=0.5, vocab_size=300, copy_source=source)
+    x, y = b.next()
+    rows = torch.cat([x, y[:, -1:]], dim=1).numpy()
+    periods_seen = set()
+    copied = 0
+    for row in rows:
+        periods = [p for p in range(8, 33) if np.array_equal(row[p:], row[:-p])]
+        if periods:
+            copied += 1
+            periods_seen.add(periods[0])
+            if source == "text":
+                assert np.all(np.diff(row[: periods[0]].astype(int)) == 1)
+            else:
+                assert row[: periods[0]].max() < 300 and row[: periods[0]].min() >= 1
+        else:
+            assert np.all(np.diff(row.astype(int)) == 1)
+    assert 16 <= copied <= 48 and len(periods_seen) > 5  # about half, at many periods
+    again = TorchBatches(tokens, seq_len=64, batch_size=64, seed=0, copy_rows=0.5, vocab_size=300, copy_source=source)
+    assert torch.equal(again.next()[0], x)
+    with pytest.raises(ValueError, match="seq_len 15 or more"):
+        TorchBatches(tokens, seq_len=12, batch_size=4, seed=0, copy_rows=0.5)
+
+
+def test_torch_batches_real_rows():
+    from sprout_model.train import TorchBatches
+    view = np.arange(1, 20_000, dtype=np.uint16)
+    real = np.arange(30_000, 50_000, dtype=np.uint16)
+    plain = TorchBatches([view], seq_len=32, batch_size=64, seed=0)
+    x_plain, _ = plain.next()
+    x, y = TorchBatches([view], seq_len=32, batch_size=64, seed=0, real=real, real_rows=0.5).next()
+    from_real = (x >= 30_000).all(dim=1)
+    assert 16 < int(from_real.sum()) < 48
+    assert ((x < 20_000).all(dim=1) | from_real).all()
+    assert torch.equal(x[~from_real], x_plain[~from_real])
+    assert torch.equal(y[from_real][:, :-1], x[from_real][:, 1:])
+    assert ((x[from_real][:, 0].long() - 30_000) % 32 == 0).all()  # whole windows of the real text
+
+
+def test_torch_sampler_resumes_exactly_and_is_kept(data, tmp_path):
+    from sprout_model.train import TrainArgsError
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    train(args(data, straight, sampler="torch", copy_rows=0.5), progress=False)
+    train(args(data, split, sampler="torch", copy_rows=0.5, max_steps=3), progress=False)
+    r = train(args(data, split, sampler="torch", copy_rows=0.5), progress=False)
+    assert r["step"] == 8
+    a, b = _state(straight), _state(split)
+    _assert_same(a["model"], b["model"], "model")
+    _assert_same(a["optimizer"], b["optimizer"], "optimizer")
+    assert a["data"] == b["data"] and a["data"]["sampler"] == "torch"
+    # not the numpy batches' copy rows: the same run with the numpy sampler learns from other rows
+    assert _curve(straight) != [(s, *v) for s, *v in RECORDED["copy_rows"]]
+    with pytest.raises(TrainArgsError, match="--sampler torch"):
+        train(args(data, split, sampler="numpy", tokens=16 * B * T), progress=False)
+
+
+def test_fit_minutes_ends_the_schedule_in_time(data, tmp_path):
+    import time
+
+    from sprout_model.train import FIT_AFTER
+    out = tmp_path / "fit"
+    cap = 100_000
+    t = time.time()
+    r = train(args(data, out, tokens=cap * B * T, fit_minutes=0.05, eval_every=10, save_every=50), progress=False)
+    took = time.time() - t
+    s = _state(out)
+    fit = s["fit"]
+    assert r["done"] and r["stopped"] == "done"  # the fitted schedule ran to its end ...
+    assert fit["at_step"] == sum(FIT_AFTER) and sum(FIT_AFTER) < r["step"] == fit["steps"] < cap
+    assert s["args"]["tokens"] == fit["tokens"] == r["step"] * B * T
+    assert took < 3 * 0.05 * 60 + 2  # ... in about the 3 s asked for
+    assert s["history"][-1]["step"] == r["step"]  # and evaluated its last step
+    # resuming keeps the fitted schedule rather than fitting again
+    r2 = train(args(data, out, tokens=cap * B * T, fit_minutes=0.05, eval_every=10, save_every=50), progress=False)
+    assert r2["step"] == r["step"] and _state(out)["fit"] == fit
+
+
+def test_stop_copy_ratio_stops_resumably(data, tmp_path):
+    out = tmp_path / "stop"
+    r = train(args(data, out, stop_copy_ratio=2.0), progress=False)  # any ratio is at or below 2
+    assert r["step"] == 4 and not r["done"] and r["stopped"] == "stop_copy_ratio"
+    assert _state(out)["step"] == 4 and (out / "checkpoint" / "model.safetensors").is_file()
+    r = train(args(data, out, stop_copy_ratio=0.01), progress=False)  # a ratio nothing here reaches: to the end
+    assert r["step"] == 8 and r["done"]
