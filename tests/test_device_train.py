@@ -276,11 +276,32 @@ def test_what_train_and_device_import_is_on_the_device():
 
 # ---------------------------------------------------------------- the whole script, tiny, on the CPU
 
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """A small prepared corpus (prose-like text, the shipped tokenizer), as device_pack.sh would carry: the real
+    data/large-names when it is prepared here, else one made from a folder of .txt files in a few seconds."""
+    real = REPO / "data" / "large-names"
+    if all((real / f).is_file() for f in ("train.bin", "val.bin", "meta.json", "tokenizer.json")):
+        return real
+    import random
+
+    import sprout_model.prepare as prepare_mod
+
+    src = tmp_path_factory.mktemp("txt")
+    rng = random.Random(0)
+    words = ("the ship came in and old Zorbin Plax was waiting on the pier while sailors tied ropes to the posts "
+             "a man shook hands with him and they walked up the hill to the town where the market was").split()
+    for i in range(24):
+        (src / f"doc{i}.txt").write_text("\n\n".join(" ".join(rng.choices(words, k=120)) + "." for _ in range(30)))
+    out = tmp_path_factory.mktemp("prepared")
+    prepare_mod.prepare(str(src), out, val_fraction=0.25, seed=0, tokenizer=TOKENIZER)
+    return out
+
+
 @pytest.mark.slow
-def test_train_on_device_script_end_to_end_on_cpu(tmp_path):
-    data = REPO / "data" / "large-names"
-    if not all((data / f).is_file() for f in ("train.bin", "val.bin", "meta.json", "tokenizer.json")):
-        pytest.skip("data/large-names is not prepared here (python -m sprout_model.prepare --corpus large ...)")
+def test_train_on_device_script_end_to_end_on_cpu(tmp_path, corpus):
+    data = corpus
     out = tmp_path / "OUT"
     out.mkdir()
     r = subprocess.run(
@@ -304,10 +325,8 @@ def test_train_on_device_script_end_to_end_on_cpu(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_failed_compile_trains_the_stage_again_eagerly(tmp_path, monkeypatch, capsys):
-    data = REPO / "data" / "large-names"
-    if not (data / "train.bin").is_file():
-        pytest.skip("data/large-names is not prepared here")
+def test_a_failed_compile_trains_the_stage_again_eagerly(tmp_path, monkeypatch, capsys, corpus):
+    data = corpus
     import sprout_model.train as train_mod
     from sprout_model.device import Recipe, run_recipe
     real, calls = train_mod.train, []
