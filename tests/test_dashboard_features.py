@@ -118,3 +118,21 @@ def test_typed_text_is_shown_literally():
     html = " ".join(str(h.proto.body) for h in at.get("html"))
     assert set(re.findall(r"<\s*(\w+)", html)) <= {"div", "span", "p"}, "typed text became markup"
     assert "&lt;" in html and "[link](http://x)" not in html.replace("</span>", "")
+
+
+def test_the_link_keeps_the_layer_and_the_feature():
+    at = ok(app().run())
+    at.selectbox(key=next(s.key for s in at.selectbox if (s.key or "").startswith("feat_layer_"))).set_value(1)
+    at = ok(at.run())
+    next(n for n in at.number_input if (n.key or "").startswith("feat_n_")).set_value(11)
+    at = ok(at.run())
+    qp = at.query_params
+    assert qp["layer"] == "1" and qp["feature"] == "11" and qp["how"] == "by number"
+    again = AppTest.from_file(str(APP), default_timeout=300)  # a reload of that link: a new session
+    again.query_params.update(qp)
+    again = ok(again.switch_page(PAGE).run())
+    assert any("feature 11" in shown(m.value) and "block 2" in shown(m.value) for m in again.markdown)
+    bad = AppTest.from_file(str(APP), default_timeout=300)
+    bad.query_params.update({**qp, "layer": "7", "feature": "999999"})  # no such SAE, no such feature: defaults
+    bad = ok(bad.switch_page(PAGE).run())
+    assert any("feature 0" in shown(m.value) for m in bad.markdown)
