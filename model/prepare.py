@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 from .augment import common_words, find_names, randomise_names
 from .cli import input_errors_exit
 from .corpus import CorpusError, corpus_hash, describe, describe_sources, load_documents, source_counts, source_of, split_corpus
-from .tokenizer import EOT, TokenizerError, encode, train_tokenizer
+from .tokenizer import EOT, TokenizerError, encode, load_tokenizer, train_tokenizer
 
 DATA_ROOT = Path("data")
 
@@ -34,7 +34,7 @@ def reuse_tokenizer(path: str | Path) -> Tokenizer:
     if not p.is_file():
         raise CorpusError(f"no tokenizer at {p}: pass a tokenizer.json (such as sprout_model/checkpoints/tokenizer.json)")
     try:
-        tok = Tokenizer.from_file(str(p))
+        tok = load_tokenizer(p)
     except Exception as e:
         raise CorpusError(f"{p} is not a tokenizers file ({type(e).__name__}: {str(e)[:200]})") from None
     if tok.token_to_id(EOT) is None:
