@@ -11,7 +11,10 @@ block (counted from 1, as the chapter; ``blocks.{n-1}.hook_resid_post`` in code)
 positions, on a seeded sample of held-out text (--n windows of --length tokens from the validation
 documents) and on the three ready-made texts. Beside it, what each block is worth: the rise of the
 mean loss (nats) on the held-out sample when the block stops writing to the stream
-(``sprout_interp.circuits.knockout.block_knockout``), each block alone and the later half of the blocks together. Writes
+(``sprout_interp.circuits.knockout.block_knockout``), each block alone and the later half of the blocks together,
+and the same on --train-n windows of the model's training text: a block worth much more there than on held-out
+text has learned the training text by heart. ``--corpus default`` takes both samples from "default" for every
+model (its documents are split the same inside "large"). Writes
 rms.csv, claims.csv, knockout.csv and rms_growth.html (log scale; PNG too where static export works; it loads
 plotly.min.js from the same folder)
 into out/residual_growth/.
@@ -30,7 +33,16 @@ from sprout_interp.core.texts import TEXTS
 from sprout_interp.lens.residual import CHAPTER_GPT4_GROWTH, CHAPTER_GPT4_RMS, growth_claims, residual_rms
 from sprout_interp.plots import rms_growth_chart
 from sprout_interp.report.claims import Claim, verdict_line
-from sprout_interp.report.cli import NamedModel, held_out, models_frame, print_table, run_claim_script, save_figure, script_parser
+from sprout_interp.report.cli import (
+    NamedModel,
+    held_out,
+    models_frame,
+    print_table,
+    run_claim_script,
+    save_figure,
+    script_parser,
+    training_text,
+)
 
 SCRIPT = "residual_growth"
 COMMAND = f".venv/bin/python analyses/{SCRIPT}.py"
@@ -40,6 +52,7 @@ FIGURES = "the chapter's gpt-4 RMS"
 FIGURES_CHAPTER = ("gpt-4, held-out text: ≈0.18 after the embedding, ≈10 after block 1, ≈35 after block 4, "
                    "\"some two hundred times\"")
 WORTH = "what each block is worth: the held-out loss rise when it stops writing to the stream"
+MEMORISED = "what the later blocks are worth on training text, against held-out text"
 
 
 def _band(ratio: float) -> str:
@@ -53,6 +66,11 @@ def parser() -> ArgumentParser:
     p.add_argument("--n", type=int, default=16, help="held-out windows (0: only the three texts)")
     p.add_argument("--length", type=int, default=256, help="tokens per held-out window")
     p.add_argument("--seed", type=int, default=0, help="seed of the held-out sample")
+    p.add_argument("--train-n", type=int, default=16,
+                   help="windows of the model's training text for the knockout beside the held-out one (0: none)")
+    p.add_argument("--corpus", default=None,
+                   help="corpus of both samples (default: each model's own, from its train.json); \"default\" "
+                        "measures models of \"default\" and \"large\" on the same windows")
     p.add_argument("--no-png", action="store_true", help="do not try the PNG export")
     return p
 
@@ -60,7 +78,8 @@ def parser() -> ArgumentParser:
 def measure(models: list[NamedModel], args: Namespace, claims_only: bool = False) -> dict[str, pd.DataFrame]:
     """{"models": model, preset, n_blocks; "rms": model, text_set, block, row, rms, growth per stream row;
     "claims": our RMS beside the chapter's figures (``growth_claims``) per model and text set; "knockout": the loss
-    rise when each block (and the later half together) stops writing to the stream, on the first text set}.
+    rise when each block (and the later half together) stops writing to the stream, on the first text set and, beside
+    the held-out sample, on ``--train-n`` windows of the training text (text_set "train")}.
 
     ``claims_only``: the text set the verdicts read and no other (the held-out sample when there is one)."""
     tables, claims, knockouts = [], [], []
@@ -75,10 +94,16 @@ def measure(models: list[NamedModel], args: Namespace, claims_only: bool = False
             sets.append(("texts", *m.to_tokens_with_mask(list(TEXTS.values()))))
         L = m.cfg.n_layers
         groups = [[l] for l in range(L)] + ([list(range(L // 2, L))] if L >= 4 else [])
-        k = block_knockout(m, sets[0][1], groups=groups, attention_mask=sets[0][2])
-        k.insert(0, "text_set", sets[0][0])
-        k.insert(0, "model", nm.label)
-        knockouts.append(k)
+        knock_sets = sets[:1]
+        if sets[0][0] == "held-out" and getattr(args, "train_n", 0) > 0:
+            train = training_text(m, args, args.train_n)
+            if train is not None:
+                knock_sets.append(("train", train, None))
+        for set_name, toks, mask in knock_sets:
+            k = block_knockout(m, toks, groups=groups, attention_mask=mask)
+            k.insert(0, "text_set", set_name)
+            k.insert(0, "model", nm.label)
+            knockouts.append(k)
         for set_name, toks, mask in sets:
             r = residual_rms(m, toks, attention_mask=mask)
             r.insert(0, "text_set", set_name)
@@ -117,11 +142,20 @@ def judge(measured: dict[str, pd.DataFrame]) -> list[Claim]:
                 out.append(Claim(claim=FIGURES, chapter=FIGURES_CHAPTER, command=COMMAND, model=nm.model, part=row.claim,
                                  verdict=_band(row.ratio), evidence={"claims": c[c["claim"] == row.claim]},
                                  ours=f"chapter ~{row.chapter:g}, ours {row.ours:.3g} (x{row.ratio:.2f} the chapter's)"))
-        k = knock[knock["model"] == nm.model]
+        mk = knock[knock["model"] == nm.model]
+        k = mk[mk["text_set"] == mk["text_set"].iloc[0]]
         out.append(Claim(claim=WORTH, chapter="", command=COMMAND, model=nm.model, verdict="measured (no chapter figure)",
                          evidence={"knockout": k},
                          ours=", ".join(f"{'blocks' if '-' in str(b) else 'block'} {b} +{v:.3f}"
                                         for b, v in zip(k["blocks"], k["change"], strict=True)) + " nats"))
+        train = mk[mk["text_set"] == "train"]
+        if len(train) and "-" in str(k["blocks"].iloc[-1]):
+            late, late_train = k["change"].iloc[-1], train["change"].iloc[-1]
+            ratio = late_train / late if late > 0 else math.inf
+            out.append(Claim(claim=MEMORISED, chapter="", command=COMMAND, model=nm.model, headline=False,
+                             verdict="measured (no chapter figure)", evidence={"knockout": mk},
+                             ours=f"blocks {k['blocks'].iloc[-1]}: +{late_train:.3f} nats on training text, "
+                                  f"+{late:.3f} held-out (x{ratio:.2f})"))
     return out
 
 
@@ -158,6 +192,16 @@ def report(measured: dict[str, pd.DataFrame], claims: list[Claim], args: Namespa
     })
     print_table(ktable, "what each block is worth: the loss when it stops writing to the stream (its attention and "
                         "feed-forward outputs zeroed), against the clean loss (sprout_interp.circuits.knockout.block_knockout)")
+    if (knock["text_set"] == "train").any():
+        side = knock.pivot_table(index=["model", "blocks"], columns="text_set", values="change", sort=False).reset_index()
+        side = side.dropna(subset=["train"])
+        print_table(pd.DataFrame({
+            "model": side["model"], "blocks knocked out (from 1)": side["blocks"],
+            "rise, held-out (nats)": [f"+{v:.3f}" for v in side["held-out"]],
+            "rise, training text (nats)": [f"+{v:.3f}" for v in side["train"]],
+            "training / held-out": [f"x{t / h:.2f}" if h > 0 else "-" for t, h in zip(side["train"], side["held-out"], strict=True)],
+        }), f"what each block is worth on training text against held-out text ({args.train_n} and {args.n} windows of "
+            f"{args.length} tokens, seed {args.seed}): well above x1 is text learned by heart")
 
     side = claims_df[claims_df["text_set"] == ms].copy()
     side_print = pd.DataFrame({

@@ -119,9 +119,16 @@ def test_residual_growth_in_bands_of_the_chapters_figures():
     claims_df = pd.DataFrame({"model": "gpt-4", "text_set": "held-out", "claim": ["RMS after the embedding", "RMS after block 1",
                                                                                  "growth, block 2 / embedding"],
                               "chapter": [0.18, 10.0, 200.0], "ours": [0.2, 5.0, 100.0], "ratio": [0.2 / 0.18, 0.5, 0.5]})
-    knock = pd.DataFrame({"model": ["gpt-4", "flat"], "blocks": ["1", "1"], "change": [1.0, 2.0]})
+    knock = pd.DataFrame({"model": ["gpt-4"] * 6 + ["flat"] * 3, "text_set": ["held-out"] * 3 + ["train"] * 3 + ["held-out"] * 3,
+                          "blocks": ["1", "2", "2-2"] * 3, "change": [1.0, 0.2, 0.2, 1.1, 0.5, 0.5, 2.0, 0.1, 0.1]})
     claims = mod.judge({"models": models, "rms": rms, "claims": claims_df, "knockout": knock})
     assert _verdicts(claims, mod.GROWS) == {"gpt-4": "REPRODUCED", "flat": "PARTLY (not monotonic)"}
+    worth = {c.model: c.ours for c in claims if c.claim == mod.WORTH}  # the held-out rows only
+    assert worth == {"gpt-4": "block 1 +1.000, block 2 +0.200, blocks 2-2 +0.200 nats",
+                     "flat": "block 1 +2.000, block 2 +0.100, blocks 2-2 +0.100 nats"}
+    memorised = [c for c in claims if c.claim == mod.MEMORISED]  # only where training text was measured
+    assert [(c.model, c.headline) for c in memorised] == [("gpt-4", False)]
+    assert memorised[0].ours == "blocks 2-2: +0.500 nats on training text, +0.200 held-out (x2.50)"
     assert _verdicts(claims, mod.FIGURES) == {"gpt-4, RMS after the embedding": "matches",
                                               "gpt-4, RMS after block 1": "same order of magnitude",
                                               "gpt-4, growth, block 2 / embedding": "same order of magnitude"}

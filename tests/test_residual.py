@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -229,19 +230,38 @@ def test_shipped_validation_sample_is_held_out_text():
     assert not (s == m.tokenizer.token_to_id("<|endoftext|>")).any()
 
 
-def test_residual_growth_script_with_a_held_out_sample(tiny_checkpoint, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("corpus", [None, "large"])
+def test_residual_growth_script_with_a_held_out_sample(tiny_checkpoint, tmp_path, monkeypatch, capsys, corpus):
+    from sprout_interp.circuits.knockout import block_knockout
+
     docs = tuple(" ".join(list(TEXTS.values())[i % 3].split()[j:] + ["end"]) for i, j in enumerate(range(0, 40, 5)))
-    monkeypatch.setattr(texts, "validation_documents", lambda corpus="default": docs)
+    train_docs = tuple(" ".join(d.split()[::-1]) for d in docs)  # other text than the held-out documents
+    asked = []
+    monkeypatch.setattr(texts, "validation_documents", lambda corpus="default": asked.append(("val", corpus)) or docs)
+    monkeypatch.setattr(texts, "training_documents", lambda corpus="default": asked.append(("train", corpus)) or train_docs)
+    argv = ["--models", str(tiny_checkpoint), "--n", "3", "--train-n", "2", "--length", "16",
+            "--out", str(tmp_path / "o"), "--no-png"] + (["--corpus", corpus] if corpus else [])
     try:
-        rc = _script("residual_growth").main(["--models", str(tiny_checkpoint), "--n", "3", "--length", "16",
-                                              "--out", str(tmp_path / "o"), "--no-png"])
+        rc = _script("residual_growth").main(argv)
     finally:
         texts._encoded.cache_clear()
     assert rc == 0
+    assert {c for _, c in asked} == {corpus or "default"}  # the tiny checkpoint's train.json names no corpus
     rms = pd.read_csv(tmp_path / "o" / "rms.csv")
     assert set(rms["text_set"]) == {"held-out", "texts"}
     assert (rms.loc[rms["text_set"] == "held-out", "n_tokens"] == 48).all()
-    assert "beside ours (held-out)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "beside ours (held-out)" in out and "on training text against held-out text" in out
+    knock = pd.read_csv(tmp_path / "o" / "knockout.csv")
+    assert set(knock["text_set"]) == {"held-out", "train"}
+    # the training-text rows are block_knockout on the training sample, computed here on its own
+    m = load_models([str(tiny_checkpoint)])[0].model
+    sample = texts.training_sample(m.tokenizer, n=2, length=16, seed=0, corpus=corpus or "default")
+    texts._encoded.cache_clear()
+    want = block_knockout(m, sample, groups=[[layer] for layer in range(m.cfg.n_layers)]
+                          + ([list(range(m.cfg.n_layers // 2, m.cfg.n_layers))] if m.cfg.n_layers >= 4 else []))
+    got = knock[knock["text_set"] == "train"].reset_index(drop=True)
+    assert np.allclose(got["change"], want["change"], atol=1e-5)
 
 
 def test_held_out_is_skipped_with_a_note_without_the_corpus(hooked, monkeypatch):

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 __all__ = [
-    "validation_documents", "training_documents", "validation_sample", "held_out_for", "training_sample",
+    "validation_documents", "training_documents", "validation_sample", "corpus_of", "held_out_for", "training_sample",
     "training_sample_for", "TEXTS",
 ]
 
@@ -104,10 +104,19 @@ def validation_sample(tokenizer, n: int = 16, length: int = 256, seed: int = 0, 
     return torch.tensor(rows, dtype=torch.long)
 
 
-def held_out_for(model, n: int = 16, length: int = 256, seed: int = 0) -> torch.Tensor:
-    """:func:`validation_sample` for a loaded model: its tokenizer, the corpus named in its train.json
-    (default "default"), windows no longer than its context. Raises CorpusError without the corpus."""
-    corpus = (getattr(model, "info", None) or {}).get("corpus") or "default"
+def corpus_of(model) -> str:
+    """The corpus a loaded model was trained on: the one named in its train.json, "default" when none is."""
+    return (getattr(model, "info", None) or {}).get("corpus") or "default"
+
+
+def held_out_for(model, n: int = 16, length: int = 256, seed: int = 0, corpus: str | None = None) -> torch.Tensor:
+    """:func:`validation_sample` for a loaded model: its tokenizer, ``corpus`` (default: the one named in its
+    train.json, :func:`corpus_of`), windows no longer than its context. Raises CorpusError without the corpus.
+
+    A corpus other than the model's own is held-out text for it only when its validation documents are among
+    the model's: "default"'s are among "large"'s (``sprout_model.corpus``), so "default" measures a model of
+    either corpus on the same windows."""
+    corpus = corpus or corpus_of(model)
     return validation_sample(model.tokenizer, n=n, length=min(length, model.cfg.n_ctx), seed=seed, corpus=corpus)
 
 
@@ -143,8 +152,8 @@ def training_sample(tokenizer, n: int = 64, length: int = 256, seed: int = 0, co
     return torch.tensor(rows, dtype=torch.long)
 
 
-def training_sample_for(model, n: int = 64, length: int = 256, seed: int = 0) -> torch.Tensor:
-    """:func:`training_sample` for a loaded model: its tokenizer, the corpus named in its train.json, windows no
-    longer than its context. Raises CorpusError without the corpus packages."""
-    corpus = (getattr(model, "info", None) or {}).get("corpus") or "default"
+def training_sample_for(model, n: int = 64, length: int = 256, seed: int = 0, corpus: str | None = None) -> torch.Tensor:
+    """:func:`training_sample` for a loaded model: its tokenizer, ``corpus`` (default: the one named in its
+    train.json), windows no longer than its context. Raises CorpusError without the corpus packages."""
+    corpus = corpus or corpus_of(model)
     return training_sample(model.tokenizer, n=n, length=min(length, model.cfg.n_ctx), seed=seed, corpus=corpus)

@@ -41,6 +41,7 @@ __all__ = [
     "set_threads",
     "slug",
     "start",
+    "training_text",
 ]
 
 
@@ -114,14 +115,29 @@ _held_out_note_shown = False
 
 def held_out(model, args, stream=None):
     """The script's held-out sample for ``model``: ``validation_sample(model.tokenizer, args.n, args.length,
-    args.seed)`` from the corpus named in the checkpoint's train.json (default "default"); None, with a
-    note on ``stream`` (stderr), when the corpus packages are not installed."""
+    args.seed)`` from ``args.corpus`` when the script has that argument and it is set, else from the corpus named
+    in the checkpoint's train.json (default "default"); None, with a note on ``stream`` (stderr), when the corpus
+    packages are not installed."""
     from sprout_interp.core.texts import held_out_for
+
+    return _sample(held_out_for, model, args, args.n, stream)
+
+
+def training_text(model, args, n: int, stream=None):
+    """The script's sample of ``model``'s training text: ``n`` windows of ``args.length`` tokens (seed
+    ``args.seed``) from the training documents of the same corpus as :func:`held_out`; None, with a note, when
+    the corpus packages are not installed."""
+    from sprout_interp.core.texts import training_sample_for
+
+    return _sample(training_sample_for, model, args, n, stream)
+
+
+def _sample(sampler, model, args, n: int, stream):
     from sprout_model.corpus import CorpusError
 
     global _held_out_note_shown
     try:
-        return held_out_for(model, args.n, args.length, args.seed)
+        return sampler(model, n, args.length, args.seed, corpus=getattr(args, "corpus", None))
     except CorpusError as e:
         if not _held_out_note_shown:
             print(f"held-out sample skipped ({e}); only the three texts are measured",
