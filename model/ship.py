@@ -1,6 +1,7 @@
 """Copy a finished run's best checkpoint into ``model/checkpoints/<preset>/`` in 16-bit.
 
     python -m sprout_model.ship gpt-4 [--run runs/gpt-4] [--data data/default]
+    python -m sprout_model.ship sprout --run runs/sprout --data data/names-splice --to /tmp/candidate   # measure first
 
 Weights are stored as float16 (half the bytes; loaded back as float32) and the tokenizer is shared by
 all shipped checkpoints as ``model/checkpoints/tokenizer.json``. The validation loss is measured again
@@ -78,9 +79,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--last", action="store_true",
                    help="ship the last weights (state.pt) instead of the best checkpoint, e.g. when the "
                         "validation loss is flat at the end and the last step is the one that saw every token")
+    p.add_argument("--to", default=None,
+                   help="write the folder here instead of model/checkpoints: a candidate to measure (sprout_model.info, "
+                        "the analyses' --models) before it replaces what ships")
     a = p.parse_args(argv)
-    info = ship(a.preset, a.run, a.data, last=a.last)
-    print(f"shipped {a.preset}: {info['tokens_seen']:,} tokens, validation loss {info['val_loss']} nats/token "
+    info = ship(a.preset, a.run, a.data, root=Path(a.to) if a.to else SHIPPED_DIR, last=a.last)
+    what = f"wrote {a.preset} to {a.to}" if a.to else f"shipped {a.preset}"
+    print(f"{what}: {info['tokens_seen']:,} tokens, validation loss {info['val_loss']} nats/token "
           f"over {info.get('val_loss_windows')} (during training: {info.get('val_loss_training_windows')})")
 
 

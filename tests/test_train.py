@@ -689,3 +689,20 @@ def test_stop_copy_ratio_stops_resumably(data, tmp_path):
     assert _state(out)["step"] == 4 and (out / "checkpoint" / "model.safetensors").is_file()
     r = train(args(data, out, stop_copy_ratio=0.01), progress=False)  # a ratio nothing here reaches: to the end
     assert r["step"] == 8 and r["done"]
+
+
+def test_ship_to_writes_a_candidate_elsewhere(monkeypatch, capsys, tmp_path):
+    import sprout_model.ship as ship_mod
+
+    calls = []
+
+    def fake(preset, run, data, root, last):
+        calls.append((preset, run, data, Path(root), last))
+        return {"tokens_seen": 1, "val_loss": 4.0, "val_loss_windows": "w", "val_loss_training_windows": 4.1}
+
+    monkeypatch.setattr(ship_mod, "ship", fake)
+    ship_mod.main(["sprout", "--run", "runs/x", "--data", "data/d", "--to", str(tmp_path / "cand")])
+    ship_mod.main(["sprout", "--run", "runs/x"])
+    assert calls == [("sprout", "runs/x", "data/d", tmp_path / "cand", False), ("sprout", "runs/x", None, ship_mod.SHIPPED_DIR, False)]
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"wrote sprout to {tmp_path / 'cand'}:") and out[1].startswith("shipped sprout:")
