@@ -48,7 +48,11 @@ class TrainArgs:
     batch_size: int = 16
     seq_len: int = 256
     lr: float = 2e-3
-    min_lr_frac: float = 0.1  # cosine decays to this fraction of lr
+    min_lr_frac: float = 0.1  # the schedule decays to this fraction of lr
+    schedule: str = "cosine"  # "cosine": warm-up, then cosine decay over all of --tokens; "wsd": warm-up, lr held,
+    # then a linear decay over the last --cooldown-tokens (warmup-stable-decay: a run of unknown length keeps a
+    # steady rate, and a --branch-from copy with a nearer --tokens decays from where it is)
+    cooldown_tokens: float = 0.0  # --schedule wsd: the decay's length in tokens, at the end of --tokens
     warmup: int = 200
     weight_decay: float = 0.1
     beta2: float = 0.95
@@ -69,6 +73,9 @@ class TrainArgs:
     real_rows: float = 0.0  # with --name-views: this share of rows comes from the real (un-renamed) text
     copy_source: str = "random"  # the repeated segment: "random" tokens, or the start of the row's own "text"
     n_layer: int | None = None  # train a shallower version of the preset (a first stage that --init-from grows)
+    branch_from: str | None = None  # a new run (--out) that continues another run exactly: its weights, optimizer,
+    # step, data position and history, under this run's --tokens and schedule (a cooldown off a wsd run); the other
+    # run is not changed. Its best checkpoint is its own: the first evaluation writes one
     init_from: str | None = None  # start from another run's weights (its folder's state.pt, or a checkpoint
     # folder); fresh optimizer and schedule; its tokens and history carry over into this run's counts; a
     # shallower or narrower run (a smaller preset) is grown to this size keeping its function (grow.py)
@@ -98,6 +105,7 @@ class TrainArgsError(ValueError):
 
 
 DTYPES = ("fp32", "bf16")
+SCHEDULES = ("cosine", "wsd")
 SAMPLERS = ("auto", "numpy", "torch")
 FIT_AFTER = (3, 10)  # --fit-minutes: skip this many steps (compilation), then time this many
 
@@ -165,6 +173,10 @@ def check_args(a: TrainArgs) -> None:
     need(a.n_layer is None or a.n_layer >= 1, f"--n-layer must be 1 or more, got {a.n_layer}")
     need(a.threads is None or a.threads >= 1, f"--threads must be 1 or more, got {a.threads}")
     need(a.max_steps is None or a.max_steps >= 0, f"--max-steps must be 0 or more, got {a.max_steps}")
+    need(a.schedule in SCHEDULES, f"--schedule must be one of {', '.join(SCHEDULES)}, got {a.schedule!r}")
+    need(a.schedule != "wsd" or 0 < a.cooldown_tokens <= a.tokens,
+         f"--schedule wsd needs --cooldown-tokens above 0 and at most --tokens ({a.tokens:g}), got {a.cooldown_tokens:g}")
+    need(not (a.branch_from and a.init_from), "--branch-from continues a run and --init-from starts a new one: pass one")
     need(a.dtype in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}, got {a.dtype!r}")
     need(a.sampler in SAMPLERS, f"--sampler must be one of {', '.join(SAMPLERS)}, got {a.sampler!r}")
     for name in ("fit_minutes", "stop_copy_ratio"):
@@ -193,9 +205,16 @@ def check_resume(saved: dict | None, a: TrainArgs, out: Path) -> None:
 
 
 def lr_at(step: int, a: TrainArgs) -> float:
-    """Linear warm-up, then cosine decay to min_lr_frac·lr at the last step."""
+    """Linear warm-up, then down to min_lr_frac·lr at the last step: by a cosine over the rest ("cosine"), or held at
+    lr and then linearly over the last ``cooldown_tokens`` ("wsd")."""
     if step < a.warmup:
         return a.lr * (step + 1) / a.warmup
+    if a.schedule == "wsd":
+        cool = max(1, int(a.cooldown_tokens // (a.batch_size * a.seq_len)))
+        start = a.total_steps - cool
+        if step < start:
+            return a.lr
+        return a.lr * (1 - (1 - a.min_lr_frac) * min(1.0, (step - start) / cool))
     progress = min(1.0, (step - a.warmup) / max(1, a.total_steps - a.warmup))
     return a.lr * (a.min_lr_frac + (1 - a.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * progress)))
 
@@ -437,14 +456,20 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
         raise TrainArgsError(f"{data / 'meta.json'} is damaged ({type(e).__name__}: {e}); run sprout_model.prepare again") from None
     state_file = out / "state.pt"
     s = read_state(state_file) if state_file.exists() else None  # checked before anything is written
+    branched = s is None and a.branch_from is not None
+    if branched:
+        src = Path(a.branch_from) / "state.pt"
+        if not src.is_file():
+            raise TrainArgsError(f"--branch-from {a.branch_from}: no state.pt there to continue")
+        s = read_state(src)
     if s is not None:
-        check_resume(s.get("args"), a, out)
+        check_resume(s.get("args"), a, Path(a.branch_from) if branched else out)
         saved_sampler = s["data"].get("sampler", "numpy")
         if saved_sampler != sampler:
             raise TrainArgsError(f"{out} drew its batches with --sampler {saved_sampler}; resuming it with {sampler} would "
                                  f"not continue the same run. Pass --sampler {saved_sampler} to resume, or --out a new folder")
-        if s.get("fit"):
-            a.tokens = s["fit"]["tokens"]  # the schedule it was fitted to
+        if s.get("fit") and a.fit_minutes:
+            a.tokens = s["fit"]["tokens"]  # the schedule it was fitted to (without --fit-minutes, --tokens rules)
     out.mkdir(parents=True, exist_ok=True)
     train_tokens = real_tokens = np.memmap(data / "train.bin", dtype=np.uint16, mode="r")
     if a.real_rows and not a.name_views:
@@ -482,7 +507,7 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
     else:
         batches = TorchBatches(train_tokens, a.seq_len, a.batch_size, a.seed, a.copy_rows, cfg.vocab_size, a.copy_source,
                                real_tokens, a.real_rows, device=device)
-    step, tokens_seen, wall, best, history, fit = 0, 0, 0.0, float("inf"), [], None
+    step, tokens_seen, wall, best, history, fit, branch = 0, 0, 0.0, float("inf"), [], None, None
 
     init = None
     if a.init_from and s is None:
@@ -493,8 +518,13 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
         batches.load_state(s["data"])
         set_rng_state(s["rng"])
         step, tokens_seen, wall, best, history = s["step"], s["tokens_seen"], s["wall"], s["best_val"], s["history"]
-        init, fit = s.get("init"), s.get("fit")
-        print(f"resumed {out} at step {step:,} ({tokens_seen:,} tokens)")
+        init, fit, branch = s.get("init"), s.get("fit") if a.fit_minutes else None, s.get("branch")
+        if branched:
+            best = float("inf")  # this run's checkpoint folder is its own
+            branch = {"from": str(a.branch_from), "at_step": step, "at_tokens": tokens_seen}
+            print(f"branched from {a.branch_from} at step {step:,} ({tokens_seen:,} tokens) into {out}")
+        else:
+            print(f"resumed {out} at step {step:,} ({tokens_seen:,} tokens)")
     model.to(device)  # float32 master weights; the optimizer is made for them where they now are
     opt = torch.optim.AdamW(_param_groups(model, a), lr=a.lr, betas=(0.9, a.beta2),
                             **({"fused": True} if device.type == "cuda" else {}))
@@ -508,6 +538,7 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
             "model": to_cpu(model.state_dict()), "optimizer": to_cpu(opt.state_dict()), "data": batches.state(),
             "rng": rng_state(), "step": step, "tokens_seen": tokens_seen, "wall": wall, "best_val": best,
             "history": history, "args": asdict(a), "init": init, **({"fit": fit} if fit else {}),
+            **({"branch": branch} if branch else {}),
         }, state_file)
 
     def train_info(val_loss: float) -> dict:
@@ -516,6 +547,7 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
             "tokens_seen": tokens_seen, "steps": step, "wall_time_s": round(wall, 1),
             "val_loss": round(val_loss, 4), "val_loss_unit": "nats/token", "args": asdict(a),
             "init_from": init, "history": history, **({"fit": fit} if fit else {}),
+            **({"branched_from": branch} if branch else {}),
         }
 
     def measure() -> tuple[float, float, float | None]:
@@ -619,13 +651,13 @@ def main(argv: list[str] | None = None) -> None:
         flag = "--" + f.replace("_", "-")
         if f == "preset":
             p.add_argument(flag, default=default, choices=sorted(PRESETS))
-        elif f in ("dtype", "sampler"):
-            p.add_argument(flag, default=default, choices=DTYPES if f == "dtype" else SAMPLERS)
+        elif f in ("dtype", "sampler", "schedule"):
+            p.add_argument(flag, default=default, choices={"dtype": DTYPES, "sampler": SAMPLERS, "schedule": SCHEDULES}[f])
         elif isinstance(default, bool):
             p.add_argument(flag, action="store_true")
         elif default is None:
             p.add_argument(flag, default=None, type=float if f in ("max_minutes", "fit_minutes", "stop_copy_ratio")
-                           else (str if f in ("out", "init_from") else int))
+                           else (str if f in ("out", "init_from", "branch_from") else int))
         else:
             p.add_argument(flag, type=type(default), default=default)
     a = TrainArgs(**vars(p.parse_args(argv)))

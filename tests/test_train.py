@@ -20,7 +20,7 @@ from sprout_model.checkpoint import load_folder
 from sprout_model.presets import PRESETS
 from sprout_model.run_state import RunStateError, read_state
 from sprout_model.tokenizer import EOT, load_tokenizer, train_tokenizer
-from sprout_model.train import Batches, TrainArgs, lr_at, train
+from sprout_model.train import Batches, TrainArgs, TrainArgsError, lr_at, train
 
 TINY = Config(vocab_size=8192, context=64, n_layer=2, n_head=2, d_model=32, d_ff=64)
 VOCAB = 300
@@ -706,3 +706,59 @@ def test_ship_to_writes_a_candidate_elsewhere(monkeypatch, capsys, tmp_path):
     assert calls == [("sprout", "runs/x", "data/d", tmp_path / "cand", False), ("sprout", "runs/x", None, ship_mod.SHIPPED_DIR, False)]
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"wrote sprout to {tmp_path / 'cand'}:") and out[1].startswith("shipped sprout:")
+
+
+# ---------------------------------------------------------------- warmup-stable-decay and branches
+
+
+def test_wsd_holds_the_rate_then_decays_linearly_over_the_cooldown():
+    a = TrainArgs(preset="tiny", tokens=100 * B * T, batch_size=B, seq_len=T, lr=1.0, warmup=10, min_lr_frac=0.1,
+                  schedule="wsd", cooldown_tokens=20 * B * T)
+    lrs = [lr_at(s, a) for s in range(100)]
+    assert lrs[:10] == pytest.approx([(s + 1) / 10 for s in range(10)])  # the same warm-up as cosine
+    assert lrs[10:80] == [1.0] * 70  # held until the last 20 steps
+    assert lrs[80:] == pytest.approx([1 - 0.9 * (s / 20) for s in range(20)])  # straight down towards 0.1
+    assert lr_at(100, a) == pytest.approx(0.1)
+    cos = replace(a, schedule="cosine")
+    assert lr_at(50, cos) < 1.0 and lr_at(99, cos) == pytest.approx(0.1, abs=1e-3)
+
+
+@pytest.mark.parametrize("bad", [dict(cooldown_tokens=0), dict(cooldown_tokens=1e9), dict(schedule="linear"),
+                                 dict(init_from="runs/x", branch_from="runs/y")])
+def test_schedule_options_are_checked(data, tmp_path, bad):
+    kw = dict(schedule="wsd", cooldown_tokens=4 * B * T)
+    kw.update(bad)
+    with pytest.raises(TrainArgsError):
+        train(args(data, tmp_path / "r", **kw), progress=False)
+
+
+def test_a_branch_continues_the_run_exactly_and_leaves_it_alone(data, tmp_path):
+    """A wsd run of 16 steps, and at step 6 a branch with --tokens 10 steps and a 4-step cooldown: the branch's first
+    steps are the run's own (same weights, optimizer, batches), its rate then decays, and the run is not touched."""
+    main_args = args(data, tmp_path / "main", tokens=16 * B * T, schedule="wsd", cooldown_tokens=4 * B * T, eval_every=2)
+    train(replace(main_args, max_steps=6), progress=False)
+    before = (tmp_path / "main" / "state.pt").read_bytes()
+    br = replace(main_args, out=str(tmp_path / "branch"), branch_from=str(tmp_path / "main"), tokens=10 * B * T)
+    r = train(br, progress=False)
+    assert r["done"] and r["step"] == 10
+    assert (tmp_path / "main" / "state.pt").read_bytes() == before  # the run it came from is unchanged
+    s = _state(tmp_path / "branch")
+    assert s["branch"] == {"from": str(tmp_path / "main"), "at_step": 6, "at_tokens": 6 * B * T}
+    assert [h["step"] for h in s["history"]] == [2, 4, 6, 8, 10]  # the run's history, then the branch's
+    assert (tmp_path / "branch" / "checkpoint" / "model.safetensors").is_file()  # its own best checkpoint
+    info = json.loads((tmp_path / "branch" / "checkpoint" / "train.json").read_text())
+    assert info["branched_from"]["at_step"] == 6
+    assert [lr_at(k, br) for k in range(6, 10)] == pytest.approx([1e-2, 1e-2 * 0.775, 1e-2 * 0.55, 1e-2 * 0.325])
+    # the same steps taken by the run itself give the same weights while the two schedules agree (steps 6 and 7 at
+    # the held rate in both): branching is resuming, into another folder
+    assert train(replace(br, out=str(tmp_path / "branch7"), max_steps=7), progress=False)["step"] == 7
+    assert train(replace(main_args, max_steps=7), progress=False)["step"] == 7
+    _assert_same(_state(tmp_path / "main")["model"], _state(tmp_path / "branch7")["model"])
+
+
+def test_resuming_a_fitted_run_without_fit_minutes_follows_tokens(data, tmp_path):
+    out = tmp_path / "fit"
+    train(args(data, out, tokens=100_000 * B * T, fit_minutes=0.02, eval_every=10, save_every=50), progress=False)
+    fitted = _state(out)["step"]
+    r = train(args(data, out, tokens=(fitted + 3) * B * T, eval_every=10, save_every=50), progress=False)
+    assert r["step"] == fitted + 3 and "fit" not in _state(out)
