@@ -23,7 +23,7 @@ from .checkpoint import SHIPPED, SHIPPED_DIR, load_folder, save_checkpoint
 from .cli import input_errors_exit
 from .model import GPT
 from .run_state import read_state
-from .train import evaluate
+from .train import loss_on_every_window
 
 VAL_SEQ_LEN = 256  # the shipped validation loss: every non-overlapping window of this many tokens
 
@@ -59,9 +59,7 @@ def ship(preset: str, run: str | Path | None = None, data: str | Path | None = N
     if (data / "val.bin").is_file():
         val = np.memmap(data / "val.bin", dtype=np.uint16, mode="r")
         seq_len = min(VAL_SEQ_LEN, shipped.cfg.context)
-        windows = (len(val) - 1) // seq_len
-        with torch.no_grad():  # evaluate() spaces its windows evenly: asking for all of them takes each once
-            loss = evaluate(shipped, val, seq_len, -(-windows // 16), 16)
+        loss, windows = loss_on_every_window(shipped, val, seq_len)
         info["val_loss_training_windows"] = info.get("val_loss")  # float32, the windows this run evaluated on
         info["val_loss"] = round(loss, 4)
         info["val_loss_windows"] = f"all {windows:,} windows of {seq_len} tokens of {data / 'val.bin'}"

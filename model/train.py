@@ -394,6 +394,15 @@ def evaluate(model: torch.nn.Module, val: np.ndarray, seq_len: int, n_batches: i
     return sum(losses) / len(idx)
 
 
+def loss_on_every_window(model: torch.nn.Module, val: np.ndarray, seq_len: int, batch_size: int = 16) -> tuple[float, int]:
+    """The mean next-token loss (nats/token) over every non-overlapping window of ``seq_len`` inputs of ``val``
+    (each with its next token as the last target), and the number of windows: the shipped validation loss, the
+    same windows for every model of one tokenizer."""
+    windows = (len(val) - 1) // seq_len
+    with torch.no_grad():  # evaluate() spaces its windows evenly: asking for all of them takes each once
+        return evaluate(model, val, seq_len, -(-windows // batch_size), batch_size), windows
+
+
 def _load_init(model: GPT, src: Path) -> tuple[int, list, dict]:
     """Load another run's weights into ``model`` (grown if smaller); returns (its tokens, its history,
     a summary of it). ``src``: a run folder or a checkpoint folder (see ``grow.read_source``)."""

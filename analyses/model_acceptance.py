@@ -1,0 +1,197 @@
+"""Does a Sprout checkpoint meet the bar for replacing the shipped one? Its figures beside the shipped Sprout's.
+
+    python analyses/model_acceptance.py --candidate /tmp/candidate/sprout      # written by `ship sprout --to /tmp/candidate`
+    python analyses/model_acceptance.py --candidate runs/sprout/checkpoint --baseline sprout
+
+The bar (each part measured on its own, the same way for both models):
+
+- **every block works**: the later half of the blocks (5-8 in Sprout) together worth at least 0.30 nats on held-out
+  text, and each block alone worth more than 0.02 nats (``sprout_interp.circuits.knockout.block_knockout``: the
+  rise of the mean loss when a block stops writing to the stream; --n windows of --length tokens, seed --seed, from
+  the validation documents of --corpus, "default" unless told: its documents are held out for a model of "default"
+  and of "large" alike);
+- **not learned by heart**: the later half's worth on training text (as many windows of the training documents of
+  the same corpus) at most 1.3 times its worth on held-out text;
+- **better on held-out text**: the validation loss on every window of 256 tokens of --val (the windows the shipped
+  models' validation losses are measured on) at least 0.10 nats below the baseline's, both measured here;
+- **copying kept**: the copying ratio on repeated random tokens at most 0.1, and invented-name copying at least 80%
+  on the name texts and on the held-out name texts (``sprout_model.info.describe``, the figures
+  ``python -m sprout_model.info`` prints).
+
+Reported beside them, judged against nothing (what the chapter's Sprout shows): the logit-lens confidence after the
+last two blocks on the three texts (the chapter: 77% -> 59%), the residual-stream RMS after each block (held-out),
+and the best previous-token and induction heads on repeated random tokens. Writes acceptance.csv (one row per part
+and model) and report.csv (the reported figures) into out/model_acceptance/. Exit status 0 when the candidate meets
+every part, 1 when it does not, 2 when a model cannot be loaded.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sprout_interp.circuits.attention import head_scores
+from sprout_interp.circuits.knockout import block_knockout
+from sprout_interp.core.texts import TEXTS
+from sprout_interp.lens.logit_lens import CHAPTER_SPROUT_CONFIDENCE, logit_lens, penultimate_vs_final
+from sprout_interp.lens.residual import residual_rms
+from sprout_interp.report.cli import held_out, load_models, out_dir, print_table, set_threads, training_text
+from sprout_model.checkpoint import load_folder
+from sprout_model.info import describe, resolve
+from sprout_model.ship import VAL_SEQ_LEN
+from sprout_model.train import loss_on_every_window
+
+SCRIPT = "model_acceptance"
+COMMAND = f".venv/bin/python analyses/{SCRIPT}.py"
+LATE_WORTH = 0.30  # nats: the later half of the blocks together, held-out
+BLOCK_WORTH = 0.02  # nats: every block alone, held-out
+MEMORISED = 1.3  # at most: the later half's worth on training text / on held-out text
+BETTER_BY = 0.10  # nats: the candidate's validation loss at least this far below the baseline's
+COPYING_RATIO = 0.1  # at most
+NAME_COPYING = 0.80  # at least, on the name texts and on the held-out name texts
+DEFAULT_VAL = ("data/names-splice/val.bin", "data/default/val.bin")  # the same tokens: default's validation split
+
+
+def parser() -> argparse.ArgumentParser:
+    """The script's arguments."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--candidate", required=True, help="the checkpoint folder to judge")
+    p.add_argument("--baseline", default="sprout", help="what it would replace (default: the shipped sprout)")
+    p.add_argument("--val", default=None, help=f"validation tokens (uint16 .bin; default: the first of {', '.join(DEFAULT_VAL)})")
+    p.add_argument("--corpus", default="default", help="corpus of the held-out and training samples")
+    p.add_argument("--n", type=int, default=16, help="held-out windows (and training-text windows) for the knockout")
+    p.add_argument("--length", type=int, default=256, help="tokens per window")
+    p.add_argument("--seed", type=int, default=0, help="seed of both samples")
+    p.add_argument("--out", default=None, help=f"output folder (default out/{SCRIPT})")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    return p
+
+
+def _val_tokens(arg: str | None) -> tuple[np.ndarray, str]:
+    for path in ([arg] if arg else list(DEFAULT_VAL)):
+        if Path(path).is_file():
+            return np.memmap(path, dtype=np.uint16, mode="r"), path
+    raise FileNotFoundError(f"no validation tokens at {arg or ' or '.join(DEFAULT_VAL)}: run `python -m sprout_model.prepare` "
+                            "(or pass --val FILE)")
+
+
+def measure_one(spec: str, hooked, args: argparse.Namespace, val: np.ndarray) -> dict:
+    """Every figure of one model: knockout on held-out and training text, validation loss, copying, lens, RMS, heads."""
+    n_layers = hooked.cfg.n_layers
+    late = list(range(n_layers // 2, n_layers))
+    groups = [[layer] for layer in range(n_layers)] + [late]
+    held, train = held_out(hooked, args), training_text(hooked, args, args.n)
+    if held is None or train is None:
+        raise RuntimeError(f"the corpus {args.corpus!r} is not installed: pip install -e '.[train]'")
+    k_held = block_knockout(hooked, held, groups=groups)
+    k_train = block_knockout(hooked, train, groups=groups)
+    gpt, _ = load_folder(resolve(spec))
+    loss, windows = loss_on_every_window(gpt, val, min(VAL_SEQ_LEN, gpt.cfg.context))
+    row = describe(spec)
+    toks, mask = hooked.to_tokens_with_mask(list(TEXTS.values()))
+    pf = penultimate_vs_final(logit_lens(hooked, toks, attention_mask=mask).summary())
+    rms = residual_rms(hooked, held)
+    heads = head_scores(hooked, natural=False, copying=False)
+    prev = heads.sort_values("prev_token_random", ascending=False).head(3)
+    ind = heads.sort_values("induction_random", ascending=False).head(2)
+    return {
+        "held": k_held, "train": k_train, "val_loss": loss, "windows": windows, "info": row, "lens": pf, "rms": rms,
+        "prev": prev, "ind": ind, "late_label": k_held["blocks"].iloc[-1],
+    }
+
+
+def _heads(df: pd.DataFrame, col: str) -> str:
+    return ", ".join(f"block {r.block} head {r.head} ({getattr(r, col):.2f})" for r in df.itertuples())
+
+
+def judge(m: dict[str, dict], baseline: str, candidate: str) -> pd.DataFrame:
+    """One row per part and model: ``part``, ``model``, ``value``, ``bar`` (the threshold, as text), ``meets``
+    (bool; the validation part is the candidate's against the baseline's)."""
+    rows = []
+    for name in (baseline, candidate):
+        f = m[name]
+        held, train = f["held"], f["train"]
+        late_h, late_t = float(held["change"].iloc[-1]), float(train["change"].iloc[-1])
+        singles = held.iloc[:-1]
+        ratio = late_t / late_h if late_h > 0 else float("inf")
+        info = f["info"]
+        rows += [
+            dict(part=f"blocks {f['late_label']} together worth, held-out (nats)", model=name, value=late_h,
+                 bar=f">= {LATE_WORTH}", meets=late_h >= LATE_WORTH),
+            dict(part="the least any one block is worth, held-out (nats)", model=name, value=float(singles["change"].min()),
+                 bar=f"> {BLOCK_WORTH} (block {singles.loc[singles['change'].idxmin(), 'blocks']})",
+                 meets=bool((singles["change"] > BLOCK_WORTH).all())),
+            dict(part=f"blocks {f['late_label']}: worth on training text / held-out", model=name, value=ratio,
+                 bar=f"<= {MEMORISED}", meets=ratio <= MEMORISED),
+            dict(part=f"validation loss, all {f['windows']:,} windows (nats)", model=name, value=f["val_loss"],
+                 bar=f"<= {m[baseline]['val_loss'] - BETTER_BY:.4f} ({baseline}'s - {BETTER_BY})",
+                 meets=f["val_loss"] <= m[baseline]["val_loss"] - BETTER_BY),
+            dict(part="copying ratio, repeated random tokens", model=name, value=info["copying_ratio"],
+                 bar=f"<= {COPYING_RATIO}", meets=info["copying_ratio"] <= COPYING_RATIO),
+            dict(part="invented-name copying, the name texts", model=name, value=info["name_copying"],
+                 bar=f">= {NAME_COPYING:.0%}", meets=info["name_copying"] >= NAME_COPYING),
+            dict(part="invented-name copying, the held-out name texts", model=name, value=info["name_copying_heldout"],
+                 bar=f">= {NAME_COPYING:.0%}", meets=info["name_copying_heldout"] >= NAME_COPYING),
+        ]
+    return pd.DataFrame(rows)
+
+
+def reported(m: dict[str, dict]) -> pd.DataFrame:
+    """The figures reported beside the chapter's, judged against nothing: ``model``, ``figure``, ``ours``, ``chapter``."""
+    rows = []
+    for name, f in m.items():
+        pf, rms = f["lens"], f["rms"].sort_values("block")
+        rows += [
+            dict(model=name, figure=f"logit-lens confidence after blocks {pf['penultimate_block']} and {pf['final_block']} "
+                                    "(three texts)",
+                 ours=f"{pf['penultimate']:.1%} -> {pf['final']:.1%}",
+                 chapter=f"{CHAPTER_SPROUT_CONFIDENCE[7]:.0%} -> {CHAPTER_SPROUT_CONFIDENCE[8]:.0%}"),
+            dict(model=name, figure="residual RMS after the embedding and each block (held-out)",
+                 ours=" -> ".join(f"{v:.3g}" for v in rms["rms"]), chapter=""),
+            dict(model=name, figure="best previous-token heads (score, random tokens)", ours=_heads(f["prev"], "prev_token_random"),
+                 chapter="layer 2 (gpt-4)"),
+            dict(model=name, figure="best induction heads (score, random tokens)", ours=_heads(f["ind"], "induction_random"),
+                 chapter="layer 3 (gpt-4)"),
+        ]
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure both models, print and write the tables; the exit status says whether the candidate meets the bar."""
+    args = parser().parse_args(argv)
+    t0 = time.time()
+    set_threads(args.threads)
+    val, val_path = _val_tokens(args.val)
+    loaded = load_models([args.baseline, args.candidate])
+    if len(loaded) < 2:
+        print("both the baseline and the candidate must load", file=sys.stderr)
+        return 2
+    baseline, candidate = args.baseline, args.candidate
+    measured = {spec: measure_one(spec, nm.model, args, val) for spec, nm in zip((baseline, candidate), loaded, strict=True)}
+    verdicts = judge(measured, baseline, candidate)
+    rep = reported(measured)
+    out = out_dir(SCRIPT, args.out)
+    verdicts.to_csv(out / "acceptance.csv", index=False)
+    rep.to_csv(out / "report.csv", index=False)
+    wide = verdicts.pivot_table(index="part", columns="model", values="value", sort=False)
+    show = pd.DataFrame({"part": wide.index})
+    for name in (baseline, candidate):
+        v = verdicts[verdicts["model"] == name].set_index("part")
+        show[name] = [f"{v.loc[p, 'value']:.4g} {'meets' if v.loc[p, 'meets'] else 'misses'}" for p in wide.index]
+    show["bar"] = verdicts[verdicts["model"] == candidate]["bar"].tolist()
+    print_table(show, f"the bar for replacing {baseline} (validation tokens {val_path}; held-out and training samples: "
+                      f"{args.n} x {args.length} tokens of corpus {args.corpus!r}, seed {args.seed})")
+    print_table(rep, "reported beside the chapter's figures, judged against nothing")
+    meets = bool(verdicts[verdicts["model"] == candidate]["meets"].all())
+    missed = verdicts[(verdicts["model"] == candidate) & ~verdicts["meets"]]["part"].tolist()
+    print(f"\n{candidate}: " + ("MEETS every part of the bar" if meets else "does NOT meet the bar: misses " + "; ".join(missed)))
+    print(f"wrote {out / 'acceptance.csv'}, {out / 'report.csv'} in {time.time() - t0:.1f}s")
+    return 0 if meets else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
