@@ -40,8 +40,7 @@ from sprout_interp.core.texts import TEXTS
 from sprout_interp.lens.logit_lens import CHAPTER_SPROUT_CONFIDENCE, logit_lens, penultimate_vs_final
 from sprout_interp.lens.residual import residual_rms
 from sprout_interp.report.cli import held_out, load_models, out_dir, print_table, set_threads, training_text
-from sprout_model.checkpoint import load_folder
-from sprout_model.info import describe, resolve
+from sprout_model.info import describe
 from sprout_model.ship import VAL_SEQ_LEN
 from sprout_model.train import loss_on_every_window
 
@@ -89,8 +88,7 @@ def measure_one(spec: str, hooked, args: argparse.Namespace, val: np.ndarray) ->
         raise RuntimeError(f"the corpus {args.corpus!r} is not installed: pip install -e '.[train]'")
     k_held = block_knockout(hooked, held, groups=groups)
     k_train = block_knockout(hooked, train, groups=groups)
-    gpt, _ = load_folder(resolve(spec))
-    loss, windows = loss_on_every_window(gpt, val, min(VAL_SEQ_LEN, gpt.cfg.context))
+    loss, windows = loss_on_every_window(hooked.model, val, min(VAL_SEQ_LEN, hooked.cfg.n_ctx))  # the wrapped GPT
     row = describe(spec)
     toks, mask = hooked.to_tokens_with_mask(list(TEXTS.values()))
     pf = penultimate_vs_final(logit_lens(hooked, toks, attention_mask=mask).summary())

@@ -397,10 +397,12 @@ def evaluate(model: torch.nn.Module, val: np.ndarray, seq_len: int, n_batches: i
 def loss_on_every_window(model: torch.nn.Module, val: np.ndarray, seq_len: int, batch_size: int = 16) -> tuple[float, int]:
     """The mean next-token loss (nats/token) over every non-overlapping window of ``seq_len`` inputs of ``val``
     (each with its next token as the last target), and the number of windows: the shipped validation loss, the
-    same windows for every model of one tokenizer."""
-    windows = (len(val) - 1) // seq_len
+    same windows for every model of one tokenizer. The model is left in the mode it was in."""
+    windows, was_training = (len(val) - 1) // seq_len, model.training
     with torch.no_grad():  # evaluate() spaces its windows evenly: asking for all of them takes each once
-        return evaluate(model, val, seq_len, -(-windows // batch_size), batch_size), windows
+        loss = evaluate(model, val, seq_len, -(-windows // batch_size), batch_size)
+    model.train(was_training)  # evaluate() ends in training mode, for the training loop
+    return loss, windows
 
 
 def _load_init(model: GPT, src: Path) -> tuple[int, list, dict]:
