@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
-# Sprout at its own size on this CPU, from nothing, resumably: the recipe of model/TRAINING.md (Sessions 8–11)
-# as one command that any session runs again to go on from where the last one stopped.
+# Sprout at its own size on this CPU, from nothing, resumably: model/TRAINING.md's own-size recipe as one command
+# that is run again to go on from where the last run stopped.
 #
 #     nohup bash scripts/own_size_sprout.sh >> runs/own-size.log 2>&1 &     # start or resume, in the background
 #     bash scripts/own_size_sprout.sh --dry-run                              # print the stages and commands
 #     pkill -TERM -f "out $RUNS/sprout-O-"                                   # stop: the run saves its state
 #
 # Stages, each skipped when it is done (a run folder is only ever resumed, never overwritten):
-#   1. data/names-splice (`default` with spliced invented names, the shipped tokenizer's corpus; ~90 s);
+#   1. data/names-splice (`default` with spliced invented names, the shipped tokenizer's corpus);
 #   2. the copy stage, runs/sprout-O-copy: fresh weights, every row a copy-task row, until the copying ratio is at
-#      or below $COPY_STOP (the induction phase change; ~1,700 steps of 32 × 128 tokens, ~2 h on two threads);
+#      or below $COPY_STOP (the induction phase change);
 #   3. data/large-names ("large" encoded with the shipped tokenizer, so its models compare on `default`'s
-#      validation windows; ~20 min);
+#      validation windows);
 #   4. the stable run, runs/sprout-O-wsd: text of "large" with 15% copy rows and renamed views, the rate held at
 #      2e-3 (warmup–stable–decay over 60M tokens, decaying only over the last 12M), until stopped.
-# A finished candidate is a cooldown branched off the stable run (`train --branch-from runs/sprout-O-wsd ...`,
-# TRAINING.md, Session 11), measured with analyses/model_acceptance.py before any ship.
+# A finished candidate is a cooldown branched off the stable run (`train --branch-from runs/sprout-O-wsd ...`, as
+# in TRAINING.md), measured with analyses/model_acceptance.py before any ship.
 #
 # Environment: PYTHON (default .venv/bin/python), RUNS (default runs), THREADS (2), NICENESS (19),
-# COPY_STOP (0.2). The runs are compiled (`--compile`): ~1.2k tokens/s on this machine's two cores.
+# COPY_STOP (0.2). The runs are compiled (`--compile`); TRAINING.md logs how long each stage took.
 # A run state is `state.pt` in its folder; it survives between sessions on one machine, not on a new one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,17 +50,17 @@ print(h[-1]["copy_ratio"] if h else "none")
 EOF
 }
 
+# Whether the copy stage reached $COPY_STOP; leaves its last copying ratio in COPY_RATIO.
 copy_done() {
-    local r
-    r=$(last_copy_ratio "$RUNS/sprout-O-copy")
-    [ "$r" != none ] && awk -v r="$r" -v s="$COPY_STOP" 'BEGIN { exit !(r <= s) }'
+    COPY_RATIO=$(last_copy_ratio "$RUNS/sprout-O-copy")
+    [ "$COPY_RATIO" != none ] && awk -v r="$COPY_RATIO" -v s="$COPY_STOP" 'BEGIN { exit !(r <= s) }'
 }
 
 mkdir -p "$RUNS"
 if [ -f data/names-splice/meta.json ]; then say "data/names-splice: there"
 else run "$PY" -m sprout_model.prepare --out data/names-splice --name-views 4 --splice-share 0.5; fi
 
-if copy_done; then say "copy stage: done (copying ratio $(last_copy_ratio "$RUNS/sprout-O-copy") <= $COPY_STOP)"
+if copy_done; then say "copy stage: done (copying ratio $COPY_RATIO <= $COPY_STOP)"
 else
     run "$PY" -m sprout_model.train --preset sprout --data data/names-splice --copy-rows 1.0 --batch-size 32 \
         --seq-len 128 --lr 2e-3 --warmup 50 --tokens 20e6 --eval-every 50 --eval-batches 1 --save-every 25 \
