@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from fixtures.weights import trained_like
 
 from sprout_model import GPT, Config
 from sprout_model.checkpoint import load_folder, save_checkpoint
@@ -13,16 +14,6 @@ from sprout_model.stack import main as stack_main
 from sprout_model.stack import parse_blocks, stacked_state
 
 CFG = Config(vocab_size=300, context=64, n_layer=4, n_head=2, d_model=32, d_ff=64)
-
-
-def _trained_like(seed: int) -> GPT:
-    """Every weight random and far from init (gains too), so that copying the wrong tensor shows."""
-    torch.manual_seed(seed)
-    m = GPT(CFG)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.copy_(torch.randn_like(p) * (0.3 if p.dim() == 2 else 1.0) + (1.0 if p.dim() == 1 else 0.0))
-    return m.eval()
 
 
 def _logits_in_order(m: GPT, x: torch.Tensor, order: list[int]) -> torch.Tensor:
@@ -43,7 +34,7 @@ def test_parse_blocks_counts_from_one():
 
 
 def test_stacked_model_runs_the_source_blocks_in_the_stacked_order():
-    src = _trained_like(0)
+    src = trained_like(CFG, 0)
     big = GPT(CFG).eval()
     big.load_state_dict(stacked_state(src.state_dict(), targets=[2, 3], sources=[0, 1]))
     x = torch.randint(0, CFG.vocab_size, (2, 20), generator=torch.Generator().manual_seed(1))
@@ -57,7 +48,7 @@ def test_stacked_model_runs_the_source_blocks_in_the_stacked_order():
 
 
 def test_stacking_checks_what_it_is_given():
-    sd = _trained_like(0).state_dict()
+    sd = trained_like(CFG, 0).state_dict()
     with pytest.raises(ValueError, match="as many"):
         stacked_state(sd, [2, 3], [0])
     with pytest.raises(ValueError, match="filled twice"):
@@ -67,7 +58,7 @@ def test_stacking_checks_what_it_is_given():
 
 
 def test_stack_command_writes_a_folder_train_can_start_from(tmp_path, capsys):
-    src = _trained_like(2)
+    src = trained_like(CFG, 2)
     save_checkpoint(src, tmp_path / "src", None, {"tokens_seen": 1234, "steps": 5, "history": [], "preset": "x"})
     data = tmp_path / "data"
     data.mkdir()

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from fixtures.weights import trained_like
 from safetensors.torch import load_file
 
 import sprout_model.prepare as prepare_mod
@@ -353,19 +354,9 @@ def test_growing_a_shallow_run_keeps_its_function(data, tmp_path):
 WIDE = Config(vocab_size=8192, context=64, n_layer=3, n_head=4, d_model=64, d_ff=96)  # TINY's head width, 16
 
 
-def _trained_like(cfg: Config, seed: int) -> GPT:
-    """A model whose every weight is random and far from init (gains too), as a trained one's are."""
-    torch.manual_seed(seed)
-    m = GPT(cfg)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.copy_(torch.randn_like(p) * (0.3 if p.dim() == 2 else 1.0) + (1.0 if p.dim() == 1 else 0.0))
-    return m.eval()
-
-
 def test_growing_wider_and_deeper_keeps_the_logits():
     from sprout_model.grow import load_grown
-    small = _trained_like(Config(**{**TINY.to_dict(), "vocab_size": VOCAB}), 0)
+    small = trained_like(Config(**{**TINY.to_dict(), "vocab_size": VOCAB}), 0)
     big = GPT(Config(**{**WIDE.to_dict(), "vocab_size": VOCAB})).eval()
     load_grown(big, small.state_dict())
     x = torch.randint(0, VOCAB, (3, 40), generator=torch.Generator().manual_seed(1))
