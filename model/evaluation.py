@@ -15,8 +15,10 @@ nowhere else). A ratio near 1.0 means no copying; a model with induction heads g
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -29,6 +31,20 @@ class CopyingLoss(NamedTuple):
     first: float  # mean loss (nats/token) on targets 1..seq_len-1 of copy one
     second: float  # mean loss (nats/token) on targets 1..seq_len-1 of copy two
     ratio: float  # second / first
+
+
+def first_val_windows(data: str | Path, rows: int, seq_len: int) -> Tensor:
+    """The first ``rows`` consecutive windows of ``seq_len + 1`` tokens of ``data``/val.bin, as an int64 tensor
+    (rows, seq_len + 1): inputs ``[:, :-1]``, targets ``[:, 1:]``. Raises ValueError when the split is too short
+    or either count is below 1."""
+    val_file = Path(data) / "val.bin"
+    val = np.memmap(val_file, dtype=np.uint16, mode="r")
+    if rows < 1 or seq_len < 1:
+        raise ValueError(f"--rows and --seq-len must be 1 or more, got {rows} and {seq_len}")
+    if len(val) < rows * (seq_len + 1):
+        raise ValueError(f"{val_file} has {len(val):,} tokens, fewer than --rows x (--seq-len + 1) = "
+                         f"{rows * (seq_len + 1):,}; pass smaller --rows or --seq-len")
+    return torch.from_numpy(val[: rows * (seq_len + 1)].astype(np.int64)).view(rows, seq_len + 1)
 
 
 def repeated_tokens_batch(vocab_size: int, seq_len: int = 64, batch: int = 32, seed: int = 0) -> Tensor:

@@ -124,8 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     print both models' validation loss on the same held-out tokens (they should agree)."""
     import argparse
 
-    import numpy as np
-
+    from .evaluation import first_val_windows
     from .presets import preset
 
     p = argparse.ArgumentParser(description=main.__doc__)
@@ -145,11 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     load_grown(big, sd)
     small = GPT(type(cfg).from_dict({**cfg.to_dict(), **{k: shape[k] for k in ("n_layer", "d_model", "n_head", "d_ff")}}))
     small.load_state_dict(sd)
-    val = np.memmap(Path(a.data) / "val.bin", dtype=np.uint16, mode="r")
-    if len(val) < a.rows * (a.seq_len + 1):
-        raise ValueError(f"{Path(a.data) / 'val.bin'} has {len(val):,} tokens, fewer than --rows x (--seq-len + 1) = "
-                         f"{a.rows * (a.seq_len + 1):,}; pass smaller --rows or --seq-len")
-    x = torch.from_numpy(val[: a.rows * (a.seq_len + 1)].astype(np.int64)).view(a.rows, a.seq_len + 1)
+    x = first_val_windows(a.data, a.rows, a.seq_len)
     with torch.no_grad():
         (ls, l_small), (lb, l_big) = small.eval()(x[:, :-1], x[:, 1:]), big.eval()(x[:, :-1], x[:, 1:])
     print(f"{a.source}: {small.num_params():,} parameters, validation loss {l_small.item():.5f} nats/token "

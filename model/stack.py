@@ -20,12 +20,12 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from .checkpoint import load_folder, save_checkpoint, tokenizer_path
 from .cli import input_errors_exit
+from .evaluation import first_val_windows
 from .model import GPT
 
 
@@ -92,15 +92,10 @@ def main(argv: list[str] | None = None) -> None:
     stacked.load_state_dict(sd)
     record = {**info, "stacked": {"from": str(src), "blocks": [t + 1 for t in targets], "copies_of": [s + 1 for s in sources]}}
     save_checkpoint(stacked, a.out, tokenizer_path(src), record)
-    val_file = Path(a.data) / "val.bin"
-    if not val_file.is_file():
-        print(f"wrote {a.out}; no {val_file} to measure the loss on (prepare the corpus, or pass --data)")
+    if not (Path(a.data) / "val.bin").is_file():
+        print(f"wrote {a.out}; no {Path(a.data) / 'val.bin'} to measure the loss on (prepare the corpus, or pass --data)")
         return
-    val = np.memmap(val_file, dtype=np.uint16, mode="r")
-    need = a.rows * (a.seq_len + 1)
-    if a.rows < 1 or a.seq_len < 1 or len(val) < need:
-        raise ValueError(f"{val_file} has {len(val):,} tokens; --rows x (--seq-len + 1) = {need:,} must be between 1 and that")
-    x = torch.from_numpy(val[:need].astype(np.int64)).view(a.rows, a.seq_len + 1)
+    x = first_val_windows(a.data, a.rows, a.seq_len)
     print(json.dumps({"source": str(src), "out": a.out, "blocks": [t + 1 for t in targets],
                       "copies_of": [s + 1 for s in sources], "rows": a.rows, "seq_len": a.seq_len,
                       "val_loss_source": round(_loss(model, x), 5), "val_loss_stacked": round(_loss(stacked, x), 5)}))
