@@ -10,6 +10,11 @@ feed-forward), so every weight of the copies receives gradient from the first st
 *not* compute the same function (the copies apply the lower blocks' updates a second time); training from
 it (``train --init-from``) must recover that loss first.
 
+Interleaving (``--blocks 1-8 --copies-of 1,1,2,2,3,3,4,4``) instead puts each copy beside its original, and
+``--out-scales`` multiplies each filled block's two output matrices (attention ``W_O``, feed-forward ``W2``) so
+that a pair shares its original's update (e.g. 0.7 and 0.3) rather than applying it twice: the model starts
+near the source's function with every block doing part of a trained block's job.
+
 ``python -m sprout_model.stack model/checkpoints/sprout --blocks 5-8 --copies-of 1-4 --out runs/sprout-stack-init``
 writes a checkpoint folder (float32) and prints the validation loss before and after on the same windows.
 Block numbers are 1-based (the chapter's count; ``layer`` = block - 1 in the tables).
@@ -64,6 +69,19 @@ def stacked_state(sd: dict[str, Tensor], targets: list[int], sources: list[int])
     return out
 
 
+def output_scaled(sd: dict[str, Tensor], layers: list[int], scales: list[float]) -> dict[str, Tensor]:
+    """A copy of ``sd`` in which layer ``layers[i]``'s attention output matrix and feed-forward output matrix
+    (``attn.proj``, ``ffn.w2``) are multiplied by ``scales[i]``: the block's write to the residual stream
+    scales by that factor, its reading of it is unchanged."""
+    if len(layers) != len(scales):
+        raise ValueError(f"{len(layers)} blocks but {len(scales)} output scales: give one per filled block")
+    out = {k: v.clone() for k, v in sd.items()}
+    for layer, a in zip(layers, scales):
+        for name in ("attn.proj.weight", "ffn.w2.weight"):
+            out[f"blocks.{layer}.{name}"] = out[f"blocks.{layer}.{name}"] * a
+    return out
+
+
 def _loss(model: GPT, x: Tensor) -> float:
     with torch.no_grad():
         return model.eval()(x[:, :-1], x[:, 1:])[1].item()
@@ -79,6 +97,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--blocks", default="5-8", help="the blocks to overwrite, 1-based (default 5-8)")
     p.add_argument("--copies-of", default="1-4", help="the blocks whose weights they get, in the same order (default 1-4)")
     p.add_argument("--out", required=True, help="the checkpoint folder to write (train --init-from reads it)")
+    p.add_argument("--out-scales", default=None,
+                   help="comma-separated factors for each filled block's output matrices, in --blocks order (default: all 1)")
     p.add_argument("--data", default="data/default", help="a prepared corpus whose val.bin measures the loss")
     p.add_argument("--rows", type=int, default=16)
     p.add_argument("--seq-len", type=int, default=256)
@@ -89,15 +109,23 @@ def main(argv: list[str] | None = None) -> None:
     targets, sources = parse_blocks(a.blocks, n), parse_blocks(a.copies_of, n)
     stacked = GPT(model.cfg)
     sd = stacked_state(model.state_dict(), targets, sources)
+    scales = [1.0] * len(targets)
+    if a.out_scales is not None:
+        try:
+            scales = [float(v) for v in a.out_scales.split(",")]
+        except ValueError:
+            raise ValueError(f"--out-scales {a.out_scales!r}: expected numbers such as '0.9,0.1,0.7,0.3'") from None
+        sd = output_scaled(sd, targets, scales)
     stacked.load_state_dict(sd)
-    record = {**info, "stacked": {"from": str(src), "blocks": [t + 1 for t in targets], "copies_of": [s + 1 for s in sources]}}
+    record = {**info, "stacked": {"from": str(src), "blocks": [t + 1 for t in targets], "copies_of": [s + 1 for s in sources],
+                                  "out_scales": scales}}
     save_checkpoint(stacked, a.out, tokenizer_path(src), record)
     if not (Path(a.data) / "val.bin").is_file():
         print(f"wrote {a.out}; no {Path(a.data) / 'val.bin'} to measure the loss on (prepare the corpus, or pass --data)")
         return
     x = first_val_windows(a.data, a.rows, a.seq_len)
     print(json.dumps({"source": str(src), "out": a.out, "blocks": [t + 1 for t in targets],
-                      "copies_of": [s + 1 for s in sources], "rows": a.rows, "seq_len": a.seq_len,
+                      "copies_of": [s + 1 for s in sources], "out_scales": scales, "rows": a.rows, "seq_len": a.seq_len,
                       "val_loss_source": round(_loss(model, x), 5), "val_loss_stacked": round(_loss(stacked, x), 5)}))
 
 
