@@ -120,8 +120,9 @@ def main(argv: list[str] | None = None) -> None:
     record = {**info, "stacked": {"from": str(src), "blocks": [t + 1 for t in targets], "copies_of": [s + 1 for s in sources],
                                   "out_scales": scales}}
     save_checkpoint(stacked, a.out, tokenizer_path(src), record)
-    if not (Path(a.data) / "val.bin").is_file():
-        print(f"wrote {a.out}; no {Path(a.data) / 'val.bin'} to measure the loss on (prepare the corpus, or pass --data)")
+    val_file = Path(a.data) / "val.bin"
+    if not val_file.is_file():
+        print(f"wrote {a.out}; no {val_file} to measure the loss on (prepare the corpus, or pass --data)")
         return
     x = first_val_windows(a.data, a.rows, a.seq_len)
     print(json.dumps({"source": str(src), "out": a.out, "blocks": [t + 1 for t in targets],
