@@ -69,8 +69,8 @@ def parser() -> ArgumentParser:
     p.add_argument("--train-n", type=int, default=16,
                    help="windows of the model's training text for the knockout beside the held-out one (0: none)")
     p.add_argument("--corpus", default=None,
-                   help="corpus of both samples (default: each model's own, from its train.json); \"default\" "
-                        "measures models of \"default\" and \"large\" on the same windows")
+                   help="corpus of both samples (default: \"default\" for models of \"default\" and \"large\", "
+                        "which are measured on the same windows; a model of a folder of .txt, its own)")
     p.add_argument("--no-png", action="store_true", help="do not try the PNG export")
     return p
 

@@ -107,7 +107,7 @@ def test_bad_groups_say_the_convention(gpt, toks, groups):
 
 
 @pytest.mark.integration
-def test_shipped_sprout_grown_blocks_matter_less_than_block_4():
+def test_shipped_sprout_every_block_writes_something_the_loss_needs():
     if not (CHECKPOINTS / "sprout" / "model.safetensors").is_file():
         pytest.skip("model/checkpoints/sprout is not there yet")
     import sprout_interp as si
@@ -118,9 +118,12 @@ def test_shipped_sprout_grown_blocks_matter_less_than_block_4():
         toks = torch.as_tensor(held_out_for(m, 2, 128, 0))
     except Exception as e:  # corpus packages missing
         pytest.skip(f"held-out text unavailable: {e}")
-    df = block_knockout(m, toks, groups=[[3], [4, 5, 6, 7]]).set_index("blocks")
-    # what README and model/TRAINING.md report: the grown blocks 5-8 together are worth far less than block 4
-    assert df.loc["5-8", "change"] < 0.5 * df.loc["4", "change"]
+    df = block_knockout(m, toks, groups=[[layer] for layer in range(8)] + [[4, 5, 6, 7]]).set_index("blocks")
+    # what README and model/TRAINING.md report (16 x 256 windows): every block raises the held-out loss when
+    # silenced, and blocks 5-8 together are worth ~0.19 nats (the Sprout grown from gpt-4 before them: 0.09)
+    assert (df["change"] > 0).all(), df["change"]
+    assert df.loc["5-8", "change"] > 0.15
+    assert df.loc["5-8", "change"] > max(df.loc[str(b), "change"] for b in range(5, 9))
 
 
 def test_block_knockout_chart(gpt, toks):

@@ -283,3 +283,44 @@ def test_held_out_is_skipped_with_a_note_without_the_corpus(hooked, monkeypatch)
     finally:
         texts._encoded.cache_clear()
     assert got is None and "held-out sample skipped" in err.getvalue() and "pip install" in err.getvalue()
+
+
+def test_texts_split_an_extending_corpus_as_prepare_does(monkeypatch):
+    """validation_documents / training_documents of "large" are prepare's split (split_corpus), so "default"'s
+    validation documents stay held out for a model of "large" and none of its training documents is sampled as
+    held-out text."""
+    from sprout_model import corpus as c
+
+    base = [c.Document(f"base/{i}", f"base text {i} " * 30) for i in range(40)]
+    added = [c.Document(f"{src}/{i}", f"{src} text {i} " * 30) for src in sorted(c.LARGE_SOURCES) for i in range(20)]
+    monkeypatch.setattr(c, "load_documents", lambda corpus: base + added if corpus == "large" else base)
+    texts._split.cache_clear()
+    try:
+        d_train, d_val = texts.training_documents("default"), texts.validation_documents("default")
+        l_train, l_val = texts.training_documents("large"), texts.validation_documents("large")
+    finally:
+        texts._split.cache_clear()
+    assert set(d_val) <= set(l_val) and set(d_train) <= set(l_train) and not set(l_train) & set(l_val)
+    want_train, want_val = c.split_corpus("large", base + added, texts.VAL_FRACTION, texts.SPLIT_SEED)
+    assert l_val == tuple(d.text for d in want_val) and l_train == tuple(d.text for d in want_train)
+    # a plain split of the same documents differs: the rule that keeps "default"'s validation held out matters
+    assert tuple(d.text for d in c.split_documents(base + added, texts.VAL_FRACTION, texts.SPLIT_SEED)[1]) != l_val
+
+
+@pytest.mark.parametrize("corpus, want", [(None, "default"), ("default", "default"), ("large", "default"),
+                                          ("/some/folder", "/some/folder")])
+def test_samplers_default_to_default_for_models_of_default_and_large(hooked, monkeypatch, corpus, want):
+    monkeypatch.setattr(hooked, "info", {"corpus": corpus} if corpus else {}, raising=False)
+    assert texts.sample_corpus(hooked) == want
+    asked = []
+
+    def sampler(tokenizer, n, length, seed, corpus):
+        asked.append(corpus)
+        return torch.zeros(n, length, dtype=torch.long)
+
+    monkeypatch.setattr(texts, "validation_sample", sampler)
+    monkeypatch.setattr(texts, "training_sample", sampler)
+    texts.held_out_for(hooked, 2, 8)
+    texts.training_sample_for(hooked, 2, 8)
+    texts.held_out_for(hooked, 2, 8, corpus="large")
+    assert asked == [want, want, "large"]

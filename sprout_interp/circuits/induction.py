@@ -229,7 +229,9 @@ def _pct(x: float) -> str:
 
 
 def _effect_text(r: pd.Series, measure: str) -> str:
-    """'removes 75.4% of the name-copying gain (63.3% -> 16.1%), held-out loss +0.134 nats (specificity 28.1)...'."""
+    """One row of the evidence as a phrase: 'removes {copying_removed}% of the {measure} gain (2nd occurrence
+    {copying_second}%), held-out loss {loss_change:+} nats (specificity {specificity})', then the induction head's
+    induction score and its change when the row measured one."""
     s = (f"removes {_pct(float(r['copying_removed']))} of the {measure} gain (2nd occurrence "
          f"{_pct(float(r['copying_second']))}), held-out loss {float(r['loss_change']):+.3f} nats "
          f"(specificity {float(r['specificity']):.1f})")

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 __all__ = [
-    "validation_documents", "training_documents", "validation_sample", "corpus_of", "held_out_for", "training_sample",
+    "validation_documents", "training_documents", "validation_sample", "corpus_of", "sample_corpus", "held_out_for", "training_sample",
     "training_sample_for", "TEXTS",
 ]
 
@@ -50,17 +50,18 @@ VAL_FRACTION, SPLIT_SEED = 0.05, 0  # must match sprout_model.prepare's defaults
 
 @functools.lru_cache(maxsize=2)
 def _split(corpus: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    from sprout_model.corpus import load_documents, split_documents
+    from sprout_model.corpus import load_documents, split_corpus
 
-    train, val = split_documents(load_documents(corpus), VAL_FRACTION, SPLIT_SEED)
+    train, val = split_corpus(corpus, load_documents(corpus), VAL_FRACTION, SPLIT_SEED)
     return tuple(d.text for d in train), tuple(d.text for d in val)
 
 
 def validation_documents(corpus: str = "default") -> tuple[str, ...]:
     """Texts of the corpus's held-out documents (needs the corpus packages: ``pip install -e '.[train]'``).
 
-    The same document split as ``python -m sprout_model.prepare`` (``split_documents`` with seed 0 and
-    5% of documents), so no model trained by this project saw them.
+    The same document split as ``python -m sprout_model.prepare`` (``split_corpus`` with seed 0 and
+    5% of documents: a corpus that extends "default" keeps "default"'s split), so no model trained by this
+    project on that corpus saw them.
     """
     return _split(corpus)[1]
 
@@ -109,14 +110,26 @@ def corpus_of(model) -> str:
     return (getattr(model, "info", None) or {}).get("corpus") or "default"
 
 
+def sample_corpus(model) -> str:
+    """The corpus :func:`held_out_for` and :func:`training_sample_for` draw from for a loaded model by default:
+    "default" for a model of "default" or of a corpus that extends it (``sprout_model.corpus.EXTENDS``: the
+    extension keeps "default"'s split, so its validation documents are held out and its training documents
+    trained on), so the shipped models, whichever of the two corpora each trained on, are measured and fitted
+    on the same text; a model of any other corpus (a folder of .txt), its own."""
+    from sprout_model.corpus import EXTENDS
+
+    corpus = corpus_of(model)
+    return "default" if corpus in EXTENDS else corpus
+
+
 def held_out_for(model, n: int = 16, length: int = 256, seed: int = 0, corpus: str | None = None) -> torch.Tensor:
-    """:func:`validation_sample` for a loaded model: its tokenizer, ``corpus`` (default: the one named in its
-    train.json, :func:`corpus_of`), windows no longer than its context. Raises CorpusError without the corpus.
+    """:func:`validation_sample` for a loaded model: its tokenizer, ``corpus`` (default:
+    :func:`sample_corpus`), windows no longer than its context. Raises CorpusError without the corpus.
 
     A corpus other than the model's own is held-out text for it only when its validation documents are among
     the model's: "default"'s are among "large"'s (``sprout_model.corpus``), so "default" measures a model of
     either corpus on the same windows."""
-    corpus = corpus or corpus_of(model)
+    corpus = corpus or sample_corpus(model)
     return validation_sample(model.tokenizer, n=n, length=min(length, model.cfg.n_ctx), seed=seed, corpus=corpus)
 
 
@@ -153,7 +166,8 @@ def training_sample(tokenizer, n: int = 64, length: int = 256, seed: int = 0, co
 
 
 def training_sample_for(model, n: int = 64, length: int = 256, seed: int = 0, corpus: str | None = None) -> torch.Tensor:
-    """:func:`training_sample` for a loaded model: its tokenizer, ``corpus`` (default: the one named in its
-    train.json), windows no longer than its context. Raises CorpusError without the corpus packages."""
-    corpus = corpus or corpus_of(model)
+    """:func:`training_sample` for a loaded model: its tokenizer, ``corpus`` (default: :func:`sample_corpus`,
+    the same as :func:`held_out_for`'s), windows no longer than its context. Raises CorpusError without the
+    corpus packages."""
+    corpus = corpus or sample_corpus(model)
     return training_sample(model.tokenizer, n=n, length=min(length, model.cfg.n_ctx), seed=seed, corpus=corpus)

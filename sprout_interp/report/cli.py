@@ -115,9 +115,9 @@ _held_out_note_shown = False
 
 def held_out(model, args, stream=None):
     """The script's held-out sample for ``model``: ``validation_sample(model.tokenizer, args.n, args.length,
-    args.seed)`` from ``args.corpus`` when the script has that argument and it is set, else from the corpus named
-    in the checkpoint's train.json (default "default"); None, with a note on ``stream`` (stderr), when the corpus
-    packages are not installed."""
+    args.seed)`` from ``args.corpus`` when the script has that argument and it is set, else from
+    ``sprout_interp.core.texts.sample_corpus(model)`` ("default" for a model of "default" or "large"); None,
+    with a note on ``stream`` (stderr), when the corpus packages are not installed."""
     from sprout_interp.core.texts import held_out_for
 
     return _sample(held_out_for, model, args, args.n, stream)
