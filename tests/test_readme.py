@@ -49,3 +49,15 @@ def test_readme_patching_example_runs():
 def test_readme_tuned_lens_example_runs():
     lines = run_block("### Tuned lens").splitlines()
     assert lines[0].startswith("logit") and lines[1].startswith("tuned") and "'tuned'" in lines[2]
+
+
+
+@pytest.mark.integration
+def test_readme_features_example_runs_and_ablating_the_name_feature_costs_loss():
+    import sprout_interp as si
+
+    *_, clean_line, ablated_line = run_block("## Features (sparse autoencoders)").strip().splitlines()
+    clean, ablated = float(clean_line.split()[1]), float(ablated_line.split()[3])
+    m = si.load("sprout")
+    assert clean == pytest.approx(m("Zorbin Plax came home. The next day Zorbin Plax", return_type="loss").item(), abs=1e-3)
+    assert ablated > clean + 0.05  # the feature carries part of the name's copying, so the clamp costs loss
