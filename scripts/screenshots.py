@@ -28,6 +28,7 @@ PAGES = {
     "patching": ("/patching", 3, None, 3),
     "compare": ("/compare", 2, None, 2),
     "positions": ("/positions?qk=model", 3, None, 3),  # a real head beside the random demo
+    "features": ("/features?layer=1&feature=2899", 2, None, 2),  # the name feature's page (README, "Features")
 }
 
 

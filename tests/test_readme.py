@@ -61,3 +61,17 @@ def test_readme_features_example_runs_and_ablating_the_name_feature_costs_loss()
     m = si.load("sprout")
     assert clean == pytest.approx(m("Zorbin Plax came home. The next day Zorbin Plax", return_type="loss").item(), abs=1e-3)
     assert ablated > clean + 0.05  # the feature carries part of the name's copying, so the clamp costs loss
+
+
+def test_readme_shows_a_screenshot_of_every_dashboard_page():
+    import ast
+
+    tree = ast.parse((ROOT / "scripts/screenshots.py").read_text())
+    pages = next(ast.literal_eval(n.value) for n in tree.body
+                 if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "PAGES")
+    views = {p.stem for p in (ROOT / "dashboards/views").glob("*.py")}
+    assert set(pages) == views  # scripts/screenshots.py takes one of every page
+    readme = (ROOT / "README.md").read_text()
+    for page in pages:
+        assert f"(docs/screenshots/{page}.png)" in readme, page
+        assert (ROOT / "docs/screenshots" / f"{page}.png").is_file(), page
