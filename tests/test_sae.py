@@ -277,7 +277,7 @@ def test_feature_page_tables_agree_with_the_activations(model, sae):
     assert r["acts"][r["center"]] == pytest.approx(r["activation"])
     assert int(s.histogram["count"].sum()) == int((dense[..., f] > 0).sum())
     assert s.frequency == pytest.approx(float((dense[..., f] > 0).float().mean()))
-    eff = sae.W_dec[f] @ model.W_U
+    eff = (sae.W_dec[f] @ model.W_U).detach()
     assert s.promoted["logit"].iloc[0] == pytest.approx(float(eff.max()), abs=1e-5)
     assert s.suppressed["logit"].iloc[0] == pytest.approx(float(eff.min()), abs=1e-5)
     assert s.description and s.layer == 1 and s.block == 2
