@@ -51,7 +51,6 @@ def test_readme_tuned_lens_example_runs():
     assert lines[0].startswith("logit") and lines[1].startswith("tuned") and "'tuned'" in lines[2]
 
 
-
 @pytest.mark.integration
 def test_readme_features_example_runs_and_ablating_the_name_feature_costs_loss():
     import sprout_interp as si
