@@ -30,7 +30,12 @@ from sprout_interp.core.errors import SproutError
 from sprout_interp.features.metrics import sae_quality
 from sprout_interp.features.pages import feature_summary, feature_table, index_features
 from sprout_interp.features.sae import available_saes, load_sae
-from sprout_interp.features.search import name_copying_with_features, previous_token_features, second_name_features
+from sprout_interp.features.search import (
+    name_copying_with_features,
+    previous_token_features,
+    rate_matched_controls,
+    second_name_features,
+)
 from sprout_interp.plots.features import activation_histogram, contexts_html, logit_effect_chart
 from sprout_interp.report.claims import Claim, verdict_lines
 from sprout_interp.report.cli import pct, print_table, save_figure, script_parser, start
@@ -72,13 +77,7 @@ def measure(model, args: Namespace) -> dict:
         best = int(second["feature"].iloc[0])
         top3 = [int(f) for f in second["feature"].head(3)]
         table = feature_table(model, sae, index)
-        others = table[~table["feature"].isin(top3)]
-        controls = []  # for each of the top three, the feature whose firing rate is closest to its own
-        for f in top3:
-            gap = (others["frequency"] - float(table.loc[f, "frequency"])).abs()
-            pick = int(others.loc[gap.idxmin(), "feature"])
-            controls.append(pick)
-            others = others[others["feature"] != pick]
+        controls = rate_matched_controls(table, top3)  # each of the top three's closest firing rate
         abl = name_copying_with_features(model, sae, {
             "clean": [], f"feature {best}": [best], f"control {controls[0]}": [controls[0]],
             "top 3": top3, "3 controls": controls})

@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
@@ -380,6 +381,32 @@ def test_name_positions_are_the_names_tokens_and_second_name_search_runs():
 
     ref = name_copying(lambda ids: (m(ids), None), m.tokenizer, name_texts())
     assert abl["second"].iloc[0] == pytest.approx(ref.mean_prob, abs=1e-6)
+
+
+def test_rate_matched_controls_pick_the_nearest_unused_rate_and_refuse_bad_input():
+    from sprout_interp.features.search import rate_matched_controls
+
+    rates = [0.10, 0.31, 0.30, 0.05, 0.29, 0.50, 0.305, 0.0]
+    table = pd.DataFrame({"feature": range(len(rates)), "frequency": rates})
+    # 2 (0.30) takes 6 (0.305); 1 (0.31) then takes 4 (0.29; 6 is used, 2 is a feature); 0 (0.10) takes 3 (0.05)
+    assert rate_matched_controls(table, [2, 1, 0]) == [6, 4, 3]
+    # an independent greedy pass over the same rule, on random rates with ties
+    g = torch.Generator().manual_seed(0)
+    r = (torch.randint(0, 20, (60,), generator=g) / 100).tolist()
+    big = pd.DataFrame({"feature": range(60), "frequency": r})
+    feats = [5, 17, 3, 40]
+    got = rate_matched_controls(big, feats)
+    used = set(feats)
+    for f, c in zip(feats, got):
+        best = min((abs(r[j] - r[f]), j) for j in range(60) if j not in used)[1]
+        assert c == best
+        used.add(c)
+    assert len(set(got)) == len(got) and not set(got) & set(feats)
+    for bad in ([2, 2], [99]):
+        with pytest.raises(si.SproutError):
+            rate_matched_controls(table, bad)
+    with pytest.raises(si.SproutError, match="only"):
+        rate_matched_controls(table.head(3), [0, 1])
 
 
 # -- figures and the claim script -----------------------------------------------------------------

@@ -20,7 +20,12 @@ from sprout_interp.features.pages import (
     index_features,
 )
 from sprout_interp.features.sae import SparseAutoencoder, available_saes, load_sae, read_sae, save_sae
-from sprout_interp.features.search import name_copying_with_features, previous_token_features, second_name_features
+from sprout_interp.features.search import (
+    name_copying_with_features,
+    previous_token_features,
+    rate_matched_controls,
+    second_name_features,
+)
 from sprout_interp.features.splice import run_with_sae_cache, run_with_saes, spliced
 from sprout_interp.features.train import collect_activations, train_sae
 
@@ -28,6 +33,7 @@ __all__ = [
     "SparseAutoencoder", "load_sae", "save_sae", "read_sae", "available_saes", "collect_activations", "train_sae",
     "sae_quality", "feature_density", "spliced", "run_with_saes", "run_with_sae_cache", "FeatureIndex",
     "FeatureSummary", "index_features", "feature_summary", "features_on_text", "features_for_token",
-    "second_name_features", "previous_token_features", "name_copying_with_features", "feature_input",
+    "second_name_features", "previous_token_features", "name_copying_with_features", "rate_matched_controls",
+    "feature_input",
     "TruncatedTextWarning",
 ]

@@ -9,6 +9,7 @@
   after that token and elsewhere.
 - :func:`name_copying_with_features`: the chapter's name-copying measure with latents ablated (clamped to 0,
   error term kept) through :mod:`sprout_interp.features.splice`, beside a control of latents that fire as often.
+- :func:`rate_matched_controls`: that control: for each latent, the other latent whose firing rate is closest.
 
 All tables: ``layer`` 0-indexed, ``block`` = layer + 1, ``feature``, ``pos`` 0-based.
 """
@@ -28,6 +29,7 @@ from sprout_interp.features.splice import spliced
 
 __all__ = [
     "name_texts", "name_positions", "second_name_features", "previous_token_features", "name_copying_with_features",
+    "rate_matched_controls",
 ]
 
 
@@ -197,3 +199,30 @@ def name_copying_with_features(
     df = pd.DataFrame(rows)
     df.attrs.update(layer=sae.layer, block=sae.layer + 1, units="probability")
     return df
+
+
+def rate_matched_controls(table: pd.DataFrame, features: Sequence[int]) -> list[int]:
+    """For each latent of ``features`` in order, the control latent whose firing rate is closest to its own.
+
+    ``table``: :func:`sprout_interp.features.pages.feature_table`'s rows (columns ``feature``, ``frequency``:
+    the share of tokens a latent fires on). A control is never one of ``features`` and never used twice, so
+    ablating all the controls together matches ablating all the features together in how often something is
+    removed; ties go to the lower latent id. Returns latent ids, one per feature, in the order given.
+    """
+    feats = [int(f) for f in features]
+    if len(set(feats)) != len(feats):
+        raise SproutError("rate_matched_controls: the features repeat; pass each latent once")
+    rate = dict(zip(table["feature"].astype(int), table["frequency"].astype(float)))
+    missing = [f for f in feats if f not in rate]
+    if missing:
+        raise SproutError(f"rate_matched_controls: latents {missing} are not in the table; "
+                          "build it with feature_table(model, sae, index) over every latent")
+    pool = sorted(set(rate) - set(feats))
+    if len(pool) < len(feats):
+        raise SproutError(f"rate_matched_controls: {len(feats)} features but only {len(pool)} other latents")
+    controls = []
+    for f in feats:
+        pick = min(pool, key=lambda c: (abs(rate[c] - rate[f]), c))
+        controls.append(pick)
+        pool.remove(pick)
+    return controls
