@@ -54,8 +54,10 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Float[Tensor, "... d"]) -> Float[Tensor, "... d"]:
-        # float32 inside even when the model runs in 16-bit: squares of big numbers overflow
-        return F.rms_norm(x.float(), (x.size(-1),), self.weight.float(), self.eps).type_as(x)
+        # at least float32 inside, even when the model runs in 16-bit: squares of big numbers overflow (a float64
+        # model stays float64, so a check by finite differences is not rounded to float32 here)
+        dt = torch.promote_types(x.dtype, torch.float32)
+        return F.rms_norm(x.to(dt), (x.size(-1),), self.weight.to(dt), self.eps).type_as(x)
 
 
 def rope_tables(head_dim: int, context: int, base: float) -> tuple[Tensor, Tensor]:

@@ -220,3 +220,112 @@ def test_patches_that_change_nothing_give_the_run_exactly(model, pair):
     heads = P.activation_patch(model, clean, corrupted, metric, "z", "head_pos")
     early = heads["pos"] < 3
     assert early.any() and (heads.loc[early, "value"] == heads.attrs["corrupted"]).all()
+
+
+# -- attribution patching: the first-order term of exact patching ---------------------------------------------
+
+
+def _slice(site: str, h, p):
+    """The index of one patch's slice of an activation (the layouts of the module docstring)."""
+    if site == "pattern":
+        return (slice(None), h)
+    if h is None:
+        return (slice(None),) if p is None else (slice(None), p)
+    return (slice(None), slice(None), h) if p is None else (slice(None), p, h)
+
+
+@pytest.fixture(scope="module")
+def model64(model) -> HookedSprout:
+    import copy
+
+    return HookedSprout(copy.deepcopy(model.model).double())
+
+
+@pytest.mark.parametrize("site,by", CASES)
+def test_attribution_patching_is_the_derivative_of_exact_patching(model64, pair, site, by):
+    """Each estimate is the run's value plus the derivative of the exactly patched metric along the straight
+    line from the run's activation to the source's, on that patch's slice: checked by a central difference of
+    full forwards (float64, so the difference is exact to ~1e-8)."""
+    def metric(logits):  # the log-probability of token 2 at the last position, kept in float64 (the metric
+        return logits[:, -1].log_softmax(-1)[:, 2].mean()  # objects read logits in float32)
+
+    m, eps = model64, 1e-4
+    clean, corrupted = pair
+    ap = P.attribution_patch(m, clean, corrupted, metric, site, by)
+    _, src = m.run_with_cache(clean, names_filter=lambda n: n.endswith("hook_" + site), return_cache_object=False)
+    with torch.no_grad():
+        run = float(metric(m(corrupted)))
+    assert ap.attrs["run_value"] == pytest.approx(run, abs=1e-9)
+    assert ap.attrs["corrupted"] == pytest.approx(run, abs=1e-6)  # read in float32 by the shared metric path
+    rows = list(ap.itertuples())
+    for r in rows[:: max(1, len(rows) // 12)]:  # a spread of a dozen patches per case
+        name = f"blocks.{r.layer}.hook_{site}" if site in ("resid_pre", "resid_mid", "resid_post", "attn_out",
+                                                          "mlp_out") else f"blocks.{r.layer}.attn.hook_{site}"
+        idx = _slice(site, getattr(r, "head", None), getattr(r, "pos", None))
+
+        def along(t):
+            def hook(act, hook):
+                act = act.clone()
+                act[idx] = act[idx] + t * (src[name][idx] - act[idx])
+                return act
+            with torch.no_grad():
+                return float(metric(m.run_with_hooks(corrupted, fwd_hooks=[(name, hook)])))
+
+        slope = (along(eps) - along(-eps)) / (2 * eps)
+        assert r.value - run == pytest.approx(slope, abs=1e-6, rel=1e-5), (site, by, r)
+
+
+def test_attribution_patching_equals_transformer_lens_backward_hooks(model, pair):
+    """The estimate from TransformerLens's own recipe (forward and backward hooks caching each activation and its
+    gradient on the corrupted run, then (clean - corrupted) * grad summed over the slice), to float rounding."""
+    clean, corrupted = pair
+    metric = METRICS["logit_diff"]
+    names = [f"blocks.{l}.attn.hook_z" for l in range(model.cfg.n_layers)]
+    fwd, grad = {}, {}
+    model.zero_grad(set_to_none=True)
+
+    def keep(store):
+        def hook(t, hook):  # returns None: the activation (or gradient) is left as it is
+            store[hook.name] = t.detach()
+        return hook
+
+    with model.hooks(fwd_hooks=[(n, keep(fwd)) for n in names], bwd_hooks=[(n, keep(grad)) for n in names]):
+        metric.bind(corrupted, None).from_logits(model(corrupted)).backward()
+    model.zero_grad(set_to_none=True)
+    _, src = model.run_with_cache(clean, names_filter=names, return_cache_object=False)
+    ap = P.attribution_patch(model, clean, corrupted, metric, "z", "head_pos")
+    want = torch.stack([((src[n] - fwd[n]) * grad[n]).sum((0, 3)) for n in names])  # (layer, pos, head)
+    got = torch.tensor(ap["value"].values).reshape(want.shape) - ap.attrs["run_value"]
+    torch.testing.assert_close(got.float(), want, atol=1e-5, rtol=1e-4)
+    assert list(ap.columns) == list(P.activation_patch(model, clean, corrupted, metric, "z", "head_pos").columns)
+
+
+def test_attribution_patching_agrees_with_exact_patching_on_the_shipped_sprout():
+    """On the dashboard's name pair, the estimates follow exact patching: the stream entering each block by
+    position and each head's output rank the patches alike (Pearson r >= 0.85), though a single estimate can be
+    off by much (the linear term misses saturation), which is why both are shown."""
+    import numpy as np
+
+    import sprout_interp as si
+    from sprout_interp.circuits.attribution import token_id
+
+    m = si.load("sprout")
+    clean = ("When the boat came in, old Zorbin Plax was waiting on the pier. The sailors tied the ropes, and the "
+             "last man off the boat shook hands with Zorbin")
+    corrupted = clean.replace("Zorbin", "Velmat", 1)
+    metric = P.LogitDiff(token_id(m, " Pl"), token_id(m, " the"))
+    for site, by in (("resid_pre", "layer_pos"), ("z", "head")):
+        ex = P.activation_patch(m, clean, corrupted, metric, site, by)
+        ap = P.attribution_patch(m, clean, corrupted, metric, site, by)
+        assert ap.attrs["clean"] == ex.attrs["clean"] and ap.attrs["corrupted"] == ex.attrs["corrupted"]
+        assert np.corrcoef(ex["score"], ap["score"])[0, 1] >= 0.85, site
+
+
+def test_attribution_patching_refuses_what_it_cannot_differentiate(model, pair):
+    clean, corrupted = pair
+    with pytest.raises(P.PatchingError, match="no gradient"):
+        P.attribution_patch(model, clean, corrupted, lambda logits: logits[:, -1, 2].mean().detach())
+    with pytest.raises(P.PatchingError, match="patched by 'head'"):
+        P.attribution_patch(model, clean, corrupted, METRICS["loss"], site="q", by="layer_pos")
+    with pytest.raises(P.PatchingError, match="the texts are the same"):
+        P.attribution_patch(model, clean, clean, METRICS["loss"])

@@ -123,7 +123,7 @@ class HookedRMSNorm(nn.Module):
 
     def forward(self, x: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d"]:
         """``x / scale`` (before the gain), firing ``hook_scale`` and ``hook_normalized``."""
-        xf = x.float()  # float32 inside, as the GPT's RMSNorm
+        xf = x.to(torch.promote_types(x.dtype, torch.float32))  # at least float32 inside, as the GPT's RMSNorm
         inv = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self._norm.eps)
         scale = 1.0 / inv
         hooked_scale = self.hook_scale(scale)
@@ -250,8 +250,10 @@ class HookedAttention(nn.Module):
             scores = torch.matmul(q * (1.0 / math.sqrt(self.d_head)), k.transpose(-2, -1))
             future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu_(1)
             scores = self.hook_attn_scores(scores.masked_fill_(future, float("-inf")))
-            pattern = F.softmax(scores, dim=-1, dtype=torch.float32)
-            pattern = self.hook_pattern(pattern.nan_to_num_(0.0).to(v.dtype))  # a hook may mask a whole row
+            pattern = F.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32))
+            # a hook may mask a whole row (NaN); in place unless autograd needs the softmax's output for backward
+            pattern = pattern.nan_to_num(0.0) if pattern.requires_grad else pattern.nan_to_num_(0.0)
+            pattern = self.hook_pattern(pattern.to(v.dtype))
             y = torch.matmul(pattern, v)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
