@@ -8,6 +8,11 @@ position. Residual-stream patching of every layer x position (``get_act_patch_re
 on sprout: minutes). The two methods run interleaved (one of each per repetition, so machine noise
 hits them alike); prints medians, their ratio, the largest difference, and the multiply-add floor
 (``sprout_interp.circuits.patching.patch_macs``).
+
+Then attribution patching (``attribution_patch``: one forward and one backward pass) against the exact fast path
+on the dashboard patching page's name pair (the first "Zorbin" renamed; logit " Pl" − " the" at the last
+position), interleaved the same way: medians, their ratio, and how closely the estimate follows the exact
+scores (Pearson r and the largest error, in score units, from ``patching_agreement``).
 """
 from __future__ import annotations
 
@@ -63,6 +68,37 @@ def main(argv=None) -> None:
         floor = P.patch_macs(m.cfg, a.seq, site, by)["ratio"]
         print(f"| {site} by {by.replace('_', ' x ')} | {len(ours):,} | {tl_med:.2f} | {our_med:.2f} | "
               f"{our_med / tl_med:.3f} | {floor:.3f} | {diff:.1e} |")
+
+    attribution_table(m, a.reps)
+
+
+NAME_PAIR = ("When the boat came in, old Zorbin Plax was waiting on the pier. The sailors tied the ropes, and the last "
+             "man off the boat shook hands with Zorbin")
+
+
+def attribution_table(m, reps: int) -> None:
+    """Attribution patching against the exact fast path on the name pair (times interleaved, medians)."""
+    from sprout_interp.circuits.attribution import token_id
+
+    clean, corrupted = NAME_PAIR, NAME_PAIR.replace("Zorbin", "Velmat", 1)
+    metric = P.LogitDiff(token_id(m, " Pl"), token_id(m, " the"))
+    n_tok = m.prepare_input(clean)[0].shape[1]
+    print(f"\nattribution patching vs exact, the name pair ({n_tok} tokens), {reps} interleaved repetitions")
+    print("| patching | patches | exact s | attribution s | attribution / exact | r | largest score error |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for site, by in (("resid_pre", "layer_pos"), ("z", "head"), ("z", "head_pos")):
+        times = {"exact": [], "attr": []}
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            exact = P.activation_patch(m, clean, corrupted, metric, site, by)
+            times["exact"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            est = P.attribution_patch(m, clean, corrupted, metric, site, by)
+            times["attr"].append(time.perf_counter() - t0)
+        agree = P.patching_agreement(exact, est)
+        ex_med, at_med = statistics.median(times["exact"]), statistics.median(times["attr"])
+        print(f"| {site} by {by.replace('_', ' x ')} | {len(exact):,} | {ex_med:.2f} | {at_med:.2f} | "
+              f"{at_med / ex_med:.3f} | {agree.attrs['r']:.2f} | {agree.attrs['max_abs_error']:.2f} |")
 
 
 if __name__ == "__main__":

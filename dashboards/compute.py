@@ -277,13 +277,25 @@ def name_copying(keys: tuple):
 
 
 @st.cache_data(**_CACHE)
-def patching(_m, key: str, clean: str, corrupted: str, answer: str, wrong: str, site: str, by: str):
-    """``activation_patch`` of clean into corrupted with the logit difference answer - wrong at the last position."""
+def patching(_m, key: str, clean: str, corrupted: str, answer: str, wrong: str, site: str, by: str,
+             method: str = "exact"):
+    """``activation_patch`` (``method="exact"``) or ``attribution_patch`` (``"attribution"``) of clean into corrupted
+    with the logit difference answer - wrong at the last position."""
     from sprout_interp import patching as P
     from sprout_interp.circuits.attribution import token_id
 
     metric = P.LogitDiff(token_id(_m, answer), token_id(_m, wrong))
-    return P.activation_patch(_m, clean, corrupted, metric, site=site, by=by)
+    run = P.attribution_patch if method == "attribution" else P.activation_patch
+    return run(_m, clean, corrupted, metric, site=site, by=by)
+
+
+@st.cache_data(**_CACHE)
+def patching_agreement(_m, key: str, clean: str, corrupted: str, answer: str, wrong: str, site: str, by: str):
+    """Exact patching beside attribution patching of the same pair, site and split."""
+    from sprout_interp import patching as P
+
+    args = (_m, key, clean, corrupted, answer, wrong, site, by)
+    return P.patching_agreement(patching(*args), patching(*args, method="attribution"))
 
 
 @st.cache_data(**_CACHE)

@@ -379,6 +379,30 @@ def test_patching_page_defaults_show_the_induction_story():
     assert any("promotes" in md.value for md in at.markdown)
 
 
+def test_patching_page_compares_attribution_patching_with_the_exact_scores():
+    import sprout_interp as si
+    from sprout_interp import patching as P
+    from sprout_interp.circuits.attribution import token_id
+
+    at = app("patching")
+    at.session_state["patch_attribution"] = True
+    ok(at.run())
+    specs = charts(at)
+    assert len(specs) == 5  # layer x position, heads, the two agreement scatters, contribution graph
+    scatters = [sp for sp in specs if "attribution estimate vs exact" in sp["layout"]["title"]["text"]]
+    assert len(scatters) == 2 and all(sp["data"][1]["mode"] == "markers" for sp in scatters)
+    values = {m.label: m.value for m in at.metric}
+    # the page's numbers are the library's, from the page's own pair and metric
+    m = si.load("gpt-4")
+    clean, corrupted = at.session_state["patch_clean"], at.session_state["patch_corrupted"]
+    metric = P.LogitDiff(token_id(m, at.session_state["patch_answer"]), token_id(m, at.session_state["patch_wrong"]))
+    want = P.patching_agreement(P.activation_patch(m, clean, corrupted, metric, "z", "head"),
+                                P.attribution_patch(m, clean, corrupted, metric, "z", "head"))
+    assert values["r, heads"] == f"{want.attrs['r']:.2f}"
+    assert len(scatters[1]["data"][1]["text"]) == len(want) == m.cfg.n_layers * m.cfg.n_heads
+    assert at.query_params.get("attribution") == ["1"] or at.query_params.get("attribution") == "1"
+
+
 def test_patching_page_clear_messages_for_bad_pairs():
     def page_with(**state) -> AppTest:
         at = app("patching")

@@ -323,9 +323,29 @@ def test_attribution_patching_agrees_with_exact_patching_on_the_shipped_sprout()
 
 def test_attribution_patching_refuses_what_it_cannot_differentiate(model, pair):
     clean, corrupted = pair
-    with pytest.raises(P.PatchingError, match="no gradient"):
+    with pytest.raises(P.PatchingError, match="not a differentiable scalar"):
         P.attribution_patch(model, clean, corrupted, lambda logits: logits[:, -1, 2].mean().detach())
     with pytest.raises(P.PatchingError, match="patched by 'head'"):
         P.attribution_patch(model, clean, corrupted, METRICS["loss"], site="q", by="layer_pos")
     with pytest.raises(P.PatchingError, match="the texts are the same"):
         P.attribution_patch(model, clean, clean, METRICS["loss"])
+
+
+def test_patching_agreement_joins_the_two_tables_and_refuses_mismatched_ones(model, pair):
+    import numpy as np
+
+    from sprout_interp.plots.patching import patching_agreement_figure
+
+    metric = METRICS["logit_diff"]
+    ex = P.activation_patch(model, *pair, metric, "resid_pre", "layer_pos")
+    ap = P.attribution_patch(model, *pair, metric, "resid_pre", "layer_pos")
+    df = P.patching_agreement(ex, ap)
+    assert df[["layer", "pos"]].equals(ex[["layer", "pos"]])
+    assert np.allclose(df["error"], ap["score"] - ex["score"])
+    assert df.attrs["r"] == pytest.approx(np.corrcoef(ex["score"], ap["score"])[0, 1], abs=1e-12)
+    assert df.attrs["max_abs_error"] == pytest.approx((ap["score"] - ex["score"]).abs().max())
+    fig = patching_agreement_figure(df)
+    assert fig.data[1].mode == "markers" and len(fig.data[1].x) == len(df) and "block" in fig.data[1].text[0]
+    heads = P.attribution_patch(model, *pair, metric, "z", "head")
+    with pytest.raises(P.PatchingError, match="same texts, site"):
+        P.patching_agreement(ex, heads)

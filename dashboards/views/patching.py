@@ -5,7 +5,12 @@ import compute
 import state
 import streamlit as st
 
-from sprout_interp.plots.patching import contribution_graph_figure, head_patching_heatmap, patching_heatmap
+from sprout_interp.plots.patching import (
+    contribution_graph_figure,
+    head_patching_heatmap,
+    patching_agreement_figure,
+    patching_heatmap,
+)
 
 CLEAN = ("When the boat came in, old Zorbin Plax was waiting on the pier. The sailors tied the ropes, and the last "
          "man off the boat shook hands with Zorbin")
@@ -59,6 +64,34 @@ st.caption("Each cell: the stream entering that block (`blocks.{block-1}.hook_re
 state.chart(head_patching_heatmap(heads), "head patching", width="stretch")
 st.caption("Each cell: one head's output (`hook_z`, every position) copied from the clean run. Blocks counted from 1, "
            "heads from 0.")
+
+state.bind("attribution", "patch_attribution", state.as_bool, state.fmt_bool)
+if st.toggle("compare with attribution patching (every patch estimated from one backward pass)",
+             key="patch_attribution"):
+    with st.spinner("attribution patching…"), state.shown_errors("attribution patching"):
+        agree_resid = compute.patching_agreement(m, key, clean, corrupted, answer, wrong, "resid_pre", "layer_pos")
+        agree_heads = compute.patching_agreement(m, key, clean, corrupted, answer, wrong, "z", "head")
+    st.markdown(
+        "**Attribution patching** (Nanda; Syed et al. 2023) estimates every patch above at once: the corrupted "
+        "run's logit difference plus (clean activation − corrupted activation) · its gradient, one forward and one "
+        "backward pass in all. It is a first-order estimate: a large change (a whole token's embedding, a head "
+        "that saturates) can land far from the exact score, so read it as a map of where to look and check the "
+        "cells that matter exactly.")
+    k = st.columns(4)
+    k[0].metric("r, stream by block × position", f"{agree_resid.attrs['r']:.2f}")
+    k[1].metric("largest error, stream (score)", f"{agree_resid.attrs['max_abs_error']:.2f}")
+    k[2].metric("r, heads", f"{agree_heads.attrs['r']:.2f}")
+    k[3].metric("largest error, heads (score)", f"{agree_heads.attrs['max_abs_error']:.2f}")
+    c = st.columns(2)
+    with c[0]:
+        state.chart(patching_agreement_figure(agree_resid), "attribution vs exact, stream", width="stretch")
+    with c[1]:
+        state.chart(patching_agreement_figure(agree_heads), "attribution vs exact, heads", width="stretch")
+    st.caption("Each marker: one patch, its exact score (one run of the model per patch) across, the attribution "
+               "estimate up; on the dotted diagonal the estimate is exact. Colour: the block (counted from 1).")
+    with st.expander("attribution patching tables"):
+        state.table(agree_resid, "attribution vs exact, stream")
+        state.table(agree_heads, "attribution vs exact, heads")
 
 st.subheader("Contribution graph (clean text)")
 n = len(toks)

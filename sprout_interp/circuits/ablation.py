@@ -38,7 +38,6 @@ any callable ``fn(logits, tokens) -> float``: the one metric protocol of :mod:`s
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from functools import partial
 from typing import Literal, NamedTuple, Optional
 
 import pandas as pd
@@ -47,6 +46,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from sprout_interp.circuits.gradients import metric_gradients
 from sprout_interp.circuits.heads import CONVENTION, KINDS, Head, Kind, all_heads, check_heads, check_kind, head_label
 from sprout_interp.circuits.metrics import (
     BoundMetric,
@@ -374,25 +374,13 @@ def sweep_macs(cfg, seq_len: int, read: Optional[float | int] = None, prefix: Op
 
 
 def _attribution(model: HookedSprout, toks, heads, rep: Replacer, bound: BoundMetric) -> list[float]:
-    layers = sorted({l for l, _ in heads})
-    zs: dict[int, Tensor] = {}
-    deltas: dict[int, Tensor] = {}
-
-    def grab(z, hook, l):
-        d = torch.zeros_like(z, requires_grad=True)
-        zs[l], deltas[l] = z.detach(), d
-        return z + d
-
-    hooks = [(act_name("z", l), partial(grab, l=l)) for l in layers]
-    with torch.enable_grad():
-        logits = model.run_with_hooks(toks, fwd_hooks=hooks)
-        value = bound.from_logits(logits)
-        grads = torch.autograd.grad(value, [deltas[l] for l in layers], allow_unused=True)
-    grad = {l: (g if g is not None else torch.zeros_like(zs[l])) for l, g in zip(layers, grads)}
+    names = {l: act_name("z", l) for l in sorted({l for l, _ in heads})}
+    _, zs, grad = metric_gradients(model, toks, list(names.values()), bound)
     out = []
     for l, h in heads:
-        diff = rep.value(l, h).to(zs[l].dtype) - zs[l][:, :, h]
-        out.append(float((diff * grad[l][:, :, h]).sum()))
+        z = zs[names[l]]
+        diff = rep.value(l, h).to(z.dtype) - z[:, :, h]
+        out.append(float((diff * grad[names[l]][:, :, h]).sum()))
     return out
 
 

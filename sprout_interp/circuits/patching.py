@@ -28,6 +28,10 @@ in one batched forward. The result equals one full forward per patch with a hook
 ``transformer_lens.patching`` runs (the tests check both to 1e-5). With a hook of the user's own on
 the model, every patch runs that full forward instead, so the hook is honoured.
 
+:func:`attribution_patch` estimates the same table to first order from one forward and one backward pass
+(``(source - run) . gradient`` over each patch's slice, through ``circuits.gradients``); :func:`patching_agreement`
+puts an exact table beside its estimate.
+
 Tables: ``layer`` (0-indexed as in code), ``block`` (= layer + 1, the chapter's count), ``head``,
 ``pos`` (0-based input index), ``value`` (the metric, in its own units) and ``score``.
 """
@@ -41,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from sprout_interp.circuits.gradients import metric_gradients
 from sprout_interp.circuits.metrics import (
     BoundMetric,
     LogitDiff,
@@ -59,7 +64,7 @@ from sprout_model.model import apply_rope
 
 __all__ = [
     "PatchingError", "LogitDiff", "LogProb", "Loss", "TargetLogProb", "activation_patch", "naive_patch", "SITES", "patch_macs",
-    "path_patch", "attribution_patch",
+    "path_patch", "attribution_patch", "patching_agreement",
 ]
 
 Site = Literal["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "q", "k", "v", "pattern"]
@@ -465,31 +470,11 @@ def attribution_patch(
     names = [act_name(site, l) for l in range(model.cfg.n_layers)]
     with torch.no_grad():
         _, src = model.run_with_cache(source, names_filter=names, return_cache_object=False)
-    acts: dict[str, tuple[Tensor, Tensor]] = {}
-
-    def open_up(act: Tensor, hook) -> Tensor:
-        # act + a zero leaf: the leaf's gradient is the metric's total derivative through this activation, and
-        # the forward value (and every earlier hook's path to the metric) is unchanged
-        leaf = torch.zeros_like(act, requires_grad=True)
-        acts[hook.name] = (act.detach(), leaf)
-        return act + leaf
-
-    bound = _bind(metric, base)
-    with torch.enable_grad():
-        logits = model.run_with_hooks(base, fwd_hooks=[(n, open_up) for n in names])
-        value = bound.from_logits(logits).reshape(-1)[0]
-        if not value.requires_grad:
-            raise PatchingError(
-                f"the {name} has no gradient: attribution patching differentiates the metric, so a function of the "
-                "logits must return a tensor computed from them (no .item(), float() or numpy inside)"
-            )
-        grads = torch.autograd.grad(value, [acts[n][1] for n in names], allow_unused=True)
-    run_v = float(value.detach())
-    per_layer = []
-    for n, g in zip(names, grads):
-        run_act, leaf = acts[n]
-        g = torch.zeros_like(leaf) if g is None else g
-        per_layer.append(((src[n].to(run_act.dtype) - run_act) * g).double())
+    try:
+        run_v, acts, grads = metric_gradients(model, base, names, _bind(metric, base))
+    except MetricError as e:
+        raise PatchingError(str(e)) from None
+    per_layer = [((src[n].to(acts[n].dtype) - acts[n]) * grads[n]).double() for n in names]
     vals = []
     for l, h, p in _patches(model, site, by, clean_t.shape[1]):
         d = per_layer[l]  # (batch, pos, d) | (batch, pos, head, d_head) | pattern (batch, head, query, key)
@@ -665,4 +650,29 @@ def path_patch(
                             value=v, score=(v - corrupt_v) / (clean_v - corrupt_v)) for st, v in zip(sets, vals)])
     df.attrs.update(clean=clean_v, corrupted=corrupt_v, receivers=receivers, direction=direction, metric=name,
                     convention="layer 0-indexed; block = layer + 1; score 0 = corrupted, 1 = clean")
+    return df
+
+
+def patching_agreement(exact: pd.DataFrame, estimate: pd.DataFrame) -> pd.DataFrame:
+    """Exact patching beside its attribution estimate, patch by patch.
+
+    ``exact`` from :func:`activation_patch`, ``estimate`` from :func:`attribution_patch`, of the same inputs, site
+    and split. Returns one row per patch: the patch's ``layer, block[, head][, pos, token]``, ``exact`` and
+    ``estimate`` (scores, 0 = corrupted, 1 = clean) and ``error`` (estimate - exact); ``attrs``: ``r`` (Pearson
+    correlation of the two scores over the patches), ``max_abs_error``, ``mean_abs_error`` (score units), ``site``,
+    ``by``.
+    """
+    keys = [c for c in ("layer", "block", "head", "pos", "token") if c in exact.columns]
+    if list(estimate.columns) != list(exact.columns) or len(exact) != len(estimate) or any(
+            not exact[k].equals(estimate[k]) for k in keys) or any(
+            exact.attrs.get(a) != estimate.attrs.get(a) for a in ("site", "by", "direction")):
+        raise PatchingError("patching_agreement compares one activation_patch table with the attribution_patch table "
+                            "of the same texts, site, by and direction")
+    df = exact[keys].copy()
+    df["exact"], df["estimate"] = exact["score"].to_numpy(), estimate["score"].to_numpy()
+    df["error"] = df["estimate"] - df["exact"]
+    a, b = torch.tensor(df["exact"].to_numpy()), torch.tensor(df["estimate"].to_numpy())
+    r = float(torch.corrcoef(torch.stack([a, b]))[0, 1]) if len(df) > 1 and a.std() > 0 and b.std() > 0 else float("nan")
+    df.attrs.update(r=r, max_abs_error=float(df["error"].abs().max()), mean_abs_error=float(df["error"].abs().mean()),
+                    site=exact.attrs.get("site"), by=exact.attrs.get("by"), units="score: 0 = corrupted, 1 = clean")
     return df

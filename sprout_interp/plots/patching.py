@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 
 from sprout_interp.plots.common import show_token
 
-__all__ = ["patching_heatmap", "head_patching_heatmap", "contribution_graph_figure"]
+__all__ = ["patching_heatmap", "head_patching_heatmap", "contribution_graph_figure", "patching_agreement_figure"]
 
 _SCALE = [[0.0, "#b2182b"], [0.5, "#f7f7f7"], [1.0, "#2166ac"]]  # red: towards corrupted, blue: towards clean
 
@@ -96,5 +96,30 @@ def contribution_graph_figure(nodes: pd.DataFrame, edges: pd.DataFrame, tokens: 
         yaxis=dict(tickmode="array", tickvals=[0] + [l + 1 for l in range(L)],
                    ticktext=["embedding"] + [f"block {l + 1}" for l in range(L)], autorange="reversed"),
         height=max(360, 55 * L + 220), margin=dict(l=90, r=20, t=60, b=140),
+    )
+    return fig
+
+
+def patching_agreement_figure(df: pd.DataFrame, title: Optional[str] = None) -> go.Figure:
+    """Attribution estimate against exact patching, one marker per patch: ``df`` from
+    ``circuits.patching.patching_agreement``; markers on the diagonal are estimated exactly."""
+    label = [f"block {int(r.block)}" + (f" head {int(r.head)}" if "head" in df.columns else "")
+             + (f", position {int(r.pos)}: {show_token(r.token)}" if "pos" in df.columns else "") for r in df.itertuples()]
+    lo = float(min(df["exact"].min(), df["estimate"].min(), 0.0))
+    hi = float(max(df["exact"].max(), df["estimate"].max(), 1.0))
+    fig = go.Figure([
+        go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", line=dict(color="#999", dash="dot"), name="estimate = exact",
+                   hoverinfo="skip"),
+        go.Scatter(x=df["exact"], y=df["estimate"], mode="markers", text=label, name="patch",
+                   marker=dict(size=7, color=df["block"], colorscale="Viridis", colorbar=dict(title="block"),
+                               showscale=True, opacity=0.8),
+                   hovertemplate="%{text}<br>exact %{x:.3f}<br>estimate %{y:.3f}<extra></extra>"),
+    ])
+    site = df.attrs.get("site", "")
+    fig.update_layout(
+        title=title or (f"{site}: attribution estimate vs exact patching (r = {df.attrs.get('r', float('nan')):.2f}; "
+                        "score 0 = corrupted, 1 = clean; blocks from 1)"),
+        xaxis=dict(title="exact score (one run per patch)"), yaxis=dict(title="attribution estimate (one backward pass)"),
+        height=420, margin=dict(l=80, r=20, t=70, b=60), showlegend=False,
     )
     return fig
