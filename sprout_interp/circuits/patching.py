@@ -380,10 +380,7 @@ def activation_patch(
         (the metric on each run), ``site``, ``by``, ``direction``, ``metric`` and the convention.
     """
     model = as_hooked(model)
-    _check_site(site, by)
-    if direction not in ("denoise", "noise"):
-        raise PatchingError(f"direction must be 'denoise' (clean into corrupted) or 'noise' (the reverse), got {direction!r}")
-    clean_t, corrupt_t, clean_v, corrupt_v, name = _endpoints(model, clean, corrupted, metric)
+    clean_t, corrupt_t, clean_v, corrupt_v, name = _endpoints(model, clean, corrupted, metric, site, by, direction)
     base, source = (corrupt_t, clean_t) if direction == "denoise" else (clean_t, corrupt_t)
     patches = _patches(model, site, by, clean_t.shape[1])
     user_hooks = any(is_hooked(hp) for hp in model.hook_dict.values())
@@ -399,9 +396,13 @@ def activation_patch(
                   metric=name, method="exact")
 
 
-def _endpoints(model: HookedSprout, clean, corrupted, metric) -> tuple[Tensor, Tensor, float, float, str]:
-    """Both inputs as ids, the metric on each unpatched run and its name; runs the metric cannot tell apart
-    are a PatchingError (a score divides by their difference)."""
+def _endpoints(model: HookedSprout, clean, corrupted, metric, site: str, by: str,
+               direction: str) -> tuple[Tensor, Tensor, float, float, str]:
+    """The arguments checked, both inputs as ids, the metric on each unpatched run and its name; runs the metric
+    cannot tell apart are a PatchingError (a score divides by their difference)."""
+    _check_site(site, by)
+    if direction not in ("denoise", "noise"):
+        raise PatchingError(f"direction must be 'denoise' (clean into corrupted) or 'noise' (the reverse), got {direction!r}")
     clean_t, corrupt_t = _inputs(model, clean, corrupted)
     clean_v, name = _run_value(model, metric, clean_t)
     corrupt_v, _ = _run_value(model, metric, corrupt_t)
@@ -433,15 +434,8 @@ def _table(model: HookedSprout, clean_t: Tensor, patches, vals, clean_v: float, 
     return df
 
 
-def attribution_patch(
-    model,
-    clean,
-    corrupted,
-    metric: MetricLike,
-    site: Site = "resid_pre",
-    by: By = "layer_pos",
-    direction: Literal["denoise", "noise"] = "denoise",
-) -> pd.DataFrame:
+def attribution_patch(model, clean, corrupted, metric: MetricLike, site: Site = "resid_pre", by: By = "layer_pos",
+                      direction: Literal["denoise", "noise"] = "denoise") -> pd.DataFrame:
     """Attribution patching: every patch of :func:`activation_patch` estimated at once, to first order.
 
     The metric after patching a slice of an activation is estimated as the run's own value plus
@@ -462,10 +456,7 @@ def attribution_patch(
         run: ``corrupted`` when denoising).
     """
     model = as_hooked(model)
-    _check_site(site, by)
-    if direction not in ("denoise", "noise"):
-        raise PatchingError(f"direction must be 'denoise' (clean into corrupted) or 'noise' (the reverse), got {direction!r}")
-    clean_t, corrupt_t, clean_v, corrupt_v, name = _endpoints(model, clean, corrupted, metric)
+    clean_t, corrupt_t, clean_v, corrupt_v, name = _endpoints(model, clean, corrupted, metric, site, by, direction)
     base, source = (corrupt_t, clean_t) if direction == "denoise" else (clean_t, corrupt_t)
     names = [act_name(site, l) for l in range(model.cfg.n_layers)]
     with torch.no_grad():
