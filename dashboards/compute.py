@@ -119,6 +119,15 @@ def head_scores(_m, key: str, text: str):
 
 
 @st.cache_data(**_CACHE)
+def ov_copying(_m, key: str, ranks: bool):
+    """Each head's full OV circuit: the eigenvalue copying score, and with ``ranks`` how often it promotes the
+    token it reads (text-independent: the weights only)."""
+    from sprout_interp.circuits.ov_circuit import ov_copying_scores
+
+    return ov_copying_scores(_m, ranks=ranks)
+
+
+@st.cache_data(**_CACHE)
 def random_scores(_m, key: str):
     """Previous-token / duplicate / induction scores on repeated random tokens only (text-independent)."""
     return attention.head_scores(_m, natural=False, copying=False)

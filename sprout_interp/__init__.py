@@ -11,6 +11,7 @@ from sprout_interp.circuits.compare import compare_models
 from sprout_interp.circuits.composition import composition_scores, composition_table
 from sprout_interp.circuits.induction import find_induction_circuit
 from sprout_interp.circuits.knockout import block_knockout
+from sprout_interp.circuits.ov_circuit import full_ov_circuit, ov_copying_scores
 from sprout_interp.core.errors import (
     AblationError,
     CheckpointNotFoundError,
@@ -51,7 +52,7 @@ __all__ = [
     "load", "load_hooked", "HookedSprout", "SproutCache", "load_checkpoint", "LoadedCheckpoint", "sae",
     "logit_lens", "trajectories", "TunedLens", "load_tuned_lens", "save_tuned_lens", "train_tuned_lens",
     "direct_logit_attribution", "head_token_effects", "patching", "metrics",
-    "composition_scores", "composition_table",
+    "composition_scores", "composition_table", "full_ov_circuit", "ov_copying_scores",
     "residual_rms", "attention_patterns", "head_scores", "find_induction_circuit",
     "ablate", "ablation_sweep", "attribution_sweep", "block_knockout", "compare_models",
     "SproutError", "AblationError", "CheckpointNotFoundError", "NotACheckpointError", "UnsafeCheckpointError",

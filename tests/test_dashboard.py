@@ -86,6 +86,13 @@ def shape(arr) -> tuple[int, ...]:
     return (len(arr),)
 
 
+def values(arr) -> np.ndarray:
+    """The numbers of an array in a figure's JSON (a nested list, or plotly's typed array), in its shape."""
+    if isinstance(arr, dict):
+        return np.frombuffer(base64.b64decode(arr["bdata"]), dtype=np.dtype(arr["dtype"])).reshape(shape(arr))
+    return np.array(arr, dtype=float)
+
+
 def shown(markdown: str) -> str:
     """A message as a person reads it: the dashboard backslash-escapes punctuation in what it quotes."""
     return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
@@ -490,6 +497,23 @@ def test_attention_starts_on_the_induction_head_with_every_head_drawn():
     assert every["layout"]["shapes"]  # the detected induction head framed
     hover = [h for h in at.html if "sprout-attn" in h.proto.body]
     assert len(hover) == 1 and "textContent" in hover[0].proto.body  # the text to hover over, offline
+
+
+def test_attention_page_shows_each_heads_full_ov_circuit():
+    """The copying-score heat map is ov_copying_scores of the page's model, cell for cell; the toggle adds the
+    self-rank table."""
+    from sprout_interp.circuits.ov_circuit import ov_copying_scores
+
+    at = ok(app("attention").run())
+    spec = next(c for c in charts(at) if c["layout"]["title"]["text"].startswith("full OV circuit copying score"))
+    grid = values(spec["data"][0]["z"])
+    want = ov_copying_scores(si.load("gpt-4"), ranks=False).pivot(index="layer", columns="head", values="copying_score")
+    assert np.allclose(grid.astype(float), want.to_numpy(), atol=1e-6)
+    assert not any("self_top_k" in str(df.value.columns.tolist()) for df in at.dataframe)
+    at.toggle(key="ov_ranks_open").set_value(True)
+    ok(at.run())
+    table = next(df.value for df in at.dataframe if "self_top_k" in df.value.columns)
+    assert len(table) == 12 and table["self_top_k"].between(0, 1).all()
 
 
 def test_copying_button_runs_the_exact_fast_sweep_once(monkeypatch):

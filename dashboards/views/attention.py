@@ -86,6 +86,28 @@ st.caption("Highlighted: the best previous-token head and the best induction hea
            "layer = index in code (blocks.{layer}); block = layer + 1, the chapter's count.")
 state.chart(head_scores_figure(scores), "head scores")
 
+st.subheader("What each head writes: its full OV circuit")
+st.markdown("Where a head looks is half of copying; the other half is what it writes there. The full OV circuit "
+            "W_E W_V W_O W_U gives, for every token a head reads, its effect on every logit. **Copying score**: "
+            "Σλ / Σ|λ| over that circuit's eigenvalues (Elhage et al. 2021; Olsson et al. 2022): near 1 the head "
+            "promotes the token it reads, near −1 it writes against it. From the weights alone: for heads after "
+            "block 1 the stream holds more than the token, so this says what a head is built to do, not what a "
+            "text makes it do.")
+with state.shown_errors("the full OV circuits"):
+    ov = compute.ov_copying(m, key, False)
+state.chart(head_scores_heatmap(ov, "copying_score", zmin=-1.0, zmax=1.0, colorscale="RdBu",
+                                title="full OV circuit copying score (Σλ / Σ|λ|; blocks from 1, heads from 0)"),
+            "OV copying scores")
+state.bind("ov_ranks", "ov_ranks_open", state.as_bool, state.fmt_bool)
+if st.toggle("also rank each token's own logit in what the head writes (one vocabulary-sized product per head: "
+             "seconds for gpt-4, about a minute for Sprout)", key="ov_ranks_open"):
+    with st.spinner("ranking every token's own logit in every head's full OV circuit…"), \
+            state.shown_errors("the OV self-ranks"):
+        ov = compute.ov_copying(m, key, True)
+    state.table(ov, "OV copying")
+    st.caption("self_top_k: the share of the vocabulary whose own token is among the 5 the head promotes most "
+               "when it reads that token; self_rank_median: the median rank of a token's own logit (0 = the largest).")
+
 # -- the repeated-random-tokens test ------------------------------------------------------------
 st.subheader("The repeated-random-tokens test")
 st.markdown("Random tokens, then the same tokens again. The first time nothing predicts them; the second time a "

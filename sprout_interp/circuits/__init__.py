@@ -1,8 +1,8 @@
 """Finding and testing circuits: attention patterns and head scores, the induction-circuit finder with its
 per-part verdicts (``attention``), head ablations and the exact fast sweep (``ablation``), block knockouts
 (``knockout``), per-token effects (``per_token``), model comparison (``compare``), direct logit attribution and
-the contribution graph (``attribution``), activation, path and attribution patching (``patching``) and Q/K/V composition
-scores (``composition``). Tensors or text in, tensors or DataFrames out; no plotting.
+the contribution graph (``attribution``), activation, path and attribution patching (``patching``), Q/K/V composition
+scores (``composition``) and each head's full OV circuit (``ov_circuit``). Tensors or text in, tensors or DataFrames out; no plotting.
 
 May import: ``sprout_interp.core``, ``sprout_interp.lens`` and modules of this package.
 """
