@@ -10,7 +10,8 @@ For every checkpoint: previous-token, duplicate-token and induction scores of ev
 random tokens (--batch rows of --seq-len random tokens, each repeated twice) and on held-out text
 (--n windows of --length tokens; the three ready-made texts when the corpus is not installed), each
 head's part in in-context copying (the copying ratio, loss on the second copy / loss on the first, with
-that head zero-ablated), and the circuit (sprout_interp.circuits.induction.find_induction_circuit): candidates
+that head zero-ablated), each head's full OV circuit copying score (``ov_copying``: Σλ / Σ|λ| of W_E W_V W_O W_U,
+from the weights), and the circuit (sprout_interp.circuits.induction.find_induction_circuit): candidates
 ranked by the scores (previous-token heads by the weaker of their two scores: a head that looks back
 only on random tokens is not a previous-token head), then each ablated alone (--kind, mean over held-out
 text by default) and together, measuring invented-name copying, the induction head's induction score and
@@ -36,6 +37,7 @@ from sprout_interp.circuits.ablation import ablation_sweep
 from sprout_interp.circuits.attention import attention_patterns, head_scores
 from sprout_interp.circuits.heads import head_label
 from sprout_interp.circuits.induction import PARTLY_SHARE, REPRODUCED_SHARE, InductionCircuit, find_induction_circuit
+from sprout_interp.circuits.ov_circuit import ov_copying_scores
 from sprout_interp.core.texts import TEXTS
 from sprout_interp.plots.heads import head_scores_figure, pattern_figure
 from sprout_interp.report.claims import Claim, verdict_lines
@@ -103,6 +105,8 @@ def measure(models: list[NamedModel], args: Namespace, claims_only: bool = False
         c = find_induction_circuit(m, scores=df, threshold=args.threshold, kind=args.kind, reference=means,
                                    held_out=loss_text if loss_text is not None else list(TEXTS.values()))
         c.model = nm.label
+        ov = ov_copying_scores(m, ranks=False).set_index(["layer", "head"])["copying_score"]
+        df["ov_copying"] = [float(ov[(int(l), int(h))]) for l, h in zip(df["layer"], df["head"])]
         df.insert(0, "model", nm.label)
         scores.append(df)
         circuits[nm.label] = c
@@ -151,10 +155,15 @@ def judge(measured: dict[str, Any]) -> list[Claim]:
                          ours=parts["previous-token"][1], command=COMMAND, model=who, evidence=ev,
                          part=f"previous-token part ({prev}), by its own ablation",
                          brief=f"scores on random tokens / text {scored(c, c.prev_tokens, 'prev_token')}"))
+        ov_txt = ""
+        sc = measured.get("scores")
+        if sc is not None and "ov_copying" in sc:
+            ov = sc[(sc["model"] == who) & (sc["layer"] == c.induction_layer) & (sc["head"] == c.induction_head)]
+            ov_txt = f"; its full OV circuit's copying score {float(ov['ov_copying'].iloc[0]):+.2f} (+1: it writes the token it reads)"
         out.append(Claim(claim=CIRCUIT, chapter=CIRCUIT_CHAPTER, verdict=parts["induction"][0], ours=parts["induction"][1],
                          command=COMMAND, model=who, evidence=ev,
                          part=f"induction part ({c.induction_label}), by its own ablation",
-                         brief=f"scores {scored(c, [(c.induction_layer, c.induction_head)], 'induction')}"))
+                         brief=f"scores {scored(c, [(c.induction_layer, c.induction_head)], 'induction')}{ov_txt}"))
         if r.preset == "gpt-4":
             exact = (c.verdict() == "REPRODUCED" and {h[0] + 1 for h in c.prev_tokens} == {CHAPTER_PREV_BLOCK}
                      and c.induction_block == CHAPTER_INDUCTION_BLOCK)

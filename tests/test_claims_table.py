@@ -187,8 +187,13 @@ def test_induction_heads_judges_each_part_by_its_own_ablation(prev_removed, ind_
                                                               ind_word, whole):
     mod = _script("induction_heads")
     measured = {"settings": {"threshold": 0.3}, "circuits": {"gpt-4": _circuit(prev_removed, ind_removed, ind_specificity)},
-                "models": pd.DataFrame({"model": ["gpt-4"], "preset": ["gpt-4"], "n_blocks": [4]})}
-    got = _verdicts(mod.judge(measured))
+                "models": pd.DataFrame({"model": ["gpt-4"], "preset": ["gpt-4"], "n_blocks": [4]}),
+                "scores": pd.DataFrame({"model": "gpt-4", "layer": [0, 1, 1], "head": [0, 0, 1],
+                                        "ov_copying": [0.1, 0.75, -0.3]})}
+    claims = mod.judge(measured)
+    got = _verdicts(claims)
+    ind = next(c for c in claims if c.part.startswith("induction part"))
+    assert "full OV circuit's copying score +0.75" in ind.brief  # block 2 head 0's own, not a neighbour's
     assert got["gpt-4, previous-token part (block 1 head 0 (layer 0)), by its own ablation"] == prev_word
     assert got["gpt-4, induction part (block 2 head 0 (layer 1)), by its own ablation"] == ind_word
     assert got["gpt-4, both parts, each by its own ablation"] == whole
