@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from jaxtyping import Int
 from torch import Tensor
 
 from sprout_interp.circuits.metrics import BoundMetric
@@ -20,7 +21,7 @@ __all__ = ["metric_gradients"]
 
 
 def metric_gradients(
-    model: HookedSprout, tokens: Tensor, names: Sequence[str], bound: BoundMetric,
+    model: HookedSprout, tokens: Int[Tensor, "batch pos"], names: Sequence[str], bound: BoundMetric,
 ) -> tuple[float, dict[str, Tensor], dict[str, Tensor]]:
     """One forward of ``tokens`` and one backward of ``bound``'s metric.
 
