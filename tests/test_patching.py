@@ -349,3 +349,62 @@ def test_patching_agreement_joins_the_two_tables_and_refuses_mismatched_ones(mod
     heads = P.attribution_patch(model, *pair, metric, "z", "head")
     with pytest.raises(P.PatchingError, match="same texts, site"):
         P.patching_agreement(ex, heads)
+
+
+@pytest.mark.parametrize("receivers", [[(2, 0, "k")], [(1, 1, "q"), (2, 0, "v")], [(2, 0, "k"), (2, 1, "q")]])
+def test_attribution_path_patching_is_the_derivative_of_path_patching(model64, pair, receivers):
+    """Each estimate is the run's value plus d/dt at t = 0 of the path-patched metric with the senders' change
+    scaled by t, the receivers' inputs recomputed by hand (ln1 then the projection, as path patching does):
+    at t = 1 the hand computation is path_patch's exact value, and its central difference is the estimate."""
+    def metric(logits):
+        return logits[:, -1].log_softmax(-1)[:, 2].mean()
+
+    m, (clean, corrupted) = model64, pair
+    senders = [(0, 0), (0, 1), [(0, 0), (1, 1)]] if min(r[0] for r in receivers) == 2 else [(0, 0), (0, 1)]
+    ap = P.attribution_path_patch(m, clean, corrupted, metric, receivers, senders)
+    ex = P.path_patch(m, clean, corrupted, metric, receivers, senders)
+    names = [f"blocks.{l}.attn.hook_z" for l in range(3)] + [f"blocks.{l}.hook_resid_pre" for l in range(3)]
+    _, base = m.run_with_cache(corrupted, names_filter=names, return_cache_object=False)
+    _, src = m.run_with_cache(clean, names_filter=names, return_cache_object=False)
+
+    def along(st, t):
+        hooks = []
+        for l2, kind in {(r[0], r[2]) for r in receivers}:
+            heads = [r[1] for r in receivers if r[0] == l2 and r[2] == kind]
+            delta = sum(((src[f"blocks.{l}.attn.hook_z"][:, :, h] - base[f"blocks.{l}.attn.hook_z"][:, :, h])
+                         @ m.W_O[l, h] for l, h in st if l < l2), torch.zeros_like(base[f"blocks.{l2}.hook_resid_pre"]))
+            x = base[f"blocks.{l2}.hook_resid_pre"] + t * delta
+            normed = x / (x.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt()
+            W = {"q": m.W_Q, "k": m.W_K, "v": m.W_V}[kind][l2]  # (head, d_model, d_head), ln1's gain folded in
+
+            def fn(act, hook, heads=heads, new=torch.einsum("bpd,hde->bphe", normed, W)):
+                act = act.clone()
+                act[:, :, heads] = new[:, :, heads]
+                return act
+            hooks.append((f"blocks.{l2}.attn.hook_{kind}", fn))
+        with torch.no_grad():
+            return float(metric(m.run_with_hooks(corrupted, fwd_hooks=hooks)))
+
+    run = along([], 0.0)
+    assert ap.attrs["run_value"] == pytest.approx(run, abs=1e-9)
+    sets = [[s] if isinstance(s, tuple) else s for s in senders]
+    for st, a, e in zip(sets, ap["value"], ex["value"]):
+        assert along(st, 1.0) == pytest.approx(e, abs=1e-6)  # the hand computation is path patching
+        slope = (along(st, 1e-4) - along(st, -1e-4)) / 2e-4
+        assert a - run == pytest.approx(slope, abs=1e-7, rel=1e-5), st
+    assert list(ap.columns) == list(ex.columns) and ap.attrs["method"] == "attribution"
+
+
+def test_attribution_path_patching_ranks_the_shipped_gpt4_previous_token_heads_first():
+    """On gpt-4's name pair the estimate of each block-1 head's path to block 2 head 0's keys ranks the heads
+    as exact path patching does (block 1 head 2 first, the largest by far)."""
+    import sprout_interp as si
+
+    m = si.load("gpt-4")
+    clean = "When the boat came in, old Zorbin Plax was waiting. The last man off the boat shook hands with Zorbin"
+    corrupted = clean.replace("Zorbin", "Velmat", 1)
+    metric = P.LogitDiff(m.to_single_token(" Pl"), m.to_single_token(" the"))
+    ex = P.path_patch(m, clean, corrupted, metric, receivers=[(1, 0, "k")])
+    ap = P.attribution_path_patch(m, clean, corrupted, metric, receivers=[(1, 0, "k")])
+    assert list(ap.sort_values("score")["head"]) == list(ex.sort_values("score")["head"])
+    assert ap["score"].idxmax() == ex["score"].idxmax() == 2 and ap["score"].max() > 0

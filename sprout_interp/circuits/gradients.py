@@ -7,7 +7,8 @@ ablations (``ablation.attribution_sweep``) are both ``Σ (new activation − act
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Optional
 
 import torch
 from jaxtyping import Int
@@ -22,11 +23,15 @@ __all__ = ["metric_gradients"]
 
 def metric_gradients(
     model: HookedSprout, tokens: Int[Tensor, "batch pos"], names: Sequence[str], bound: BoundMetric,
+    frozen: Optional[Mapping[str, Sequence[int]]] = None,
 ) -> tuple[float, dict[str, Tensor], dict[str, Tensor]]:
     """One forward of ``tokens`` and one backward of ``bound``'s metric.
 
     Each named activation gets a zero leaf added (``act + 0``), so the forward is unchanged and the leaf's
     gradient is the metric's derivative with respect to that activation with every other path left in place.
+    ``frozen`` maps some of the names to heads (dim 2 of a ``(batch, pos, head, d_head)`` activation) whose slice
+    is cut from what comes before it: no derivative flows back through those heads' inputs, as when path
+    patching recomputes a receiver's input and the rest of the model cannot reach it.
 
     Returns:
         ``(value, acts, grads)``: the metric on the unpatched run (its own units), and per hook name the
@@ -38,9 +43,16 @@ def metric_gradients(
     """
     leaves: dict[str, tuple[Tensor, Tensor]] = {}
 
+    frozen = frozen or {}
+
     def open_up(act: Tensor, hook) -> Tensor:
         leaf = torch.zeros_like(act, requires_grad=True)
         leaves[hook.name] = (act.detach(), leaf)
+        heads = list(frozen.get(hook.name, ()))
+        if heads:
+            cut = torch.zeros(act.shape[2], dtype=torch.bool, device=act.device)
+            cut[heads] = True
+            act = torch.where(cut[:, None], act.detach(), act)
         return act + leaf
 
     with torch.enable_grad():

@@ -37,6 +37,7 @@ Tables: ``layer`` (0-indexed as in code), ``block`` (= layer + 1, the chapter's 
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Literal, Optional, Union
 
@@ -64,7 +65,7 @@ from sprout_model.model import apply_rope
 
 __all__ = [
     "PatchingError", "LogitDiff", "LogProb", "Loss", "TargetLogProb", "activation_patch", "naive_patch", "SITES", "patch_macs",
-    "path_patch", "attribution_patch", "patching_agreement",
+    "path_patch", "attribution_patch", "attribution_path_patch", "patching_agreement",
 ]
 
 Site = Literal["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "q", "k", "v", "pattern"]
@@ -396,11 +397,13 @@ def activation_patch(
                   metric=name, method="exact")
 
 
-def _endpoints(model: HookedSprout, clean, corrupted, metric, site: str, by: str,
+def _endpoints(model: HookedSprout, clean, corrupted, metric, site: Optional[str], by: Optional[str],
                direction: str) -> tuple[Tensor, Tensor, float, float, str]:
-    """The arguments checked, both inputs as ids, the metric on each unpatched run and its name; runs the metric
-    cannot tell apart are a PatchingError (a score divides by their difference)."""
-    _check_site(site, by)
+    """The arguments checked (``site`` None: a path patch, no site), both inputs as ids, the metric on each
+    unpatched run and its name; runs the metric cannot tell apart are a PatchingError (a score divides by their
+    difference)."""
+    if site is not None:
+        _check_site(site, by)
     if direction not in ("denoise", "noise"):
         raise PatchingError(f"direction must be 'denoise' (clean into corrupted) or 'noise' (the reverse), got {direction!r}")
     clean_t, corrupt_t = _inputs(model, clean, corrupted)
@@ -619,8 +622,17 @@ def path_patch(
         ``corrupted``, ``receivers``, ``direction``.
     """
     model = as_hooked(model)
-    clean_t, corrupt_t = _inputs(model, clean, corrupted)
-    B, T = clean_t.shape
+    receivers, sets, clean_v, corrupt_v, name, base, source = _path_setup(
+        model, clean, corrupted, metric, receivers, senders, direction)
+    user_hooks = any(is_hooked(hp) for hp in model.hook_dict.values())
+    vals = _path_values(model, base, source, metric, sets, receivers, batched=method == "fast" and not user_hooks)
+    return _path_table(sets, vals, clean_v, corrupt_v, receivers=receivers, direction=direction, metric=name,
+                       method="exact")
+
+
+def _path_setup(model: HookedSprout, clean, corrupted, metric, receivers, senders, direction: str):
+    """Path patching's arguments checked: ``(receivers, sender sets, clean value, corrupted value, metric name,
+    base ids, source ids)``; senders default to every head before the first receiver's layer, one set each."""
     receivers = [tuple(r) for r in receivers]
     if senders is None:
         first = min((r[0] for r in receivers), default=0)
@@ -629,19 +641,74 @@ def path_patch(
     _check_path(model, [h for st in sets for h in st], receivers)
     if not sets or not all(sets):
         raise PatchingError("no senders: the receivers are in the first layer, which no head precedes")
-    clean_v, name = _run_value(model, metric, clean_t)
-    corrupt_v, _ = _run_value(model, metric, corrupt_t)
-    if abs(clean_v - corrupt_v) < 1e-6:
-        raise PatchingError(f"the {name} is {clean_v:.4g} on both runs: a score needs runs that differ")
+    clean_t, corrupt_t, clean_v, corrupt_v, name = _endpoints(model, clean, corrupted, metric, None, None, direction)
     base, source = (corrupt_t, clean_t) if direction == "denoise" else (clean_t, corrupt_t)
-    user_hooks = any(is_hooked(hp) for hp in model.hook_dict.values())
-    vals = _path_values(model, base, source, metric, sets, receivers, batched=method == "fast" and not user_hooks)
+    return receivers, sets, clean_v, corrupt_v, name, base, source
+
+
+def _path_table(sets, vals, clean_v: float, corrupt_v: float, **attrs) -> pd.DataFrame:
     df = pd.DataFrame([dict(layer=st[0][0], block=st[0][0] + 1, head=st[0][1],
                             heads=" + ".join(f"block {l + 1} head {h}" for l, h in st),
                             value=v, score=(v - corrupt_v) / (clean_v - corrupt_v)) for st, v in zip(sets, vals)])
-    df.attrs.update(clean=clean_v, corrupted=corrupt_v, receivers=receivers, direction=direction, metric=name,
+    df.attrs.update(clean=clean_v, corrupted=corrupt_v, **attrs,
                     convention="layer 0-indexed; block = layer + 1; score 0 = corrupted, 1 = clean")
     return df
+
+
+def attribution_path_patch(model, clean, corrupted, metric: MetricLike, receivers: Sequence[Receiver],
+                           senders: Optional[Sequence[Union[Sender, Sequence[Sender]]]] = None,
+                           direction: Literal["denoise", "noise"] = "denoise") -> pd.DataFrame:
+    """Path patching to first order: every sender's path to ``receivers`` estimated from one forward and one
+    backward pass (edge attribution patching, Syed et al. 2023).
+
+    For a sender set, its change ``Δ`` (each sender's ``hook_z`` difference through ``W_O``) is carried into each
+    receiver's query, key or value input by the derivative of that input (ln1 then the projection) at the run
+    being patched, ``d input = J · Δ`` (forward-mode autodiff), and met by the metric's gradient there:
+    ``value ≈ run + Σ grad · (J · Δ)``. It is the derivative of :func:`path_patch`'s value along ``t · Δ`` at
+    ``t = 0`` (the tests check it by central differences); use it to rank many senders and confirm the top ones
+    exactly.
+
+    Returns:
+        :func:`path_patch`'s table (``layer, block, head, heads, value, score``) with estimated values;
+        ``attrs["method"]`` is ``"attribution"``, ``attrs["run_value"]`` the metric the gradient was taken at.
+    """
+    model = as_hooked(model)
+    receivers, sets, clean_v, corrupt_v, name, base, source = _path_setup(
+        model, clean, corrupted, metric, receivers, senders, direction)
+    layers2 = sorted({r[0] for r in receivers})
+    z_names = [act_name("z", l) for l in range(layers2[-1])]
+    inputs = sorted({(r[0], r[2]) for r in receivers})
+    with torch.no_grad():
+        _, src = model.run_with_cache(source, names_filter=z_names, return_cache_object=False)
+    names = [act_name(kind, l2) for l2, kind in inputs] + z_names + [act_name("resid_pre", l2) for l2 in layers2]
+    try:
+        # the receivers' own inputs cut from the stream: path patching recomputes them from the run and the senders'
+        # change only, so no other path (an earlier receiver's effect on a later one, say) may reach them
+        frozen = {act_name(kind, l2): [r[1] for r in receivers if r[0] == l2 and r[2] == kind] for l2, kind in inputs}
+        run_v, acts, grads = metric_gradients(model, base, names, _bind(metric, base), frozen=frozen)
+    except MetricError as e:
+        raise PatchingError(str(e)) from None
+    W_O = model.W_O.detach()
+    vals = []
+    for st in sets:
+        total = 0.0
+        for l2 in layers2:
+            before = [(l, h) for l, h in st if l < l2]
+            if not before:
+                continue
+            delta = sum((src[act_name("z", l)][:, :, h] - acts[act_name("z", l)][:, :, h]) @ W_O[l, h] for l, h in before)
+            blk, x = model.model.blocks[l2], acts[act_name("resid_pre", l2)]
+            with torch.no_grad(), warnings.catch_warnings():
+                # torch.func's own use of torch.jit.script warns on every call; nothing for a user to change
+                warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.*deprecated", category=DeprecationWarning)
+                _, tangents = torch.func.jvp(lambda d: blk.attn.heads(blk.norm1(x + d)), (torch.zeros_like(x),), (delta,))
+            for kind, t in zip("qkv", tangents):
+                heads = [r[1] for r in receivers if r[0] == l2 and r[2] == kind]
+                if heads:  # t: (batch, head, pos, d_head); the hooks see (batch, pos, head, d_head)
+                    total += float((grads[act_name(kind, l2)][:, :, heads] * t.transpose(1, 2)[:, :, heads]).double().sum())
+        vals.append(run_v + total)
+    return _path_table(sets, vals, clean_v, corrupt_v, receivers=receivers, direction=direction, metric=name,
+                       method="attribution", run_value=run_v)
 
 
 def patching_agreement(exact: pd.DataFrame, estimate: pd.DataFrame) -> pd.DataFrame:
