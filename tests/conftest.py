@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
+import sys
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -36,6 +39,18 @@ def _type_checks(request):
         return
     with unchecked_types():
         yield
+
+
+@pytest.fixture(scope="session")
+def course():
+    """The chapter's model.py (tests/fixtures/course_model.py) as a module, registered so its dataclass and pickling
+    work: the independent implementation the toolkit's results are checked against."""
+    spec = importlib.util.spec_from_file_location("course_model", Path(__file__).parent / "fixtures" / "course_model.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["course_model"] = mod
+    spec.loader.exec_module(mod)
+    yield mod
+    sys.modules.pop("course_model", None)
 
 
 def tiny_config(**overrides) -> Config:

@@ -2,11 +2,8 @@
 compatibility with the chapter's own model.py (tests/fixtures/course_model.py), loss and generate."""
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from dataclasses import asdict
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,19 +12,6 @@ from conftest import tiny_config
 
 from sprout_model import GPT, PRESETS, Config, RMSNorm, apply_rope, preset, rope_tables
 from sprout_model.model import Attention, Block, FeedForward
-
-FIXTURE = Path(__file__).parent / "fixtures" / "course_model.py"
-
-
-@pytest.fixture(scope="module")
-def course():
-    """The chapter's model.py as a module (registered so its dataclass and pickling work)."""
-    spec = importlib.util.spec_from_file_location("course_model", FIXTURE)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["course_model"] = mod
-    spec.loader.exec_module(mod)
-    yield mod
-    sys.modules.pop("course_model", None)
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,8 @@
 per-part verdicts (``attention``), head ablations and the exact fast sweep (``ablation``), block knockouts
 (``knockout``), per-token effects (``per_token``), model comparison (``compare``), direct logit attribution and
 the contribution graph (``attribution``), activation, path and attribution patching (``patching``), Q/K/V composition
-scores (``composition``) and each head's full OV circuit (``ov_circuit``). Tensors or text in, tensors or DataFrames out; no plotting.
+scores (``composition``), each head's full OV circuit (``ov_circuit``) and activation steering
+(``steering``). Tensors or text in, tensors or DataFrames out; no plotting.
 
 May import: ``sprout_interp.core``, ``sprout_interp.lens`` and modules of this package.
 """

@@ -10,7 +10,7 @@ __all__ = [
     "StateDictMismatchError", "VocabularyMismatchError", "ContextLengthError", "HookNameError", "TokenizationError",
     "AblationError", "HookOutputError", "NotAPathError", "UnreadablePathError", "InvalidConfigError",
     "InvalidWeightsError", "MissingTokenizerError", "ExportError", "PatchingError", "MetricError", "TunedLensMismatchError",
-    "TunedLensNotFoundError", "SAEMismatchError", "SAENotFoundError",
+    "TunedLensNotFoundError", "SAEMismatchError", "SAENotFoundError", "SteeringError",
 ]
 
 
@@ -108,3 +108,8 @@ class SAEMismatchError(SproutError, ValueError):
 
 class SAENotFoundError(SproutError, FileNotFoundError):
     """No sparse autoencoder saved for this checkpoint and layer (train one with ``python -m sprout_interp.features.train``)."""
+
+
+class SteeringError(SproutError, ValueError):
+    """Arguments activation steering cannot use (a vector of the wrong width, a site outside the residual stream,
+    positions outside the input ...)."""

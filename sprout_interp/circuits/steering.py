@@ -1,0 +1,388 @@
+"""Activation steering: add a direction to the residual stream and watch what the model does.
+
+A steering vector is a difference of mean activations at one hook point (ActAdd, Turner et al. 2023; contrastive
+activation addition, Rimsky et al. 2024): the residual stream over texts that have a property ("She ...")
+minus the same over texts that lack it ("He ..."). Adding ``coeff × vector`` there on every forward moves the
+model towards the property; a negative ``coeff`` moves it away.
+
+- :func:`steering_vector` -- the vector ``(d_model,)``: mean over ``positive`` of the stream at the last real
+  token (``read="last"``) or averaged over every real token (``read="mean"``), minus the same over ``negative``.
+  Units: the stream's own at that hook point (compare its norm with the stream's, which grows block by block).
+- :func:`steered` -- a context manager; inside it every forward of the model, generation included, has
+  ``coeff × vector`` added at ``blocks.{layer}.hook_{site}``, at every position or only at ``positions``.
+- :func:`steering_effect` -- a metric of the steered model for several coefficients: a DataFrame ``coeff,
+  metric, value, clean, change, added_norm, stream_norm``. ``method="fast"`` (default) runs the blocks before the
+  steered one once, then the rest with every coefficient in one batch, unembedding only where the metric reads;
+  it equals ``method="naive"``, one full forward per coefficient with a hook (the loop one writes with
+  ``run_with_hooks``; the tests check both against the chapter's own model code).
+- :func:`steering_layers` -- the same vector made and added at each layer in turn: where does it steer?
+- :func:`steered_generations` -- the continuation of a prompt for each coefficient, with one seed for all.
+
+Sites: ``"resid_pre"`` (the stream entering block ``layer``) and ``"resid_post"`` (leaving it; the last block's
+``resid_post`` is what the final norm reads). Tables carry ``layer`` (0-indexed as in code) and ``block`` (=
+layer + 1, the chapter's count); metrics are the protocol of :mod:`sprout_interp.circuits.metrics` (``"loss"``,
+``LogitDiff(answer, wrong)``, ``LogProb(target)``, ... or a function of the logits), in their own units.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Literal, Optional, Union
+
+import pandas as pd
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from sprout_interp.circuits.ablation import trimmed_positions
+from sprout_interp.circuits.metrics import (
+    BoundMetric,
+    MetricLike,
+    bind_metric,
+    metric_from_read_logits,
+    metric_from_resid,
+    read_positions,
+)
+from sprout_interp.core.errors import SteeringError
+from sprout_interp.core.hook_points import act_name
+from sprout_interp.core.hooked import HookedSprout, as_hooked, is_hooked
+
+__all__ = ["SITES", "READS", "steering_vector", "steered", "steering_effect", "steering_layers", "steered_generations"]
+
+Site = Literal["resid_pre", "resid_post"]
+Read = Literal["last", "mean"]
+SITES: tuple[str, ...] = ("resid_pre", "resid_post")
+READS: tuple[str, ...] = ("last", "mean")
+DEFAULT_COEFFS: tuple[float, ...] = (-4.0, -2.0, -1.0, 0.0, 1.0, 2.0, 4.0)
+_TOKENS_PER_FORWARD = 4096  # the steered copies of a batch run together up to about this many tokens
+
+
+# --------------------------------------------------------------------------------------------
+# arguments
+
+
+def _layer(model: HookedSprout, layer, site: str) -> int:
+    if site not in SITES:
+        raise SteeringError(f"site={site!r}: steering adds to the residual stream, one of {SITES}")
+    L = model.cfg.n_layers
+    if not isinstance(layer, int) or isinstance(layer, bool) or not -L <= layer < L:
+        raise SteeringError(f"layer={layer!r} is not a layer of this model (0..{L - 1}, or negative from the end)")
+    return layer % L
+
+
+def _vector(model: HookedSprout, vector) -> Tensor:
+    v = torch.as_tensor(vector)
+    if v.dim() != 1 or v.shape[0] != model.cfg.d_model or not v.dtype.is_floating_point:
+        raise SteeringError(f"the steering vector must be floats of shape ({model.cfg.d_model},) (d_model), got "
+                            f"{tuple(v.shape)} {v.dtype}")
+    if not bool(torch.isfinite(v).all()):
+        raise SteeringError("the steering vector holds NaN or infinity")
+    return v.detach()
+
+
+def _coeffs(coeffs) -> list[float]:
+    if isinstance(coeffs, (int, float)) and not isinstance(coeffs, bool):
+        coeffs = [coeffs]
+    try:
+        out = [float(c) for c in coeffs]
+    except (TypeError, ValueError):
+        raise SteeringError(f"coeffs must be numbers, got {coeffs!r}") from None
+    if not out or not all(math.isfinite(c) for c in out):
+        raise SteeringError(f"coeffs must be one or more finite numbers, got {coeffs!r}")
+    return out
+
+
+def _positions(positions, T: int) -> Optional[list[int]]:
+    """``positions`` as sorted 0-based indices into an input of ``T`` tokens (None: every position)."""
+    if positions is None:
+        return None
+    if isinstance(positions, int):
+        positions = [positions]
+    out = set()
+    for p in positions:
+        if not isinstance(p, int) or isinstance(p, bool) or not -T <= p < T:
+            raise SteeringError(f"position {p!r} is outside the input of {T} tokens (0..{T - 1}, or negative)")
+        out.add(p % T)
+    if not out:
+        raise SteeringError("positions is empty: pass None to steer at every position")
+    return sorted(out)
+
+
+def _read(x: Float[Tensor, "batch pos d_model"], mask: Optional[Tensor], read: str) -> Float[Tensor, "batch d_model"]:
+    """Each row's stream at its last real token, or averaged over its real tokens."""
+    B, T, _ = x.shape
+    real = torch.ones(B, T, dtype=torch.bool, device=x.device) if mask is None else mask
+    if read == "last":
+        last = real.long().cumsum(1).argmax(1)  # the last True of each row (right padding)
+        return x[torch.arange(B, device=x.device), last]
+    w = real.to(x.dtype)[..., None]
+    return (x * w).sum(1) / w.sum(1).clamp(min=1)
+
+
+def _streams(model: HookedSprout, texts, names: list[str], read: str) -> dict[str, Tensor]:
+    """The mean over ``texts`` (a text, a list of texts, or ids) of the stream at each hook in ``names``."""
+    if read not in READS:
+        raise SteeringError(f"read={read!r}: one of {READS} (the last real token, or the mean over real tokens)")
+    toks, mask = model.prepare_input(texts)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(toks, names_filter=names, return_type=None, return_cache_object=False)
+    return {n: _read(cache[n], mask, read).mean(0) for n in names}
+
+
+def _stream_norm(x: Tensor, mask: Optional[Tensor]) -> float:
+    """The mean L2 norm of the stream over real tokens (the scale a steering vector is added to)."""
+    n = x.float().norm(dim=-1)
+    return float(n.mean() if mask is None else n[mask].mean())
+
+
+# --------------------------------------------------------------------------------------------
+# the vector and the hook
+
+
+def steering_vector(
+    model,
+    positive,
+    negative,
+    layer: int,
+    site: Site = "resid_pre",
+    read: Read = "last",
+) -> Float[Tensor, " d_model"]:
+    """The mean stream at ``blocks.{layer}.hook_{site}`` over ``positive`` minus the same over ``negative``.
+
+    Args:
+        positive, negative: a text, a list of texts (right-padded; padding is never read) or token ids; the two
+            need not be the same length or number.
+        read: ``"last"`` reads each text's last real token (what the next token is predicted from), ``"mean"``
+            averages over its real tokens.
+    Returns:
+        ``(d_model,)``, in the stream's units at that hook point (float32 on the model's device).
+    """
+    model = as_hooked(model)
+    layer = _layer(model, layer, site)
+    name = act_name(site, layer)
+    with model.lock:
+        pos, neg = _streams(model, positive, [name], read), _streams(model, negative, [name], read)
+    return (pos[name] - neg[name]).float()
+
+
+def _adder(vector: Tensor, coeff: float, positions: Optional[Sequence[int]]):
+    def add(x: Tensor, hook=None) -> Tensor:
+        v = (coeff * vector).to(device=x.device, dtype=x.dtype)
+        if positions is None:
+            return x + v
+        keep = [p for p in positions if p < x.shape[1]]  # an input shorter than the positions: those it has
+        out = x.clone()
+        out[:, keep] += v
+        return out
+    return add
+
+
+@contextmanager
+def steered(
+    model,
+    vector,
+    layer: int,
+    coeff: float = 1.0,
+    site: Site = "resid_pre",
+    positions: Optional[Sequence[int]] = None,
+) -> Iterator[HookedSprout]:
+    """Inside the block, every forward of ``model`` (generation and every function of the toolkit included) has
+    ``coeff × vector`` added at ``blocks.{layer}.hook_{site}``: at every position, or only at ``positions``
+    (0-based indices of each forward's input; those past its end are skipped). The hook is removed on exit,
+    also when the block raises; the model's lock is held throughout. Yields the model."""
+    model = as_hooked(model)
+    layer = _layer(model, layer, site)
+    v = _vector(model, vector)
+    (c,) = _coeffs([coeff])
+    if positions is not None:
+        positions = _positions(positions, model.cfg.n_ctx)
+    with model.hooks(fwd_hooks=[(act_name(site, layer), _adder(v, c, positions))]):
+        yield model
+
+
+# --------------------------------------------------------------------------------------------
+# effects
+
+
+def _naive_values(model: HookedSprout, toks: Tensor, bound: BoundMetric, v: Tensor, layer: int, site: str,
+                  coeffs: list[float], pos: Optional[list[int]]) -> list[float]:
+    read = read_positions(bound, toks.shape[1])
+    out = []
+    for c in coeffs:
+        hook = [(act_name(site, layer), _adder(v, c, pos))]
+        with torch.no_grad():
+            logits = model.run_with_hooks(toks, fwd_hooks=hook)
+        out.append(float(metric_from_read_logits(bound, logits[:, read], read)[0]))
+    return out
+
+
+def _fast_values(model: HookedSprout, resid: Tensor, bound: BoundMetric, v: Tensor, start: int,
+                 coeffs: list[float], pos: Optional[list[int]]) -> list[float]:
+    """The metric for each coefficient, from the stream entering block ``start`` (``n_layers``: the final stream)."""
+    L = model.cfg.n_layers
+    B, T, _ = resid.shape
+    at = trimmed_positions(model, bound, T) if start < L else None
+    per = max(1, _TOKENS_PER_FORWARD // max(1, B * T))
+    sel = slice(None) if pos is None else pos
+    out: list[float] = []
+    with torch.no_grad():
+        for i in range(0, len(coeffs), per):
+            group = coeffs[i : i + per]
+            G = len(group)
+            x = resid.repeat(G, 1, 1)
+            add = torch.tensor(group, dtype=resid.dtype, device=resid.device).repeat_interleave(B)[:, None]
+            x[:, sel] += (add * v.to(resid))[:, None, :]
+            if start < L:
+                stop = L if at is None else L - 1  # with `at`, the last block runs only where the metric reads
+                if start < stop:
+                    x = model(x, start_at_layer=start, stop_at_layer=stop)
+                if at is not None:
+                    x = model.run_block_at(L - 1, x, at)
+            out.extend(metric_from_resid(model, bound, x, G, at))
+    return out
+
+
+def _effect_frame(coeffs, values, clean: float, name: str, added, stream_norm: float, **attrs) -> pd.DataFrame:
+    df = pd.DataFrame({"coeff": coeffs, "metric": name, "value": values, "clean": clean,
+                       "change": [v - clean for v in values], "added_norm": added, "stream_norm": stream_norm})
+    df.attrs.update(attrs)
+    df.attrs["units"] = ("value, clean, change: the metric's own units; added_norm: |coeff| x the vector's L2 norm; "
+                         "stream_norm: the stream's mean L2 norm over real tokens at the steered hook, on this input")
+    return df
+
+
+def steering_effect(
+    model,
+    input,
+    vector,
+    layer: int,
+    coeffs: Union[float, Sequence[float]] = DEFAULT_COEFFS,
+    metric: MetricLike = "loss",
+    site: Site = "resid_pre",
+    positions: Optional[Sequence[int]] = None,
+    attention_mask=None,
+    method: Literal["fast", "naive"] = "fast",
+) -> pd.DataFrame:
+    """The metric on ``input`` with ``coeff × vector`` added at ``blocks.{layer}.hook_{site}``, for each coefficient.
+
+    Args:
+        input: a text, a list of texts (right-padded, with a mask) or token ids.
+        vector: ``(d_model,)``, for example from :func:`steering_vector`.
+        coeffs: the multipliers (0 gives the unsteered model).
+        metric: any metric of :mod:`sprout_interp.circuits.metrics`, e.g. ``LogitDiff(she, he)``.
+        positions: steer only these 0-based positions of the input (None: every position).
+        method: ``"fast"`` (the blocks before ``layer`` run once, the coefficients batched) or ``"naive"`` (one
+            hooked full forward per coefficient); the same numbers to float rounding. A hook of the user's own on
+            the model makes ``"fast"`` run ``"naive"``, so that hook is honoured.
+    Returns:
+        A DataFrame, one row per coefficient: ``coeff, metric, value, clean`` (coefficient 0), ``change`` (value -
+        clean), ``added_norm`` (``|coeff| × ‖vector‖``), ``stream_norm`` (the stream's mean norm there);
+        ``attrs``: layer, block, site, method, units.
+    """
+    model = as_hooked(model)
+    layer = _layer(model, layer, site)
+    v = _vector(model, vector)
+    cs = _coeffs(coeffs)
+    if method not in ("fast", "naive"):
+        raise SteeringError(f"method={method!r}: 'fast' or 'naive'")
+    toks, mask = model.prepare_input(input, attention_mask)
+    pos = _positions(positions, toks.shape[1])
+    bound = bind_metric(metric, toks, mask)
+    start = layer if site == "resid_pre" else layer + 1
+    name = act_name(site, layer)
+    with model.lock:
+        hooked = any(is_hooked(hp) for hp in model.hook_dict.values())
+        with torch.no_grad():
+            _, cache = model.run_with_cache(toks, names_filter=[name], return_type=None, return_cache_object=False)
+        resid = cache[name]
+        used = "naive" if method == "naive" or hooked else "fast"
+        if used == "fast":
+            values = _fast_values(model, resid, bound, v, start, [0.0] + cs, pos)
+        else:
+            values = _naive_values(model, toks, bound, v, layer, site, [0.0] + cs, pos)
+    norm = float(v.float().norm())
+    return _effect_frame(cs, values[1:], values[0], bound.name, [abs(c) * norm for c in cs], _stream_norm(resid, mask),
+                         layer=layer, block=layer + 1, site=site, method=used, vector_norm=norm)
+
+
+def steering_layers(
+    model,
+    positive,
+    negative,
+    input,
+    coeff: float = 4.0,
+    metric: MetricLike = "loss",
+    site: Site = "resid_pre",
+    read: Read = "last",
+    positions: Optional[Sequence[int]] = None,
+    layers: Optional[Sequence[int]] = None,
+    method: Literal["fast", "naive"] = "fast",
+) -> pd.DataFrame:
+    """Where does the contrast steer? For each layer, :func:`steering_vector` of ``positive`` minus ``negative`` at
+    that layer, added ``coeff`` times there, and the metric on ``input``.
+
+    The stream grows block by block and each layer's vector is read from the stream at that layer, so one
+    ``coeff`` is a comparable dose at every layer (``added_norm`` / ``stream_norm`` says how big).
+
+    Returns:
+        A DataFrame, one row per layer: ``layer, block, coeff, metric, value, clean, change, vector_norm,
+        added_norm, stream_norm`` (units as :func:`steering_effect`'s).
+    """
+    model = as_hooked(model)
+    L = model.cfg.n_layers
+    layers = list(range(L)) if layers is None else [_layer(model, l, site) for l in layers]
+    if not layers:
+        raise SteeringError("layers is empty: pass None for every layer")
+    for l in layers:
+        _layer(model, l, site)
+    names = [act_name(site, l) for l in layers]
+    with model.lock:
+        pos_m, neg_m = _streams(model, positive, names, read), _streams(model, negative, names, read)
+        rows = []
+        for l, n in zip(layers, names):
+            df = steering_effect(model, input, pos_m[n] - neg_m[n], l, [coeff], metric, site, positions, method=method)
+            rows.append(df.assign(layer=l, block=l + 1, vector_norm=df.attrs["vector_norm"]))
+    out = pd.concat(rows, ignore_index=True)[["layer", "block", "coeff", "metric", "value", "clean", "change",
+                                              "vector_norm", "added_norm", "stream_norm"]]
+    out.attrs.update(site=site, read=read, units=rows[0].attrs["units"] + "; vector_norm: the L2 norm of that layer's "
+                     "vector")
+    return out
+
+
+def steered_generations(
+    model,
+    prompt: str,
+    vector,
+    layer: int,
+    coeffs: Union[float, Sequence[float]] = (-4.0, 0.0, 4.0),
+    site: Site = "resid_pre",
+    positions: Optional[Sequence[int]] = None,
+    max_new_tokens: int = 24,
+    temperature: float = 0.8,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """The continuation of ``prompt`` under each coefficient, sampled with the same ``seed`` (so the coefficient
+    is the only difference; coefficient 0 is the model's own sample).
+
+    Returns:
+        A DataFrame ``coeff, continuation`` (the new text only), one row per coefficient; ``attrs``: layer,
+        block, site, prompt, seed, temperature.
+    """
+    model = as_hooked(model)
+    layer = _layer(model, layer, site)
+    v = _vector(model, vector)
+    cs = _coeffs(coeffs)
+    if not isinstance(prompt, str) or not prompt:
+        raise SteeringError("prompt must be a non-empty text")
+    n_prompt = len(model.to_str_tokens(prompt))
+    texts = []
+    for c in cs:
+        with steered(model, v, layer, c, site, positions):
+            ids = model.generate(model.to_tokens(prompt), max_new_tokens=max_new_tokens, temperature=temperature,
+                                 seed=seed)
+        texts.append(model.to_string(ids[0, n_prompt:]))
+    df = pd.DataFrame({"coeff": cs, "continuation": texts})
+    df.attrs.update(layer=layer, block=layer + 1, site=site, prompt=prompt, seed=seed, temperature=temperature)
+    return df
+
