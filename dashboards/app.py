@@ -16,6 +16,7 @@ pages = [
     st.Page("views/attention.py", title="Attention heads"),
     st.Page("views/ablations.py", title="Ablations"),
     st.Page("views/patching.py", title="Patching / circuits"),
+    st.Page("views/steering.py", title="Steering"),
     st.Page("views/features.py", title="Features"),
     st.Page("views/compare.py", title="Compare models"),
     st.Page("views/positions.py", title="Positions (RoPE)"),

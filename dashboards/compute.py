@@ -324,6 +324,47 @@ def head_effects(_m, key: str, text: str, layer: int, head: int, pos: int):
     return eff, attention.attention_row(_m, tokens(_m, text), layer, head, pos)
 
 
+# -- steering ---------------------------------------------------------------------------------
+
+
+def _logit_diff(_m, answer: str, wrong: str):
+    from sprout_interp.circuits.attribution import token_id
+    from sprout_interp.circuits.metrics import LogitDiff
+
+    return LogitDiff(token_id(_m, answer), token_id(_m, wrong))
+
+
+@st.cache_data(**_CACHE)
+def steering_layers(_m, key: str, positive: tuple, negative: tuple, prompt: str, answer: str, wrong: str,
+                    coeff: float):
+    """``steering_layers`` of the contrast on the prompt, the metric logit[answer] - logit[wrong] at its end."""
+    from sprout_interp.circuits import steering
+
+    return steering.steering_layers(_m, list(positive), list(negative), prompt, coeff=coeff,
+                                    metric=_logit_diff(_m, answer, wrong))
+
+
+@st.cache_data(**_CACHE)
+def steering_effect(_m, key: str, positive: tuple, negative: tuple, prompt: str, answer: str, wrong: str,
+                    layer: int, coeffs: tuple, text: str):
+    """(the logit difference on the prompt, the loss on ``text``), each by coefficient, steered at ``layer``."""
+    from sprout_interp.circuits import steering
+
+    v = steering.steering_vector(_m, list(positive), list(negative), layer)
+    effect = steering.steering_effect(_m, prompt, v, layer, coeffs, _logit_diff(_m, answer, wrong))
+    loss = steering.steering_effect(_m, tokens(_m, text), v, layer, coeffs, "loss")
+    return effect, loss
+
+
+@st.cache_data(**_CACHE)
+def steered_generations(_m, key: str, positive: tuple, negative: tuple, prompt: str, layer: int, coeffs: tuple):
+    """The prompt's continuation under each coefficient, one seed for all."""
+    from sprout_interp.circuits import steering
+
+    v = steering.steering_vector(_m, list(positive), list(negative), layer)
+    return steering.steered_generations(_m, prompt, v, layer, coeffs, max_new_tokens=20, seed=0)
+
+
 # -- features (sparse autoencoders) ---------------------------------------------------------
 
 

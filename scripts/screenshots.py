@@ -29,6 +29,7 @@ PAGES = {
     "compare": ("/compare", 2, None, 2),
     "positions": ("/positions?qk=model", 3, None, 3),  # a real head beside the random demo
     "features": ("/features?layer=1&feature=2899", 2, None, 2),  # the name feature's page (README, "Features")
+    "steering": ("/steering", 2, "sample the continuations", 2),  # the she/he contrast, continuations sampled
 }
 
 

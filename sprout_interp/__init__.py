@@ -12,7 +12,14 @@ from sprout_interp.circuits.composition import composition_scores, composition_t
 from sprout_interp.circuits.induction import find_induction_circuit
 from sprout_interp.circuits.knockout import block_knockout
 from sprout_interp.circuits.ov_circuit import full_ov_circuit, ov_copying_scores
-from sprout_interp.circuits.steering import steered, steered_generations, steering_effect, steering_layers, steering_vector
+from sprout_interp.circuits.steering import (
+    steered,
+    steered_generations,
+    steering_controls,
+    steering_effect,
+    steering_layers,
+    steering_vector,
+)
 from sprout_interp.core.errors import (
     AblationError,
     CheckpointNotFoundError,
@@ -55,7 +62,7 @@ __all__ = [
     "logit_lens", "trajectories", "TunedLens", "load_tuned_lens", "save_tuned_lens", "train_tuned_lens",
     "direct_logit_attribution", "head_token_effects", "patching", "metrics",
     "composition_scores", "composition_table", "full_ov_circuit", "ov_copying_scores",
-    "steering_vector", "steered", "steering_effect", "steering_layers", "steered_generations",
+    "steering_vector", "steered", "steering_effect", "steering_layers", "steering_controls", "steered_generations",
     "residual_rms", "attention_patterns", "head_scores", "find_induction_circuit",
     "ablate", "ablation_sweep", "attribution_sweep", "block_knockout", "compare_models",
     "SproutError", "AblationError", "CheckpointNotFoundError", "NotACheckpointError", "UnsafeCheckpointError",

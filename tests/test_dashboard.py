@@ -33,6 +33,7 @@ PAGES = {
     "compare": "views/compare.py",
     "positions": "views/positions.py",
     "patching": "views/patching.py",
+    "steering": "views/steering.py",
 }
 OWN_PATH = "a checkpoint folder or course .pt…"
 OWN_TEXT = "type your own…"
@@ -809,3 +810,45 @@ def test_no_path_box_flag_keeps_the_operators_model(monkeypatch):
     options = at.selectbox(key="model_choice").options
     assert OWN_PATH not in options and folder in options and at.session_state["model_choice"] == folder
     assert shape(grid(at)["z"])[0] == 2 and not at.sidebar.text_input  # gpt-1, and nowhere to type a path
+
+
+def test_steering_page_shows_the_librarys_numbers_and_samples_only_when_asked():
+    from sprout_interp.circuits import steering
+    from sprout_interp.circuits.metrics import LogitDiff
+
+    at = ok(app("steering").run())
+    specs = charts(at)
+    assert len(specs) == 2  # by block, by coefficient
+    assert "counted from 1" in specs[0]["layout"]["xaxis"]["title"]["text"]
+    m = si.load("gpt-4")
+    ex = steering.EXAMPLE
+    metric = LogitDiff(m.to_single_token(ex["answer"]), m.to_single_token(ex["wrong"]))
+    want = steering.steering_layers(m, list(ex["positive"]), list(ex["negative"]), ex["prompt"], 2.0, metric)
+    np.testing.assert_allclose(values(specs[0]["data"][0]["y"]), want["change"], atol=1e-5)
+    layer = int(want.loc[want["change"].abs().idxmax(), "layer"])  # the page opens on the block that steers most
+    assert at.session_state["steer_layer"] == layer
+    v = steering.steering_vector(m, list(ex["positive"]), list(ex["negative"]), layer)
+    eff = steering.steering_effect(m, ex["prompt"], v, layer, [2.0], metric)
+    shown_metrics = {x.label: x.value for x in at.metric}
+    assert shown_metrics["logit difference at coefficient 2"] == f"{eff['value'].item():.3f}"
+    assert not any("Steered" in str(d.value) for d in at.dataframe)
+    assert any("only when you ask" in c.value for c in at.caption)  # nothing sampled yet
+    assert at.query_params.get("block") in ([str(layer + 1)], str(layer + 1))
+    at.button(key="steer_generate_btn").click()
+    ok(at.run())
+    gens = at.dataframe[-1].value
+    assert gens["coeff"].tolist() == [-2.0, 0.0, 2.0]
+    lib = steering.steered_generations(m, ex["prompt"], v, layer, (-2.0, 0.0, 2.0), max_new_tokens=20, seed=0)
+    assert gens["continuation"].tolist() == lib["continuation"].tolist()
+
+
+def test_steering_page_says_what_is_missing_or_wrong():
+    at = app("steering")
+    at.session_state["steer_pos"] = "  \n "
+    at = at.run()
+    assert any("at least one text" in w.value for w in at.warning) and not at.exception
+    at = app("steering")
+    at.session_state["steer_answer"] = " Plaxworth"
+    at = at.run()
+    assert any("not one" in e.value for e in at.error) and not at.exception
+

@@ -195,3 +195,51 @@ def test_refusals_say_what_is_wrong(gpt4):
     for call, words in cases:
         with pytest.raises(si.SteeringError, match=words):
             call()
+
+
+def test_figures_draw_the_tables_and_say_their_convention(hooked):
+    from sprout_interp.plots.steering import steering_effect_figure, steering_layers_figure
+
+    torch.manual_seed(0)
+    pos, neg, text = torch.randint(0, 64, (3, 6)), torch.randint(0, 64, (3, 6)), torch.randint(0, 64, (1, 10))
+    layers = st.steering_layers(hooked, pos, neg, text, coeff=3.0)
+    fig = steering_layers_figure(layers)
+    assert list(fig.data[0].y) == pytest.approx(layers["change"].tolist())
+    assert list(fig.data[0].x) == ["block 1", "block 2"] and "counted from 1" in fig.layout.xaxis.title.text
+    v = st.steering_vector(hooked, pos, neg, 1)
+    eff = st.steering_effect(hooked, text, v, 1, (-1, 0, 1), LogProb(5))
+    loss = st.steering_effect(hooked, text, v, 1, (-1, 0, 1), "loss")
+    fig = steering_effect_figure(eff, loss)
+    assert [list(t.y) for t in fig.data] == [pytest.approx(eff["value"].tolist()), pytest.approx(loss["value"].tolist())]
+    assert fig.data[1].yaxis == "y2" and "block 2" in fig.layout.title.text
+    assert len(steering_effect_figure(eff).data) == 1
+
+
+@torch.no_grad()
+def test_controls_are_seeded_random_pushes_of_the_vectors_size(hooked):
+    torch.manual_seed(1)
+    pos, neg, text = torch.randint(0, 64, (3, 6)), torch.randint(0, 64, (3, 6)), torch.randint(0, 64, (2, 9))
+    v = st.steering_vector(hooked, pos, neg, 0)
+    df = st.steering_controls(hooked, text, v, 0, coeff=2.0, n=5, seed=7)
+    assert df["kind"].tolist() == ["steering"] + ["random"] * 5 and df["draw"].tolist() == [-1, 0, 1, 2, 3, 4]
+    assert df["added_norm"].tolist() == pytest.approx([2.0 * float(v.norm())] * 6, rel=1e-5)
+    assert df["value"].iloc[0] == pytest.approx(st.steering_effect(hooked, text, v, 0, [2.0])["value"].item())
+    gen = torch.Generator().manual_seed(7)
+    d = torch.randn(5, v.shape[0], generator=gen, dtype=torch.float64)[3]
+    d = (d / d.norm() * float(v.norm())).float()
+    assert df["value"].iloc[4] == pytest.approx(st.steering_effect(hooked, text, d, 0, [2.0])["value"].item(), abs=1e-6)
+    again = st.steering_controls(hooked, text, v, 0, coeff=2.0, n=5, seed=7)
+    assert again["value"].tolist() == df["value"].tolist()
+    assert df.attrs["random_abs_change_max"] == pytest.approx(df["change"].iloc[1:].abs().max())
+    with pytest.raises(si.SteeringError, match="at least one"):
+        st.steering_controls(hooked, text, v, 0, n=0)
+
+
+@torch.no_grad()
+def test_the_she_he_vector_moves_sprout_far_more_than_random_pushes_of_its_size():
+    m = si.load("sprout")
+    metric = LogitDiff(m.to_single_token(" she"), m.to_single_token(" he"))
+    v = st.steering_vector(m, POS, NEG, 5)
+    prompts = [PROMPT, "The teacher looked up and said that", "After a long silence the stranger said that"]
+    df = st.steering_controls(m, prompts, v, 5, coeff=2.0, metric=metric, n=8)
+    assert df["change"].iloc[0] > 3 * df.attrs["random_abs_change_max"], df

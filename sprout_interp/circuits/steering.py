@@ -16,6 +16,8 @@ model towards the property; a negative ``coeff`` moves it away.
   it equals ``method="naive"``, one full forward per coefficient with a hook (the loop one writes with
   ``run_with_hooks``; the tests check both against the chapter's own model code).
 - :func:`steering_layers` -- the same vector made and added at each layer in turn: where does it steer?
+- :func:`steering_controls` -- the same dose in random directions of the vector's norm: does the vector steer, or
+  does any push of that size move the metric?
 - :func:`steered_generations` -- the continuation of a prompt for each coefficient, with one seed for all.
 
 Sites: ``"resid_pre"`` (the stream entering block ``layer``) and ``"resid_post"`` (leaving it; the last block's
@@ -48,13 +50,25 @@ from sprout_interp.core.errors import SteeringError
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import HookedSprout, as_hooked, is_hooked
 
-__all__ = ["SITES", "READS", "steering_vector", "steered", "steering_effect", "steering_layers", "steered_generations"]
+__all__ = ["SITES", "READS", "EXAMPLE", "steering_vector", "steered", "steering_effect", "steering_layers", "steering_controls",
+           "steered_generations"]
 
 Site = Literal["resid_pre", "resid_post"]
 Read = Literal["last", "mean"]
+Number = Union[int, float]
+Coeffs = Union[Number, Sequence[Number]]
 SITES: tuple[str, ...] = ("resid_pre", "resid_post")
 READS: tuple[str, ...] = ("last", "mean")
 DEFAULT_COEFFS: tuple[float, ...] = (-4.0, -2.0, -1.0, 0.0, 1.0, 2.0, 4.0)
+# A contrast that differs in "She" / "He" alone, every pair ending on the same token, and a prompt that names no
+# one's sex: the docs' and the dashboard's example (the metric: logit[answer] - logit[wrong] after the prompt)
+EXAMPLE = dict(
+    positive=("She said that", "She was tired, and", "Then she told them that", "She looked at the door and"),
+    negative=("He said that", "He was tired, and", "Then he told them that", "He looked at the door and"),
+    prompt="When the doctor came in, the nurse said that",
+    answer=" she",
+    wrong=" he",
+)
 _TOKENS_PER_FORWARD = 4096  # the steered copies of a batch run together up to about this many tokens
 
 
@@ -183,7 +197,7 @@ def steered(
     model,
     vector,
     layer: int,
-    coeff: float = 1.0,
+    coeff: Number = 1.0,
     site: Site = "resid_pre",
     positions: Optional[Sequence[int]] = None,
 ) -> Iterator[HookedSprout]:
@@ -257,7 +271,7 @@ def steering_effect(
     input,
     vector,
     layer: int,
-    coeffs: Union[float, Sequence[float]] = DEFAULT_COEFFS,
+    coeffs: Coeffs = DEFAULT_COEFFS,
     metric: MetricLike = "loss",
     site: Site = "resid_pre",
     positions: Optional[Sequence[int]] = None,
@@ -311,7 +325,7 @@ def steering_layers(
     positive,
     negative,
     input,
-    coeff: float = 4.0,
+    coeff: Number = 4.0,
     metric: MetricLike = "loss",
     site: Site = "resid_pre",
     read: Read = "last",
@@ -350,16 +364,56 @@ def steering_layers(
     return out
 
 
+def steering_controls(
+    model,
+    input,
+    vector,
+    layer: int,
+    coeff: Number = 4.0,
+    metric: MetricLike = "loss",
+    site: Site = "resid_pre",
+    positions: Optional[Sequence[int]] = None,
+    n: int = 8,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """The steering vector beside ``n`` random directions of its norm (uniform on the sphere, from ``seed``), each
+    added ``coeff`` times at the same hook: the specificity check. A vector that carries a property moves its
+    metric far more than random pushes of the same size, which mostly just add damage.
+
+    Returns:
+        A DataFrame, one row for the vector (``kind="steering"``, ``draw=-1``) then one per draw (``kind="random"``,
+        ``draw`` 0..n-1): ``kind, draw, coeff, metric, value, clean, change, added_norm``; ``attrs``: layer, block,
+        site, seed, and ``random_abs_change_max``, the largest ``|change|`` of the draws.
+    """
+    model = as_hooked(model)
+    layer = _layer(model, layer, site)
+    v = _vector(model, vector)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise SteeringError(f"n={n!r}: at least one random direction")
+    gen = torch.Generator().manual_seed(int(seed))
+    draws = torch.randn(n, v.shape[0], generator=gen, dtype=torch.float64)
+    draws = (draws / draws.norm(dim=1, keepdim=True) * float(v.float().norm())).to(v)
+    rows = []
+    for i, d in enumerate([v, *draws]):
+        df = steering_effect(model, input, d, layer, [coeff], metric, site, positions)
+        rows.append(df.assign(kind="steering" if i == 0 else "random", draw=i - 1))
+    out = pd.concat(rows, ignore_index=True)[["kind", "draw", "coeff", "metric", "value", "clean", "change",
+                                              "added_norm"]]
+    out.attrs.update(layer=layer, block=layer + 1, site=site, seed=seed, units=rows[0].attrs["units"],
+                     random_abs_change_max=float(out.loc[out["kind"] == "random", "change"].abs().max()))
+    return out
+
+
 def steered_generations(
     model,
     prompt: str,
     vector,
     layer: int,
-    coeffs: Union[float, Sequence[float]] = (-4.0, 0.0, 4.0),
+    coeffs: Coeffs = (-4.0, 0.0, 4.0),
     site: Site = "resid_pre",
     positions: Optional[Sequence[int]] = None,
     max_new_tokens: int = 24,
-    temperature: float = 0.8,
+    temperature: Number = 0.8,
     seed: int = 0,
 ) -> pd.DataFrame:
     """The continuation of ``prompt`` under each coefficient, sampled with the same ``seed`` (so the coefficient

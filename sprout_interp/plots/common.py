@@ -9,7 +9,13 @@ from typing import Optional
 
 import plotly.graph_objects as go
 
-__all__ = ["PLOTLY_JS", "escape_label", "figures_html", "plotly_js", "save_figure", "show_token"]
+__all__ = ["PLOTLY_JS", "escape_label", "figures_html", "plotly_js", "save_figure", "show_token", "title_below_toolbar"]
+
+
+def title_below_toolbar(text: str) -> dict:
+    """A title just above the plot area, below the band where the chart's toolbar appears (a half-width chart's
+    title would otherwise run under the toolbar)."""
+    return dict(text=text, x=0, xref="paper", xanchor="left", y=1, yref="paper", yanchor="bottom", pad=dict(b=10))
 
 
 def escape_label(s: str) -> str:

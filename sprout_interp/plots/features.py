@@ -12,15 +12,9 @@ from typing import Optional, Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from sprout_interp.plots.common import show_token
+from sprout_interp.plots.common import show_token, title_below_toolbar
 
 __all__ = ["activation_histogram", "logit_effect_chart", "context_html", "contexts_html", "quality_chart"]
-
-
-def _title(text: str) -> dict:
-    """A title just above the plot area, below the band where the chart's toolbar appears (a half-width chart's
-    title would otherwise run under the toolbar)."""
-    return dict(text=text, x=0, xref="paper", xanchor="left", y=1, yref="paper", yanchor="bottom", pad=dict(b=10))
 
 
 def activation_histogram(summary, title: Optional[str] = None) -> go.Figure:
@@ -30,7 +24,7 @@ def activation_histogram(summary, title: Optional[str] = None) -> go.Figure:
                            width=[b - a for a, b in zip(h["left"], h["right"])], marker_color="#d95f02",
                            hovertemplate="activation %{x:.2f}<br>%{y} tokens<extra></extra>"))
     fig.update_layout(
-        title=_title(title or (f"feature {summary.feature}, layer {summary.layer} (block {summary.block}): activations "
+        title=title_below_toolbar(title or (f"feature {summary.feature}, layer {summary.layer} (block {summary.block}): activations "
                                f"when on ({summary.frequency:.2%} of {summary.n_tokens:,} tokens)")),
         xaxis_title="activation (SAE units)", yaxis_title="tokens", bargap=0, height=340,
         margin=dict(l=50, r=20, t=70, b=40))
@@ -46,7 +40,7 @@ def logit_effect_chart(summary, title: Optional[str] = None) -> go.Figure:
                            marker_color=["#1b9e77" if v > 0 else "#7570b3" for v in vals],
                            customdata=toks, hovertemplate="%{customdata}: %{x:+.3f} logits<extra></extra>"))
     fig.update_layout(
-        title=_title(title or f"feature {summary.feature} (layer {summary.layer}, block {summary.block}): W_dec · W_U"),
+        title=title_below_toolbar(title or f"feature {summary.feature} (layer {summary.layer}, block {summary.block}): W_dec · W_U"),
         xaxis_title="logit per unit of activation", height=max(320, 22 * len(vals) + 100),
         yaxis=dict(tickmode="array", tickvals=list(range(len(vals))), ticktext=toks),
         margin=dict(l=110, r=20, t=70, b=40))
