@@ -48,6 +48,17 @@ def test_readme_patching_example_runs():
 
 
 @pytest.mark.integration
+def test_readme_steering_example_runs_and_the_vector_beats_random_pushes():
+    lines = run_block("### Activation steering").strip().splitlines()
+    assert lines[0].split() == ["coeff", "value", "change"]
+    changes = [float(line.split()[-1]) for line in lines[1:4]]
+    assert changes[0] < 0 == changes[1] < changes[2]  # minus the vector: more " he"; plus it: more " she"
+    vec, rnd = (float(x) for x in re.search(r"vector ([-+0-9.]+) nats, random at most ([0-9.]+)", lines[4]).groups())
+    assert vec > 2 * rnd
+    assert lines[5].startswith("Once upon a time, the old doctor")
+
+
+@pytest.mark.integration
 def test_readme_tuned_lens_example_runs():
     lines = run_block("### Tuned lens").splitlines()
     assert lines[0].startswith("logit") and lines[1].startswith("tuned") and "'tuned'" in lines[2]
