@@ -191,6 +191,7 @@ def test_refusals_say_what_is_wrong(gpt4):
         (lambda: st.steering_effect(gpt4, PROMPT, v, 0, method="slow"), "method="),
         (lambda: st.steering_layers(gpt4, POS, NEG, PROMPT, layers=[]), "layers is empty"),
         (lambda: st.steered_generations(gpt4, "", v, 0), "prompt"),
+        (lambda: st.steered(gpt4, v, 0, positions=[-1]).__enter__(), "count from 0"),
     ]
     for call, words in cases:
         with pytest.raises(si.SteeringError, match=words):
@@ -243,3 +244,15 @@ def test_the_she_he_vector_moves_sprout_far_more_than_random_pushes_of_its_size(
     prompts = [PROMPT, "The teacher looked up and said that", "After a long silence the stranger said that"]
     df = st.steering_controls(m, prompts, v, 5, coeff=2.0, metric=metric, n=8)
     assert df["change"].iloc[0] > 3 * df.attrs["random_abs_change_max"], df
+
+
+@torch.no_grad()
+def test_a_float64_model_is_steered_in_float64(tiny_model):
+    m = si.HookedSprout(tiny_model.double())
+    torch.manual_seed(2)
+    pos, neg, text = torch.randint(0, 64, (2, 5)), torch.randint(0, 64, (2, 5)), torch.randint(0, 64, (1, 12))
+    v = st.steering_vector(m, pos, neg, 1, site="resid_post")
+    assert v.dtype == torch.float64
+    a = st.steering_effect(m, text, v, 1, (-3.0, 2.0), LogProb(7), site="resid_post")
+    b = st.steering_effect(m, text, v, 1, (-3.0, 2.0), LogProb(7), site="resid_post", method="naive")
+    assert a["value"].tolist() == pytest.approx(b["value"].tolist(), abs=1e-12)

@@ -170,14 +170,14 @@ def steering_vector(
         read: ``"last"`` reads each text's last real token (what the next token is predicted from), ``"mean"``
             averages over its real tokens.
     Returns:
-        ``(d_model,)``, in the stream's units at that hook point (float32 on the model's device).
+        ``(d_model,)``, in the stream's units and dtype at that hook point, on the model's device.
     """
     model = as_hooked(model)
     layer = _layer(model, layer, site)
     name = act_name(site, layer)
     with model.lock:
         pos, neg = _streams(model, positive, [name], read), _streams(model, negative, [name], read)
-    return (pos[name] - neg[name]).float()
+    return pos[name] - neg[name]
 
 
 def _adder(vector: Tensor, coeff: float, positions: Optional[Sequence[int]]):
@@ -210,6 +210,9 @@ def steered(
     v = _vector(model, vector)
     (c,) = _coeffs([coeff])
     if positions is not None:
+        if any(isinstance(p, int) and p < 0 for p in ([positions] if isinstance(positions, int) else positions)):
+            raise SteeringError("steered() positions count from 0 in each forward's input; a negative position would "
+                                "move with the input's length (generation): pass 0-based positions")
         positions = _positions(positions, model.cfg.n_ctx)
     with model.hooks(fwd_hooks=[(act_name(site, layer), _adder(v, c, positions))]):
         yield model
