@@ -69,6 +69,7 @@ EXAMPLE = dict(
     answer=" she",
     wrong=" he",
 )
+_UNITS = "value, clean, change: the metric's own units; added_norm: |coeff| x the vector's L2 norm"
 _TOKENS_PER_FORWARD = 4096  # the steered copies of a batch run together up to about this many tokens
 
 
@@ -134,14 +135,20 @@ def _read(x: Float[Tensor, "batch pos d_model"], mask: Optional[Tensor], read: s
     return (x * w).sum(1) / w.sum(1).clamp(min=1)
 
 
-def _streams(model: HookedSprout, texts, names: list[str], read: str) -> dict[str, Tensor]:
-    """The mean over ``texts`` (a text, a list of texts, or ids) of the stream at each hook in ``names``."""
+def _cache_upto(model: HookedSprout, toks: Tensor, names: list[str], last_layer: int) -> dict[str, Tensor]:
+    """The activations at ``names`` (hooks of blocks up to ``last_layer``), running no block after that one."""
+    upto = {"stop_at_layer": last_layer + 1} if last_layer + 1 < model.cfg.n_layers else {"return_type": None}
+    with torch.no_grad():
+        return model.run_with_cache(toks, names_filter=names, return_cache_object=False, **upto)[1]
+
+
+def _streams(model: HookedSprout, texts, layers: list[int], site: str, read: str) -> dict[int, Tensor]:
+    """The mean over ``texts`` (a text, a list of texts, or ids) of the stream at ``site`` of each of ``layers``."""
     if read not in READS:
         raise SteeringError(f"read={read!r}: one of {READS} (the last real token, or the mean over real tokens)")
     toks, mask = model.prepare_input(texts)
-    with torch.no_grad():
-        _, cache = model.run_with_cache(toks, names_filter=names, return_type=None, return_cache_object=False)
-    return {n: _read(cache[n], mask, read).mean(0) for n in names}
+    cache = _cache_upto(model, toks, [act_name(site, l) for l in layers], max(layers))
+    return {l: _read(cache[act_name(site, l)], mask, read).mean(0) for l in layers}
 
 
 def _stream_norm(x: Tensor, mask: Optional[Tensor]) -> float:
@@ -174,10 +181,9 @@ def steering_vector(
     """
     model = as_hooked(model)
     layer = _layer(model, layer, site)
-    name = act_name(site, layer)
     with model.lock:
-        pos, neg = _streams(model, positive, [name], read), _streams(model, negative, [name], read)
-    return pos[name] - neg[name]
+        pos, neg = _streams(model, positive, [layer], site, read), _streams(model, negative, [layer], site, read)
+    return pos[layer] - neg[layer]
 
 
 def _adder(vector: Tensor, coeff: float, positions: Optional[Sequence[int]]):
@@ -222,34 +228,33 @@ def steered(
 # effects
 
 
-def _naive_values(model: HookedSprout, toks: Tensor, bound: BoundMetric, v: Tensor, layer: int, site: str,
-                  coeffs: list[float], pos: Optional[list[int]]) -> list[float]:
+def _naive_values(model: HookedSprout, toks: Tensor, bound: BoundMetric, adds: Tensor, layer: int, site: str,
+                  pos: Optional[list[int]]) -> list[float]:
     read = read_positions(bound, toks.shape[1])
     out = []
-    for c in coeffs:
-        hook = [(act_name(site, layer), _adder(v, c, pos))]
+    for add in adds:
         with torch.no_grad():
-            logits = model.run_with_hooks(toks, fwd_hooks=hook)
+            logits = model.run_with_hooks(toks, fwd_hooks=[(act_name(site, layer), _adder(add, 1.0, pos))])
         out.append(float(metric_from_read_logits(bound, logits[:, read], read)[0]))
     return out
 
 
-def _fast_values(model: HookedSprout, resid: Tensor, bound: BoundMetric, v: Tensor, start: int,
-                 coeffs: list[float], pos: Optional[list[int]]) -> list[float]:
-    """The metric for each coefficient, from the stream entering block ``start`` (``n_layers``: the final stream)."""
+def _fast_values(model: HookedSprout, resid: Tensor, bound: BoundMetric, adds: Tensor, start: int,
+                 pos: Optional[list[int]]) -> list[float]:
+    """The metric with each row of ``adds`` ``(G, d_model)`` added to the stream ``resid`` entering block ``start``
+    (``n_layers``: the final stream), the rows batched."""
     L = model.cfg.n_layers
-    B, T, _ = resid.shape
+    B, T, C = resid.shape
     at = trimmed_positions(model, bound, T) if start < L else None
     per = max(1, _TOKENS_PER_FORWARD // max(1, B * T))
     sel = slice(None) if pos is None else pos
     out: list[float] = []
     with torch.no_grad():
-        for i in range(0, len(coeffs), per):
-            group = coeffs[i : i + per]
-            G = len(group)
+        for i in range(0, adds.shape[0], per):
+            group = adds[i : i + per].to(resid)
+            G = group.shape[0]
             x = resid.repeat(G, 1, 1)
-            add = torch.tensor(group, dtype=resid.dtype, device=resid.device).repeat_interleave(B)[:, None]
-            x[:, sel] += (add * v.to(resid))[:, None, :]
+            x.view(G, B, T, C)[:, :, sel] += group[:, None, None, :]
             if start < L:
                 stop = L if at is None else L - 1  # with `at`, the last block runs only where the metric reads
                 if start < stop:
@@ -260,12 +265,33 @@ def _fast_values(model: HookedSprout, resid: Tensor, bound: BoundMetric, v: Tens
     return out
 
 
+def _measure(model: HookedSprout, input, adds: Tensor, layer: int, site: str, metric, positions, attention_mask,
+             method: str) -> tuple[list[float], float, str, str]:
+    """(the metric unsteered and then with each row of ``adds`` added, the stream's mean norm there, the metric's
+    name, the method used)."""
+    if method not in ("fast", "naive"):
+        raise SteeringError(f"method={method!r}: 'fast' or 'naive'")
+    toks, mask = model.prepare_input(input, attention_mask)
+    pos = _positions(positions, toks.shape[1])
+    bound = bind_metric(metric, toks, mask)
+    name = act_name(site, layer)
+    adds = torch.cat([torch.zeros_like(adds[:1]), adds])  # row 0: the unsteered model
+    with model.lock:
+        hooked = any(is_hooked(hp) for hp in model.hook_dict.values())
+        resid = _cache_upto(model, toks, [name], layer)[name]  # the blocks after the steered one never run clean
+        used = "naive" if method == "naive" or hooked else "fast"
+        if used == "fast":
+            values = _fast_values(model, resid, bound, adds, layer if site == "resid_pre" else layer + 1, pos)
+        else:
+            values = _naive_values(model, toks, bound, adds, layer, site, pos)
+    return values, _stream_norm(resid, mask), bound.name, used
+
+
 def _effect_frame(coeffs, values, clean: float, name: str, added, stream_norm: float, **attrs) -> pd.DataFrame:
     df = pd.DataFrame({"coeff": coeffs, "metric": name, "value": values, "clean": clean,
                        "change": [v - clean for v in values], "added_norm": added, "stream_norm": stream_norm})
     df.attrs.update(attrs)
-    df.attrs["units"] = ("value, clean, change: the metric's own units; added_norm: |coeff| x the vector's L2 norm; "
-                         "stream_norm: the stream's mean L2 norm over real tokens at the steered hook, on this input")
+    df.attrs["units"] = _UNITS + "; stream_norm: the stream's mean L2 norm over real tokens at the steered hook, on this input"
     return df
 
 
@@ -301,25 +327,11 @@ def steering_effect(
     layer = _layer(model, layer, site)
     v = _vector(model, vector)
     cs = _coeffs(coeffs)
-    if method not in ("fast", "naive"):
-        raise SteeringError(f"method={method!r}: 'fast' or 'naive'")
-    toks, mask = model.prepare_input(input, attention_mask)
-    pos = _positions(positions, toks.shape[1])
-    bound = bind_metric(metric, toks, mask)
-    start = layer if site == "resid_pre" else layer + 1
-    name = act_name(site, layer)
-    with model.lock:
-        hooked = any(is_hooked(hp) for hp in model.hook_dict.values())
-        with torch.no_grad():
-            _, cache = model.run_with_cache(toks, names_filter=[name], return_type=None, return_cache_object=False)
-        resid = cache[name]
-        used = "naive" if method == "naive" or hooked else "fast"
-        if used == "fast":
-            values = _fast_values(model, resid, bound, v, start, [0.0] + cs, pos)
-        else:
-            values = _naive_values(model, toks, bound, v, layer, site, [0.0] + cs, pos)
+    adds = torch.tensor(cs, dtype=v.dtype, device=v.device)[:, None] * v
+    values, stream_norm, name, used = _measure(model, input, adds, layer, site, metric, positions, attention_mask,
+                                               method)
     norm = float(v.float().norm())
-    return _effect_frame(cs, values[1:], values[0], bound.name, [abs(c) * norm for c in cs], _stream_norm(resid, mask),
+    return _effect_frame(cs, values[1:], values[0], name, [abs(c) * norm for c in cs], stream_norm,
                          layer=layer, block=layer + 1, site=site, method=used, vector_norm=norm)
 
 
@@ -351,14 +363,11 @@ def steering_layers(
     layers = list(range(L)) if layers is None else [_layer(model, l, site) for l in layers]
     if not layers:
         raise SteeringError("layers is empty: pass None for every layer")
-    for l in layers:
-        _layer(model, l, site)
-    names = [act_name(site, l) for l in layers]
     with model.lock:
-        pos_m, neg_m = _streams(model, positive, names, read), _streams(model, negative, names, read)
+        pos_m, neg_m = _streams(model, positive, layers, site, read), _streams(model, negative, layers, site, read)
         rows = []
-        for l, n in zip(layers, names):
-            df = steering_effect(model, input, pos_m[n] - neg_m[n], l, [coeff], metric, site, positions, method=method)
+        for l in layers:
+            df = steering_effect(model, input, pos_m[l] - neg_m[l], l, [coeff], metric, site, positions, method=method)
             rows.append(df.assign(layer=l, block=l + 1, vector_norm=df.attrs["vector_norm"]))
     out = pd.concat(rows, ignore_index=True)[["layer", "block", "coeff", "metric", "value", "clean", "change",
                                               "vector_norm", "added_norm", "stream_norm"]]
@@ -396,14 +405,15 @@ def steering_controls(
     gen = torch.Generator().manual_seed(int(seed))
     draws = torch.randn(n, v.shape[0], generator=gen, dtype=torch.float64)
     draws = (draws / draws.norm(dim=1, keepdim=True) * float(v.float().norm())).to(v)
-    rows = []
-    for i, d in enumerate([v, *draws]):
-        df = steering_effect(model, input, d, layer, [coeff], metric, site, positions)
-        rows.append(df.assign(kind="steering" if i == 0 else "random", draw=i - 1))
-    out = pd.concat(rows, ignore_index=True)[["kind", "draw", "coeff", "metric", "value", "clean", "change",
-                                              "added_norm"]]
-    out.attrs.update(layer=layer, block=layer + 1, site=site, seed=seed, units=rows[0].attrs["units"],
-                     random_abs_change_max=float(out.loc[out["kind"] == "random", "change"].abs().max()))
+    (c,) = _coeffs([coeff])
+    values, _, name, _ = _measure(model, input, c * torch.cat([v[None], draws]), layer, site, metric, positions,
+                                  None, "fast")
+    out = pd.DataFrame({"kind": ["steering"] + ["random"] * n, "draw": list(range(-1, n)), "coeff": c, "metric": name,
+                        "value": values[1:], "clean": values[0], "change": [x - values[0] for x in values[1:]],
+                        "added_norm": abs(c) * float(v.float().norm())})
+    out.attrs.update(layer=layer, block=layer + 1, site=site, seed=seed,
+                     units=_UNITS,
+                     random_abs_change_max=float(out["change"].iloc[1:].abs().max()))
     return out
 
 
