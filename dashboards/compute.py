@@ -345,12 +345,20 @@ def steering_layers(_m, key: str, positive: tuple, negative: tuple, prompt: str,
 
 
 @st.cache_data(**_CACHE)
+def steering_vector(_m, key: str, positive: tuple, negative: tuple, layer: int):
+    """The contrast's vector entering block ``layer``: shared by the coefficient sweep and the continuations."""
+    from sprout_interp.circuits import steering
+
+    return steering.steering_vector(_m, list(positive), list(negative), layer)
+
+
+@st.cache_data(**_CACHE)
 def steering_effect(_m, key: str, positive: tuple, negative: tuple, prompt: str, answer: str, wrong: str,
                     layer: int, coeffs: tuple, text: str):
     """(the logit difference on the prompt, the loss on ``text``), each by coefficient, steered at ``layer``."""
     from sprout_interp.circuits import steering
 
-    v = steering.steering_vector(_m, list(positive), list(negative), layer)
+    v = steering_vector(_m, key, positive, negative, layer)
     effect = steering.steering_effect(_m, prompt, v, layer, coeffs, _logit_diff(_m, answer, wrong))
     loss = steering.steering_effect(_m, tokens(_m, text), v, layer, coeffs, "loss")
     return effect, loss
@@ -361,7 +369,7 @@ def steered_generations(_m, key: str, positive: tuple, negative: tuple, prompt: 
     """The prompt's continuation under each coefficient, one seed for all."""
     from sprout_interp.circuits import steering
 
-    v = steering.steering_vector(_m, list(positive), list(negative), layer)
+    v = steering_vector(_m, key, positive, negative, layer)
     return steering.steered_generations(_m, prompt, v, layer, coeffs, max_new_tokens=20, seed=0)
 
 

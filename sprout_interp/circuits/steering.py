@@ -265,32 +265,46 @@ def _fast_values(model: HookedSprout, resid: Tensor, bound: BoundMetric, adds: T
     return out
 
 
-def _measure(model: HookedSprout, input, adds: Tensor, layer: int, site: str, metric, positions, attention_mask,
-             method: str) -> tuple[list[float], float, str, str]:
-    """(the metric unsteered and then with each row of ``adds`` added, the stream's mean norm there, the metric's
-    name, the method used)."""
+def _measure(model: HookedSprout, input, adds: dict[int, Tensor], site: str, metric, positions, attention_mask,
+             method: str) -> tuple[dict[int, tuple[list[float], float]], str, str]:
+    """For each layer of ``adds``: (the metric unsteered and then with each row of ``adds[layer]`` added at that layer,
+    the stream's mean norm there); the metric's name; the method used. The input's clean stream is run once, up to
+    the last of the layers."""
     if method not in ("fast", "naive"):
         raise SteeringError(f"method={method!r}: 'fast' or 'naive'")
     toks, mask = model.prepare_input(input, attention_mask)
     pos = _positions(positions, toks.shape[1])
     bound = bind_metric(metric, toks, mask)
-    name = act_name(site, layer)
-    adds = torch.cat([torch.zeros_like(adds[:1]), adds])  # row 0: the unsteered model
+    names = {l: act_name(site, l) for l in adds}
+    out = {}
     with model.lock:
         hooked = any(is_hooked(hp) for hp in model.hook_dict.values())
-        resid = _cache_upto(model, toks, [name], layer)[name]  # the blocks after the steered one never run clean
+        cache = _cache_upto(model, toks, list(names.values()), max(adds))  # no block after the last one runs clean
         used = "naive" if method == "naive" or hooked else "fast"
-        if used == "fast":
-            values = _fast_values(model, resid, bound, adds, layer if site == "resid_pre" else layer + 1, pos)
-        else:
-            values = _naive_values(model, toks, bound, adds, layer, site, pos)
-    return values, _stream_norm(resid, mask), bound.name, used
+        for l, rows in adds.items():
+            rows = torch.cat([torch.zeros_like(rows[:1]), rows])  # row 0: the unsteered model
+            resid = cache[names[l]]
+            if used == "fast":
+                values = _fast_values(model, resid, bound, rows, l if site == "resid_pre" else l + 1, pos)
+            else:
+                values = _naive_values(model, toks, bound, rows, l, site, pos)
+            out[l] = (values, _stream_norm(resid, mask))
+    return out, bound.name, used
 
 
-def _effect_frame(coeffs, values, clean: float, name: str, added, stream_norm: float, **attrs) -> pd.DataFrame:
-    df = pd.DataFrame({"coeff": coeffs, "metric": name, "value": values, "clean": clean,
-                       "change": [v - clean for v in values], "added_norm": added, "stream_norm": stream_norm})
-    df.attrs.update(attrs)
+def _scaled(v: Tensor, coeffs: list[float]) -> Tensor:
+    """``(len(coeffs), d_model)``: each coefficient times the vector, the rows :func:`_measure` adds."""
+    return torch.tensor(coeffs, dtype=v.dtype, device=v.device)[:, None] * v
+
+
+def _effect_frame(v: Tensor, coeffs: list[float], values: list[float], stream_norm: float, name: str,
+                  **attrs) -> pd.DataFrame:
+    """One row per coefficient from :func:`_measure`'s values (the first: the unsteered model)."""
+    clean, norm = values[0], float(v.float().norm())
+    df = pd.DataFrame({"coeff": coeffs, "metric": name, "value": values[1:], "clean": clean,
+                       "change": [x - clean for x in values[1:]], "added_norm": [abs(c) * norm for c in coeffs],
+                       "stream_norm": stream_norm})
+    df.attrs.update(attrs, block=attrs["layer"] + 1, vector_norm=norm)
     df.attrs["units"] = _UNITS + "; stream_norm: the stream's mean L2 norm over real tokens at the steered hook, on this input"
     return df
 
@@ -327,12 +341,9 @@ def steering_effect(
     layer = _layer(model, layer, site)
     v = _vector(model, vector)
     cs = _coeffs(coeffs)
-    adds = torch.tensor(cs, dtype=v.dtype, device=v.device)[:, None] * v
-    values, stream_norm, name, used = _measure(model, input, adds, layer, site, metric, positions, attention_mask,
-                                               method)
-    norm = float(v.float().norm())
-    return _effect_frame(cs, values[1:], values[0], name, [abs(c) * norm for c in cs], stream_norm,
-                         layer=layer, block=layer + 1, site=site, method=used, vector_norm=norm)
+    measured, name, used = _measure(model, input, {layer: _scaled(v, cs)}, site, metric, positions, attention_mask,
+                                    method)
+    return _effect_frame(v, cs, *measured[layer], name, layer=layer, site=site, method=used)
 
 
 def steering_layers(
@@ -363,12 +374,14 @@ def steering_layers(
     layers = list(range(L)) if layers is None else [_layer(model, l, site) for l in layers]
     if not layers:
         raise SteeringError("layers is empty: pass None for every layer")
+    (c,) = _coeffs([coeff])
     with model.lock:
         pos_m, neg_m = _streams(model, positive, layers, site, read), _streams(model, negative, layers, site, read)
-        rows = []
-        for l in layers:
-            df = steering_effect(model, input, pos_m[l] - neg_m[l], l, [coeff], metric, site, positions, method=method)
-            rows.append(df.assign(layer=l, block=l + 1, vector_norm=df.attrs["vector_norm"]))
+        vectors = {l: pos_m[l] - neg_m[l] for l in layers}
+        measured, name, used = _measure(model, input, {l: _scaled(v, [c]) for l, v in vectors.items()}, site, metric,
+                                        positions, None, method)
+    rows = [_effect_frame(vectors[l], [c], *measured[l], name, layer=l, site=site, method=used) for l in layers]
+    rows = [df.assign(layer=l, block=l + 1, vector_norm=df.attrs["vector_norm"]) for l, df in zip(layers, rows)]
     out = pd.concat(rows, ignore_index=True)[["layer", "block", "coeff", "metric", "value", "clean", "change",
                                               "vector_norm", "added_norm", "stream_norm"]]
     out.attrs.update(site=site, read=read, units=rows[0].attrs["units"] + "; vector_norm: the L2 norm of that layer's "
@@ -406,8 +419,9 @@ def steering_controls(
     draws = torch.randn(n, v.shape[0], generator=gen, dtype=torch.float64)
     draws = (draws / draws.norm(dim=1, keepdim=True) * float(v.float().norm())).to(v)
     (c,) = _coeffs([coeff])
-    values, _, name, _ = _measure(model, input, c * torch.cat([v[None], draws]), layer, site, metric, positions,
-                                  None, "fast")
+    measured, name, _ = _measure(model, input, {layer: c * torch.cat([v[None], draws])}, site, metric, positions,
+                                 None, "fast")
+    values = measured[layer][0]
     out = pd.DataFrame({"kind": ["steering"] + ["random"] * n, "draw": list(range(-1, n)), "coeff": c, "metric": name,
                         "value": values[1:], "clean": values[0], "change": [x - values[0] for x in values[1:]],
                         "added_norm": abs(c) * float(v.float().norm())})
