@@ -18,6 +18,7 @@ pages = [
     st.Page("views/patching.py", title="Patching / circuits"),
     st.Page("views/steering.py", title="Steering"),
     st.Page("views/features.py", title="Features"),
+    st.Page("views/neurons.py", title="Neurons"),
     st.Page("views/compare.py", title="Compare models"),
     st.Page("views/positions.py", title="Positions (RoPE)"),
 ]

@@ -432,3 +432,74 @@ def text_features(_m, key: str, text: str, layer: int):
 def feature_descriptions(_m, key: str, layer: int, features: tuple) -> dict:
     """{feature: its automatic description} for a few latents."""
     return {f: feature_page(_m, key, layer, f).description for f in features}
+
+
+# -- neurons ----------------------------------------------------------------------------------
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def neuron_index(_m, key: str, layer: int):
+    """One layer's neuron activations at every held-out token (96 windows of 128 tokens), shared by its pages."""
+    from sprout_interp.features.neurons import index_neurons
+
+    return index_neurons(_m, layer)
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def neuron_page(_m, key: str, layer: int, neuron: int):
+    """One neuron's page (NeuronSummary) on the held-out sample."""
+    from sprout_interp.features.neurons import neuron_summary
+
+    return neuron_summary(_m, layer, neuron, neuron_index(_m, key, layer))
+
+
+@st.cache_data(**_CACHE)
+def neuron_table(_m, key: str, layer: int):
+    """Every neuron of the layer: its statistics on the held-out sample."""
+    from sprout_interp.features.neurons import neuron_table as table
+
+    return table(neuron_index(_m, key, layer))
+
+
+@st.cache_data(**_CACHE)
+def neurons_for_token(_m, key: str, layer: int, token: str):
+    """The neurons most selective for a token (a string that is one token) in the held-out sample."""
+    from sprout_interp.features.neurons import neurons_for_token as search
+
+    return search(neuron_index(_m, key, layer), token, n=15, model=_m)
+
+
+@st.cache_data(**_CACHE)
+def top_prediction(_m, key: str, text: str, pos: int) -> str:
+    """The model's most likely next token at ``pos`` of the text."""
+    return _m.to_string([int(_m(tokens(_m, text))[0, pos].argmax())])
+
+
+@st.cache_data(**_CACHE)
+def neuron_attribution(_m, key: str, text: str, pos: int, answer: str, wrong: str, top: int = 20):
+    """The ``top`` neurons by direct effect on ``logit[answer] - logit[wrong]`` (``wrong`` "" = the logit alone)."""
+    from sprout_interp.features.neurons import neuron_attribution as attribution
+
+    return attribution(_m, tokens(_m, text), answer, wrong or None, pos=pos, top=top)
+
+
+@st.cache_data(**_CACHE)
+def neuron_on_text(_m, key: str, text: str, layer: int, neuron: int):
+    """One neuron's activation at every token of the text."""
+    from sprout_interp.features.neurons import neuron_on_text as on_text
+
+    return on_text(_m, tokens(_m, text), layer, neuron)
+
+
+@st.cache_data(**_CACHE)
+def neuron_ablation(_m, key: str, text: str, layer: int, neuron: int, kind: str, pos: int, answer: str, wrong: str):
+    """(the loss on the text, the logit difference at ``pos``), each with the neuron ablated beside clean."""
+    from sprout_interp.circuits.attribution import token_id
+    from sprout_interp.circuits.metrics import LogitDiff, LogProb
+    from sprout_interp.features.neurons import ablate_neurons
+
+    toks = tokens(_m, text)
+    loss = ablate_neurons(_m, toks, [(layer, neuron)], kind=kind)
+    a = token_id(_m, answer)
+    metric = LogitDiff(a, token_id(_m, wrong), pos=pos) if wrong else LogProb(a, pos=pos)
+    return loss, ablate_neurons(_m, toks, [(layer, neuron)], kind=kind, metric=metric)

@@ -14,6 +14,9 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlencode
+
+from sprout_model.evaluation import NAME_TEXTS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import browser  # noqa: E402
@@ -30,6 +33,9 @@ PAGES = {
     "positions": ("/positions?qk=model", 3, None, 3),  # a real head beside the random demo
     "features": ("/features?layer=1&feature=2899", 2, None, 2),  # the name feature's page (README, "Features")
     "steering": ("/steering", 2, "sample the continuations", 2),  # the she/he contrast, continuations sampled
+    # the notebook-07 question: the neurons voting against the second " Mars" of "Quillon Marsk" (README, "Neurons")
+    "neurons": ("/neurons?" + urlencode({"text": dict(NAME_TEXTS)["Quillon Marsk"], "pos": 54, "answer": " Mars",
+                                         "wrong": " had"}), 3, None, 3),
 }
 
 

@@ -48,6 +48,7 @@ from sprout_interp.core.errors import (
 )
 from sprout_interp.core.hooked import HookedSprout, SproutCache, load_hooked
 from sprout_interp.core.loading import LoadedCheckpoint, load_checkpoint
+from sprout_interp.features import neurons  # si.neurons.neuron_attribution(m, text, " Pl"), si.neurons.neuron_summary(...)
 from sprout_interp.lens.logit_lens import (
     logit_lens,  # the function; the module: `from sprout_interp.lens.logit_lens import ...`
     trajectories,
@@ -58,7 +59,7 @@ from sprout_interp.lens.tuned_lens import TunedLens, load_tuned_lens, save_tuned
 load = load_hooked  # si.load("gpt-4") -> HookedSprout
 
 __all__ = [
-    "load", "load_hooked", "HookedSprout", "SproutCache", "load_checkpoint", "LoadedCheckpoint", "sae",
+    "load", "load_hooked", "HookedSprout", "SproutCache", "load_checkpoint", "LoadedCheckpoint", "sae", "neurons",
     "logit_lens", "trajectories", "TunedLens", "load_tuned_lens", "save_tuned_lens", "train_tuned_lens",
     "direct_logit_attribution", "head_token_effects", "patching", "metrics",
     "composition_scores", "composition_table", "full_ov_circuit", "ov_copying_scores",

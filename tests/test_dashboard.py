@@ -34,6 +34,7 @@ PAGES = {
     "positions": "views/positions.py",
     "patching": "views/patching.py",
     "steering": "views/steering.py",
+    "neurons": "views/neurons.py",
 }
 OWN_PATH = "a checkpoint folder or course .pt…"
 OWN_TEXT = "type your own…"
@@ -852,3 +853,62 @@ def test_steering_page_says_what_is_missing_or_wrong():
     at = at.run()
     assert any("not one" in e.value for e in at.error) and not at.exception
 
+
+
+def test_neurons_page_shows_the_librarys_numbers_for_the_prediction_and_the_neuron():
+    from sprout_interp.features import neurons as N
+
+    text = "Zorbin Plax came home. The next day Zorbin"
+    at = ok(app("neurons", text=text).run())
+    m = si.load("gpt-4")
+    T = m.to_tokens(text).shape[1]
+    assert at.session_state["nrn_pos"] == T - 1  # the last position first, its answer the model's top guess
+    guess = m.to_string([int(m(text)[0, -1].argmax())])
+    want = N.neuron_attribution(m, text, guess, pos=T - 1, top=20)
+    specs = charts(at)
+    bars = specs[0]["data"][0]
+    np.testing.assert_allclose(values(bars["x"])[::-1], want["attribution"], atol=1e-5)  # strongest drawn at the top
+    assert "pos" in specs[0]["layout"]["title"]["text"]
+    # the neuron page opens on the strongest of those neurons, and its numbers are the library's
+    layer, neuron = int(want["layer"].iloc[0]), int(want["neuron"].iloc[0])
+    assert (at.session_state["nrn_layer"], at.session_state["nrn_n"]) == (layer, neuron)
+    page = N.neuron_summary(m, layer, neuron)
+    shown_metrics = {x.label: x.value for x in at.metric}
+    assert shown_metrics["largest / most negative"] == f"{page.max_activation:+.2f} / {page.min_activation:+.2f}"
+    abl = N.ablate_neurons(m, text, [(layer, neuron)])
+    assert shown_metrics["loss on the text (nats/token)"] == f"{abl.loc[0, 'ablated']:.4f}"
+    assert any(f"block {layer + 1} neuron {neuron}" in str(md.value) for md in at.markdown)
+    # by number, against a wrong token: the link keeps the choices
+    at.radio(key="nrn_how").set_value("by number")
+    ok(at.run())
+    assert (at.selectbox(key="nrn_layer").value, at.number_input(key="nrn_n").value) == (layer, neuron)  # kept
+    at.selectbox(key="nrn_layer").set_value(1)
+    at.number_input(key="nrn_n").set_value(7)
+    at.text_input(key="nrn_wrong").set_value(" the")
+    ok(at.run())
+    page = N.neuron_summary(m, 1, 7)
+    shown_metrics = {x.label: x.value for x in at.metric}
+    assert shown_metrics["largest / most negative"] == f"{page.max_activation:+.2f} / {page.min_activation:+.2f}"
+    lib = N.neuron_attribution(m, text, guess, " the", pos=T - 1, top=20)
+    np.testing.assert_allclose(values(charts(at)[0]["data"][0]["x"])[::-1], lib["attribution"], atol=1e-5)
+    q = at.query_params
+    assert q.get("neuron") in (["7"], "7") and q.get("layer") in (["2"], "2") and q.get("wrong") in ([" the"], " the")
+
+
+def test_neurons_page_finds_neurons_by_token_and_says_what_is_wrong():
+    at = app("neurons")
+    at.session_state["nrn_how"] = "by token"
+    at.session_state["nrn_token"] = " she"
+    at = ok(at.run())
+    assert any("standard deviations" in c.value for c in at.caption)
+    from sprout_interp.features import neurons as N
+
+    m = si.load("gpt-4")
+    found = [d.value for d in at.dataframe if "z" in d.value.columns]
+    want = N.neurons_for_token(N.index_neurons(m, 0), " she", n=15, model=m)
+    assert len(found) == 1 and found[0]["neuron"].tolist() == want["neuron"].tolist()
+    assert at.number_input(key="nrn_n").value == int(want["neuron"].iloc[0])  # the first found is shown
+    at = app("neurons")
+    at.session_state["nrn_answer"] = " Plaxworth"
+    at = at.run()
+    assert any("not one" in e.value for e in at.error) and not at.exception

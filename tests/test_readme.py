@@ -75,6 +75,15 @@ def test_readme_features_example_runs_and_ablating_the_name_feature_costs_loss()
     assert ablated > clean + 0.05  # the feature carries part of the name's copying, so the clamp costs loss
 
 
+@pytest.mark.integration
+def test_readme_neurons_example_runs_and_ablating_the_pushers_lowers_the_logit_difference():
+    out = run_block("## Neurons (the feed-forward's own units)").strip().splitlines()
+    assert out[0].split() == ["block", "neuron", "activation", "attribution", "promotes"] and len(out) >= 8
+    clean, ablated, change = (float(v) for v in out[7].split()[1:4])
+    assert change == pytest.approx(ablated - clean, abs=2e-3)
+    assert change < 0  # the neurons that push towards " Pl" directly, zeroed: the logit difference falls
+
+
 def test_readme_shows_a_screenshot_of_every_dashboard_page():
     import ast
 

@@ -53,7 +53,7 @@ def _token_strings(model: HookedSprout, ids: list[int]) -> list[str]:
     return list(model.to_str_tokens(torch.tensor(ids)))
 
 
-def _run(model: HookedSprout, input, pos: int, need_pattern: bool):
+def _run(model: HookedSprout, input, pos: int, need_pattern: bool, need_post: bool = False):
     toks, mask = model.prepare_input(input)
     if toks.shape[0] != 1:
         raise SproutError(f"direct logit attribution reads one text at a time, got a batch of {toks.shape[0]}")
@@ -67,6 +67,8 @@ def _run(model: HookedSprout, input, pos: int, need_pattern: bool):
         names |= {act_name("z", l), act_name("mlp_out", l)}
         if need_pattern:
             names |= {act_name("pattern", l), act_name("v", l)}
+        if need_post:
+            names.add(act_name("post", l))
     with torch.no_grad():
         logits, cache = model.run_with_cache(toks, names_filter=lambda n: n in names)
     return toks[0], p, logits[0, p], cache
@@ -79,7 +81,7 @@ def direct_logit_attribution(
     answer: TokenLike,
     wrong: Optional[TokenLike] = None,
     pos: int = -1,
-    by: Literal["component", "head", "source"] = "head",
+    by: Literal["component", "head", "source", "neuron"] = "head",
 ) -> pd.DataFrame:
     """What each part of the model adds to ``logit[answer] - logit[wrong]`` at position ``pos``.
 
@@ -92,22 +94,26 @@ def direct_logit_attribution(
         by: ``"component"``: the embedding, then each block's attention and feed-forward;
             ``"head"``: the embedding, each head and each feed-forward; ``"source"``: each head
             split by the position it reads (``pattern[q, k] · v[k] @ W_O``), so a head's rows sum
-            to its ``"head"`` row.
+            to its ``"head"`` row; ``"neuron"``: each head, and each feed-forward split by its neurons
+            (the SwiGLU's hidden units, ``hook_post = silu(hook_pre) * hook_pre_linear``, each writing
+            ``hook_post[n] * W_out[n]``), so a feed-forward's neuron rows sum to its ``"head"`` row.
 
     Returns:
         A DataFrame, one row per part: ``component`` (a label), ``kind`` (embed / attn / head /
-        mlp), ``layer`` (0-indexed; -1 for the embedding), ``block`` (layer + 1; 0 for the
+        mlp / neuron), ``layer`` (0-indexed; -1 for the embedding), ``block`` (layer + 1; 0 for the
         embedding), ``head`` (-1 where not a head), ``pos``, ``src_pos`` (``by="source"`` only),
-        ``src_token`` (``by="source"``), ``attribution`` (logits). ``df.attrs["logit_diff"]`` is the
+        ``src_token`` (``by="source"``), ``neuron`` and ``activation`` (``by="neuron"`` only: the
+        neuron's index in its layer, -1 elsewhere, and its ``hook_post`` value, NaN elsewhere),
+        ``attribution`` (logits). ``df.attrs["logit_diff"]`` is the
         model's own value and ``df.attrs["total"]`` the sum of the rows; they agree to float
         rounding (for ``by="source"`` the feed-forward and embedding rows are included once each).
     """
     model = as_hooked(model)
-    if by not in ("component", "head", "source"):
-        raise SproutError(f"by must be 'component', 'head' or 'source', got {by!r}")
+    if by not in ("component", "head", "source", "neuron"):
+        raise SproutError(f"by must be 'component', 'head', 'source' or 'neuron', got {by!r}")
     a = token_id(model, answer)
     w = None if wrong is None else token_id(model, wrong)
-    toks, p, logits, cache = _run(model, input, pos, need_pattern=by == "source")
+    toks, p, logits, cache = _run(model, input, pos, need_pattern=by == "source", need_post=by == "neuron")
     direction = model.tokens_to_residual_directions(a)
     if w is not None:
         direction = direction - model.tokens_to_residual_directions(w)
@@ -125,7 +131,7 @@ def direct_logit_attribution(
             attn = torch.einsum("hd,hdm->m", cache[act_name("z", l)][0, p], W_O)
             rows.append(dict(component=f"block {l + 1} attention", kind="attn", layer=l, block=l + 1, head=-1,
                              attribution=float(onto(attn))))
-        elif by == "head":
+        elif by in ("head", "neuron"):
             per_head = torch.einsum("hd,hdm->hm", cache[act_name("z", l)][0, p], W_O)
             vals = onto(per_head)
             rows += [dict(component=head_label(l, h), kind="head", layer=l, block=l + 1, head=h,
@@ -140,10 +146,20 @@ def direct_logit_attribution(
                 rows += [dict(component=head_label(l, h), kind="head", layer=l, block=l + 1, head=h,
                               src_pos=s, src_token=src_tokens[s],
                               attribution=float(vals[h, s])) for s in range(p + 1)]
-        rows.append(dict(component=f"block {l + 1} feed-forward", kind="mlp", layer=l, block=l + 1, head=-1,
-                         attribution=float(onto(cache[act_name("mlp_out", l)][0, p]))))
+        if by == "neuron":
+            post = cache[act_name("post", l)][0, p]  # (d_mlp,)
+            vals = post * onto(model.blocks[l].mlp.W_out)  # each neuron's write, hook_post[n] * W_out[n], projected
+            rows += [dict(component=f"block {l + 1} neuron {n}", kind="neuron", layer=l, block=l + 1, head=-1,
+                          neuron=n, activation=a, attribution=v)
+                     for n, (a, v) in enumerate(zip(post.tolist(), vals.tolist()))]
+        else:
+            rows.append(dict(component=f"block {l + 1} feed-forward", kind="mlp", layer=l, block=l + 1, head=-1,
+                             attribution=float(onto(cache[act_name("mlp_out", l)][0, p]))))
     df = pd.DataFrame(rows)
     df.insert(5, "pos", p)
+    if by == "neuron":
+        df["neuron"] = df["neuron"].fillna(-1).astype(int)
+        df = df[[c for c in df.columns if c != "attribution"] + ["attribution"]]
     if by != "source":
         df = df.drop(columns=[c for c in ("src_pos", "src_token") if c in df])
     else:

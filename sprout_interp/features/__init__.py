@@ -2,7 +2,8 @@
 SAELens-format files (``sae``), activation collection and the TopK training recipe of Gao et al. 2024
 (``train``), quality metrics on held-out text (``metrics``), running the model with a layer's stream replaced by
 the reconstruction or with one feature clamped (``splice``), feature pages -- top contexts, histogram,
-promoted tokens, a short description (``pages``) -- and the search for features tied to the chapter's story
+promoted tokens, a short description (``pages``) -- the feed-forward's own neurons with the same pages, their
+direct effect on a prediction and their ablation (``neurons``), and the search for features tied to the chapter's story
 (``search``); text longer than the context is cut with a notice (``inputs``). Tensors or text in, tensors or
 DataFrames out; no plotting.
 
@@ -11,6 +12,17 @@ May import: ``sprout_interp.core``, ``sprout_interp.lens``, ``sprout_interp.circ
 
 from sprout_interp.features.inputs import TruncatedTextWarning, feature_input
 from sprout_interp.features.metrics import feature_density, sae_quality
+from sprout_interp.features.neurons import (
+    NeuronIndex,
+    NeuronSummary,
+    ablate_neurons,
+    index_neurons,
+    neuron_attribution,
+    neuron_on_text,
+    neuron_summary,
+    neuron_table,
+    neurons_for_token,
+)
 from sprout_interp.features.pages import (
     FeatureIndex,
     FeatureSummary,
@@ -36,4 +48,6 @@ __all__ = [
     "second_name_features", "previous_token_features", "name_copying_with_features", "rate_matched_controls",
     "feature_input",
     "TruncatedTextWarning",
+    "NeuronIndex", "NeuronSummary", "index_neurons", "neuron_summary", "neuron_table", "neurons_for_token",
+    "neuron_attribution", "ablate_neurons", "neuron_on_text",
 ]

@@ -35,7 +35,7 @@ from sprout_interp.features.sae import SparseAutoencoder, check_for_model
 
 __all__ = [
     "FeatureIndex", "FeatureSummary", "index_features", "feature_acts", "logit_effects", "feature_summary",
-    "describe", "features_on_text", "features_for_token", "feature_table",
+    "describe", "features_on_text", "features_for_token", "feature_table", "top_contexts", "token_shares",
 ]
 
 
@@ -165,7 +165,36 @@ class FeatureSummary:
         return self.layer + 1
 
 
-def _shares(strings: list[str], weights: list[float], n: int) -> pd.DataFrame:
+def top_contexts(
+    acts: Float[Tensor, "batch pos"],
+    tokens: Int[Tensor, "batch pos"],
+    strings: list[str],
+    order: Int[Tensor, " n"],
+    mask: Optional[Tensor] = None,
+    before: int = 12,
+    after: int = 4,
+) -> pd.DataFrame:
+    """The contexts of the flat positions ``order`` (indices into ``acts.flatten()``, strongest first), one row
+    each: ``rank, seq, pos, token, activation, tokens, acts, center`` -- ``tokens``/``acts`` the window from
+    ``before`` tokens before to ``after`` after (cut at padding), ``center`` the firing token's index in it."""
+    T = acts.shape[1]
+    flat = acts.flatten()
+    rows = []
+    for rank, j in enumerate(order.tolist()):
+        s, p = divmod(j, T)
+        lo, hi = max(0, p - before), min(T, p + after + 1)
+        if mask is not None:
+            hi = min(hi, int(mask[s].sum()))
+        ids = tokens[s, lo:hi].tolist()
+        rows.append(dict(rank=rank, seq=s, pos=p, token=strings[int(tokens[s, p])],
+                         activation=float(flat[j]), tokens=[strings[i] for i in ids],
+                         acts=[float(a) for a in acts[s, lo:hi]], center=p - lo))
+    return pd.DataFrame(rows, columns=["rank", "seq", "pos", "token", "activation", "tokens", "acts", "center"])
+
+
+def token_shares(strings: list[str], weights: list[float], n: int) -> pd.DataFrame:
+    """The ``n`` strings carrying most of ``weights`` (one weight per occurrence): ``token, count, share``
+    (of the total weight), ``mean_act`` (mean weight per occurrence), largest share first."""
     total = sum(weights) or 1.0
     acc: dict[str, list[float]] = {}
     for s, w in zip(strings, weights):
@@ -224,18 +253,8 @@ def feature_summary(
     n_active = int(active.sum())
     order = torch.argsort(flat, descending=True)[:max(n_contexts, top_for_tokens)]
     order = order[flat[order] > 0]
-    B, T = acts.shape
-    rows = []
-    for rank, j in enumerate(order[:n_contexts].tolist()):
-        s, p = divmod(j, T)
-        lo, hi = max(0, p - before), min(T, p + after + 1)
-        if index.mask is not None:
-            hi = min(hi, int(index.mask[s].sum()))
-        ids = index.tokens[s, lo:hi].tolist()
-        rows.append(dict(rank=rank, seq=s, pos=p, token=strings[int(index.tokens[s, p])],
-                         activation=float(flat[j]), tokens=[strings[i] for i in ids],
-                         acts=[float(a) for a in acts[s, lo:hi]], center=p - lo))
-    contexts = pd.DataFrame(rows, columns=["rank", "seq", "pos", "token", "activation", "tokens", "acts", "center"])
+    T = acts.shape[1]
+    contexts = top_contexts(acts, index.tokens, strings, order[:n_contexts], index.mask, before, after)
     nz = flat[active]
     if n_active:
         hist = torch.histc(nz, bins=bins, min=0.0, max=float(nz.max()))
@@ -255,7 +274,7 @@ def feature_summary(
     cur = [strings[int(index.tokens.flatten()[j])] for j in top_js]
     prev = [strings[int(index.tokens[j // T, j % T - 1])] if j % T else "(start)" for j in top_js]
     w = [float(flat[j]) for j in top_js]
-    top_tokens, top_previous = _shares(cur, w, n_tokens), _shares(prev, w, n_tokens)
+    top_tokens, top_previous = token_shares(cur, w, n_tokens), token_shares(prev, w, n_tokens)
     freq = n_active / max(index.n_tokens, 1)
     return FeatureSummary(
         feature=feature, layer=sae.layer, hook_name=sae.hook_name, frequency=freq,

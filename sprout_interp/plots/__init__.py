@@ -1,6 +1,7 @@
 """Plotly figures drawn from analysis results, one module per topic: the logit lens and residual stream
 (``lens``), tuned-lens trajectories (``trajectories``), heads, ablations and model comparison (``heads``),
-the anatomy diagram and RoPE grid (``anatomy``), patching and the contribution graph (``patching``), activation steering (``steering``), and what
+the anatomy diagram and RoPE grid (``anatomy``), patching and the contribution graph (``patching``), activation
+steering (``steering``), feed-forward neurons (``neurons``), and what
 they share (``common``: visible token labels and ``save_figure``, which keeps one ``plotly.min.js`` per
 folder). No tensor maths beyond picking cells out.
 
