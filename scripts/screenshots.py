@@ -14,9 +14,6 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlencode
-
-from sprout_model.evaluation import NAME_TEXTS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import browser  # noqa: E402
@@ -34,8 +31,11 @@ PAGES = {
     "features": ("/features?layer=1&feature=2899", 2, None, 2),  # the name feature's page (README, "Features")
     "steering": ("/steering", 2, "sample the continuations", 2),  # the she/he contrast, continuations sampled
     # the notebook-07 question: the neurons voting against the second " Mars" of "Quillon Marsk" (README, "Neurons")
-    "neurons": ("/neurons?" + urlencode({"text": dict(NAME_TEXTS)["Quillon Marsk"], "pos": 54, "answer": " Mars",
-                                         "wrong": " had"}), 3, None, 3),
+    # (its text is sprout_model.evaluation.NAME_TEXTS's "Quillon Marsk", URL-encoded)
+    "neurons": (('/neurons?text=The+letter+on+the+table+was+signed+by+Quillon+Marsk%2C+and+nobody+in+the+house+knew+th'
+                 'e+name.+The+maid+said+she+had+never+seen+the+man.+At+supper+the+father+read+the+letter+aloud%2C+and+'
+                 'when+he+had+finished+he+asked+again+who+Quillon+Marsk&pos=54&answer=+Mars&wrong=+had'),
+                3, None, 3),
 }
 
 
