@@ -68,6 +68,18 @@ def test_each_part_fails_on_its_own(change, part):
     assert len(failed) == 1 and failed[0].startswith(part), failed
 
 
+def test_the_fallback_rule_needs_a_lower_loss_and_no_copying_lost():
+    mod = _script()
+    base = _figures(val=3.9, names=0.65, heldout=0.68)
+    ok = mod.fallback({"base": base, "cand": _figures(val=3.89, names=0.65, heldout=0.70, late=0.1)}, "base", "cand")
+    assert ok["meets"].all()  # misses the bar (blocks, names < 80%) but meets the fallback
+    for change, part in [(dict(val=3.9), "validation loss"), (dict(names=0.649), "invented-name copying, the name"),
+                         (dict(heldout=0.679), "invented-name copying, the held-out"), (dict(ratio=0.11), "copying ratio")]:
+        fig = dict(val=3.89, names=0.65, heldout=0.68) | change
+        df = mod.fallback({"base": base, "cand": _figures(**fig)}, "base", "cand")
+        assert df[~df["meets"]]["part"].tolist() and all(p.startswith(part) for p in df[~df["meets"]]["part"]), (change, df)
+
+
 @pytest.fixture
 def two_checkpoints(tmp_path):
     tok = train_tokenizer(list(TEXTS.values()) * 3, vocab_size=300)
@@ -92,7 +104,7 @@ def test_the_script_measures_both_models_as_independent_code_does(two_checkpoint
     monkeypatch.setattr(mod, "VAL_SEQ_LEN", 16)
     try:
         rc = mod.main(["--candidate", str(cand), "--baseline", str(base), "--val", str(val_path), "--n", "2",
-                       "--length", "16", "--out", str(tmp_path / "o")])
+                       "--length", "16", "--out", str(tmp_path / "o"), "--report-val", str(val_path)])
         held = texts.validation_sample(load_models([str(base)])[0].model.tokenizer, n=2, length=16, seed=0)
         train = texts.training_sample(load_models([str(base)])[0].model.tokenizer, n=2, length=16, seed=0)
     finally:
@@ -121,6 +133,18 @@ def test_the_script_measures_both_models_as_independent_code_does(two_checkpoint
         assert rows.loc["copying ratio, repeated random tokens", "value"] == pytest.approx(d["copying_ratio"])
         assert rows.loc["invented-name copying, the name texts", "value"] == pytest.approx(d["name_copying"])
     report = pd.read_csv(tmp_path / "o" / "report.csv")
-    assert len(report) == 8 and report["figure"].str.contains("logit-lens confidence after blocks 3 and 4").sum() == 2
+    assert len(report) == 10 and report["figure"].str.contains("logit-lens confidence after blocks 3 and 4").sum() == 2
+    more = report[report["figure"] == f"validation loss, every window of {val_path}"].set_index("model")["ours"]
+    for spec in (base, cand):  # the same file reported again: the judged loss, over the same 5 windows
+        value = got[(got["model"] == str(spec)) & got["part"].str.startswith("validation loss")]["value"].item()
+        assert more[str(spec)] == f"{value:.4f} over 5 windows"
     out = capsys.readouterr().out
     assert "does NOT meet the bar" in out and "the bar for replacing" in out
+    fall = pd.read_csv(tmp_path / "o" / "fallback.csv").set_index("part")
+    base_rows = got[got["model"] == str(base)].set_index("part")
+    cand_rows = got[got["model"] == str(cand)].set_index("part")
+    loss_part = "validation loss, all 5 windows (nats)"
+    assert fall.loc["validation loss (nats)", "candidate"] == pytest.approx(cand_rows.loc[loss_part, "value"])
+    assert fall.loc["validation loss (nats)", "baseline"] == pytest.approx(base_rows.loc[loss_part, "value"])
+    assert bool(fall.loc["validation loss (nats)", "meets"]) == (cand_rows.loc[loss_part, "value"] < base_rows.loc[loss_part, "value"])
+    assert "fallback rule" in out
