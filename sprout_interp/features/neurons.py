@@ -48,7 +48,7 @@ from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import as_hooked
 from sprout_interp.features.inputs import feature_input
 from sprout_interp.features.metrics import held_out_tokens
-from sprout_interp.features.pages import describe, token_shares, top_contexts
+from sprout_interp.features.pages import describe, promoted_suppressed, token_tables, top_contexts, vocabulary_strings
 
 __all__ = [
     "NeuronIndex", "NeuronSummary", "index_neurons", "neuron_acts", "neuron_logit_effects", "neuron_summary",
@@ -59,13 +59,6 @@ __all__ = [
 FIRE_AT = 0.25  # a neuron "fires" where its activation exceeds this fraction of its largest on the sample
 
 Neuron = tuple[int, int]  # (layer, neuron), both 0-based
-
-
-def _token_strings(model) -> list[str]:
-    m = as_hooked(model)
-    if m.tokenizer is None:  # ids-only model: tables show the ids
-        return [f"#{i}" for i in range(m.cfg.d_vocab)]
-    return list(m.to_str_tokens(torch.arange(m.cfg.d_vocab)))
 
 
 def _check_layer(model, layer) -> int:
@@ -145,7 +138,7 @@ def index_neurons(
     a = torch.cat(acts)
     if mask is not None:
         a = a * mask.cpu()[..., None]
-    return NeuronIndex(tokens=toks.cpu(), acts=a, layer=layer, hook_name=name, token_strings=_token_strings(m),
+    return NeuronIndex(tokens=toks.cpu(), acts=a, layer=layer, hook_name=name, token_strings=vocabulary_strings(m),
                        mask=None if mask is None else mask.cpu(), notice=notice)
 
 
@@ -219,12 +212,6 @@ class NeuronSummary:
         return self.layer + 1
 
 
-def _ranked(effect: Tensor, strings: list[str], k: int, sign: int) -> pd.DataFrame:
-    top = torch.topk(sign * effect, k)
-    return pd.DataFrame({"rank": range(k), "token": [strings[i] for i in top.indices.tolist()],
-                         "logit": (sign * top.values).tolist()})
-
-
 def neuron_summary(
     model,
     layer: int,
@@ -247,7 +234,6 @@ def neuron_summary(
         raise SproutError(f"the index was built for layer {index.layer}, not layer {layer}: index_neurons(model, {layer})")
     acts = neuron_acts(index, neuron)
     strings = index.token_strings
-    T = acts.shape[1]
     flat = acts.flatten()
     real = flat if index.mask is None else flat[index.mask.flatten()]
     n_real = max(int(real.numel()), 1)
@@ -265,14 +251,8 @@ def neuron_summary(
         histogram = pd.DataFrame({"left": edges[:-1].tolist(), "right": edges[1:].tolist(), "count": counts.long().tolist()})
     else:
         histogram = pd.DataFrame(columns=["left", "right", "count"])
-    eff = neuron_logit_effects(m, layer, neuron)
-    k = max(1, min(n_tokens, eff.shape[0] // 2))
-    promoted, suppressed = _ranked(eff, strings, k, 1), _ranked(eff, strings, k, -1)
-    top_js = pos_order[:top_for_tokens].tolist()
-    cur = [strings[int(index.tokens.flatten()[j])] for j in top_js]
-    prev = [strings[int(index.tokens[j // T, j % T - 1])] if j % T else "(start)" for j in top_js]
-    w = [float(flat[j]) for j in top_js]
-    top_tokens, top_previous = token_shares(cur, w, n_tokens), token_shares(prev, w, n_tokens)
+    promoted, suppressed = promoted_suppressed(neuron_logit_effects(m, layer, neuron), strings, n_tokens)
+    top_tokens, top_previous = token_tables(acts, index.tokens, strings, pos_order[:top_for_tokens], n_tokens)
     freq = float((real > FIRE_AT * hi).sum()) / n_real if hi > 0 else 0.0
     return NeuronSummary(
         neuron=neuron, layer=layer, hook_name=index.hook_name, frequency=freq, max_activation=hi, min_activation=lo,
@@ -352,7 +332,7 @@ def neuron_attribution(
     order = nrn["attribution"].abs().sort_values(ascending=False, kind="stable").index
     out = nrn.loc[order if top is None else order[:top], ["layer", "block", "neuron", "pos", "activation", "attribution"]]
     out = out.reset_index(drop=True)
-    strings = _token_strings(m)
+    strings = vocabulary_strings(m)
     words = []
     for r in out.itertuples():
         eff = neuron_logit_effects(m, int(r.layer), int(r.neuron)) * (1.0 if r.activation >= 0 else -1.0)

@@ -36,6 +36,7 @@ from sprout_interp.features.sae import SparseAutoencoder, check_for_model
 __all__ = [
     "FeatureIndex", "FeatureSummary", "index_features", "feature_acts", "logit_effects", "feature_summary",
     "describe", "features_on_text", "features_for_token", "feature_table", "top_contexts", "token_shares",
+    "token_tables", "promoted_suppressed", "vocabulary_strings",
 ]
 
 
@@ -72,7 +73,8 @@ class FeatureIndex:
         return counts.float() / max(self.n_tokens, 1)
 
 
-def _token_strings(model) -> list[str]:
+def vocabulary_strings(model) -> list[str]:
+    """One string per vocabulary id (``"#id"`` for a model without a tokenizer), for tables."""
     m = as_hooked(model)
     if m.tokenizer is None:  # ids-only model: tables show the ids
         return [f"#{i}" for i in range(m.cfg.d_vocab)]
@@ -105,7 +107,7 @@ def index_features(
         vals.append(v.cpu())
         idx.append(j.cpu())
     return FeatureIndex(tokens=toks.cpu(), vals=torch.cat(vals), idx=torch.cat(idx), hook_name=sae.hook_name,
-                        d_sae=sae.d_sae, token_strings=_token_strings(m), mask=None if mask is None else mask.cpu(),
+                        d_sae=sae.d_sae, token_strings=vocabulary_strings(m), mask=None if mask is None else mask.cpu(),
                         notice=notice)
 
 
@@ -192,6 +194,33 @@ def top_contexts(
     return pd.DataFrame(rows, columns=["rank", "seq", "pos", "token", "activation", "tokens", "acts", "center"])
 
 
+def token_tables(
+    acts: Float[Tensor, "batch pos"],
+    tokens: Int[Tensor, "batch pos"],
+    strings: list[str],
+    order: Int[Tensor, " n"],
+    n: int,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(top_tokens, top_previous)``: :func:`token_shares` of the tokens at the flat positions ``order`` (indices
+    into ``acts.flatten()``) weighted by their activation, and of the token before each (``"(start)"`` at pos 0)."""
+    T = acts.shape[1]
+    js = order.tolist()
+    cur = [strings[int(tokens[j // T, j % T])] for j in js]
+    prev = [strings[int(tokens[j // T, j % T - 1])] if j % T else "(start)" for j in js]
+    w = [float(acts[j // T, j % T]) for j in js]
+    return token_shares(cur, w, n), token_shares(prev, w, n)
+
+
+def promoted_suppressed(effect: Float[Tensor, " vocab"], strings: list[str], n: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The ``n`` tokens ``effect`` raises most and the ``n`` it lowers most: two DataFrames ``rank, token, logit``
+    (the most extreme first)."""
+    n = max(1, min(n, effect.shape[0] // 2))
+    top, bot = torch.topk(effect, n), torch.topk(-effect, n)
+    return (pd.DataFrame({"rank": range(n), "token": [strings[i] for i in top.indices.tolist()], "logit": top.values.tolist()}),
+            pd.DataFrame({"rank": range(n), "token": [strings[i] for i in bot.indices.tolist()],
+                          "logit": (-bot.values).tolist()}))
+
+
 def token_shares(strings: list[str], weights: list[float], n: int) -> pd.DataFrame:
     """The ``n`` strings carrying most of ``weights`` (one weight per occurrence): ``token, count, share``
     (of the total weight), ``mean_act`` (mean weight per occurrence), largest share first."""
@@ -253,7 +282,6 @@ def feature_summary(
     n_active = int(active.sum())
     order = torch.argsort(flat, descending=True)[:max(n_contexts, top_for_tokens)]
     order = order[flat[order] > 0]
-    T = acts.shape[1]
     contexts = top_contexts(acts, index.tokens, strings, order[:n_contexts], index.mask, before, after)
     nz = flat[active]
     if n_active:
@@ -263,18 +291,8 @@ def feature_summary(
                                   "count": hist.long().tolist()})
     else:
         histogram = pd.DataFrame(columns=["left", "right", "count"])
-    eff = logit_effects(m, sae, feature)
-    top = torch.topk(eff, n_tokens)
-    bot = torch.topk(-eff, n_tokens)
-    promoted = pd.DataFrame({"rank": range(n_tokens), "token": [strings[i] for i in top.indices.tolist()],
-                             "logit": top.values.tolist()})
-    suppressed = pd.DataFrame({"rank": range(n_tokens), "token": [strings[i] for i in bot.indices.tolist()],
-                               "logit": (-bot.values).tolist()})
-    top_js = order[:top_for_tokens].tolist()
-    cur = [strings[int(index.tokens.flatten()[j])] for j in top_js]
-    prev = [strings[int(index.tokens[j // T, j % T - 1])] if j % T else "(start)" for j in top_js]
-    w = [float(flat[j]) for j in top_js]
-    top_tokens, top_previous = token_shares(cur, w, n_tokens), token_shares(prev, w, n_tokens)
+    promoted, suppressed = promoted_suppressed(logit_effects(m, sae, feature), strings, n_tokens)
+    top_tokens, top_previous = token_tables(acts, index.tokens, strings, order[:top_for_tokens], n_tokens)
     freq = n_active / max(index.n_tokens, 1)
     return FeatureSummary(
         feature=feature, layer=sae.layer, hook_name=sae.hook_name, frequency=freq,

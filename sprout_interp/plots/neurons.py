@@ -13,7 +13,8 @@ from typing import Optional, Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from sprout_interp.plots.common import show_token, title_below_toolbar
+from sprout_interp.plots.common import title_below_toolbar
+from sprout_interp.plots.features import logit_effect_chart
 
 __all__ = ["neuron_attribution_chart", "neuron_histogram", "neuron_logit_effect_chart", "signed_context_html",
            "signed_contexts_html"]
@@ -61,20 +62,10 @@ def neuron_histogram(summary, title: Optional[str] = None) -> go.Figure:
 
 def neuron_logit_effect_chart(summary, title: Optional[str] = None) -> go.Figure:
     """Horizontal bars: the tokens the neuron's output direction ``W_out[n] @ W_U`` promotes (right) and suppresses
-    (left), per unit of positive activation."""
-    p, s = summary.promoted, summary.suppressed.iloc[::-1]
-    toks = [show_token(t) for t in list(s["token"]) + list(p["token"])[::-1]]
-    vals = list(s["logit"]) + list(p["logit"])[::-1]
-    fig = go.Figure(go.Bar(x=vals, y=list(range(len(vals))), orientation="h",
-                           marker_color=["#1b9e77" if v > 0 else "#7570b3" for v in vals],
-                           customdata=toks, hovertemplate="%{customdata}: %{x:+.3f} logits<extra></extra>"))
-    fig.update_layout(
-        title=title_below_toolbar(title or f"neuron {summary.neuron} (layer {summary.layer}, block {summary.block}): "
-                                           "W_out · W_U"),
-        xaxis_title="logit per unit of activation (a negative activation turns it round)",
-        height=max(320, 22 * len(vals) + 100),
-        yaxis=dict(tickmode="array", tickvals=list(range(len(vals))), ticktext=toks),
-        margin=dict(l=110, r=20, t=70, b=40))
+    (left), per unit of positive activation (the feature pages' chart, titled for a neuron)."""
+    fig = logit_effect_chart(summary, title=title or f"neuron {summary.neuron} (layer {summary.layer}, block "
+                                                      f"{summary.block}): W_out · W_U")
+    fig.update_layout(xaxis_title="logit per unit of activation (a negative activation turns it round)")
     return fig
 
 
