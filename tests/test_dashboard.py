@@ -388,6 +388,36 @@ def test_patching_page_defaults_show_the_induction_story():
     assert any("promotes" in md.value for md in at.markdown)
 
 
+def test_patching_pages_link_opens_the_neurons_page_on_the_graphs_prediction_whose_neurons_sum_to_its_nodes():
+    from urllib.parse import parse_qs
+
+    from sprout_interp.features import neurons as N
+
+    at = ok(app("patching").run())
+    link = at.get("page_link")[0].proto
+    assert link.page == "neurons"
+    q = {k: v[0] for k, v in parse_qs(link.query_string, keep_blank_values=True).items()}
+    clean, pos, token = q["text"], int(q["pos"]), q["answer"]
+    assert clean == at.session_state["patch_clean"] and pos == at.session_state["patch_pos"]
+    again = AppTest.from_file(str(APP), default_timeout=180)
+    again.session_state["model_choice"] = "gpt-4"
+    for k, v in q.items():
+        again.query_params[k] = v
+    again = ok(again.switch_page(PAGES["neurons"]).run())
+    assert again.session_state["nrn_pos"] == pos and again.session_state["nrn_answer"] == token
+    assert again.session_state["own_text"] == clean
+    m = si.load("gpt-4")
+    want = N.neuron_attribution(m, clean, token, pos=pos, top=20)
+    np.testing.assert_allclose(values(charts(again)[0]["data"][0]["x"])[::-1], want["attribution"], atol=1e-5)
+    # each feed-forward node of the graph is the sum of its block's neurons
+    from sprout_interp.circuits.attribution import contribution_graph
+
+    nodes, _ = contribution_graph(m, clean, pos=pos, threshold=0.0)
+    every = N.neuron_attribution(m, clean, token, pos=pos, top=None).groupby("layer")["attribution"].sum()
+    mlp = nodes[nodes["kind"] == "mlp"].set_index("layer")["attribution"]
+    np.testing.assert_allclose(every.loc[mlp.index].to_numpy(), mlp.to_numpy(), atol=1e-4)
+
+
 def test_patching_page_compares_attribution_patching_with_the_exact_scores():
     import sprout_interp as si
     from sprout_interp import patching as P

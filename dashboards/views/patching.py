@@ -108,6 +108,10 @@ state.chart(contribution_graph_figure(nodes, edges, toks), "contribution graph",
 st.caption(f"Predicted token at position {pos}: {state.md(nodes.attrs['token'])} (logit {nodes.attrs['logit']:.2f}). "
            "Node size: how much that part pushes the token (blue for, red against), in logits through the final "
            "norm; lines: the part of a head's push that comes from each earlier position it reads.")
+if len(clean) <= state.MAX_URL_TEXT:  # a feed-forward node is a sum over its neurons: the Neurons page splits it
+    st.page_link("views/neurons.py", label=f"split the feed-forward nodes into neurons (this text, position {pos}, "
+                                           f"{nodes.attrs['token']!r}) on the Neurons page", icon="🔬",
+                 query_params={"text": clean, "pos": str(pos), "answer": nodes.attrs["token"], "how": "from the prediction above"})
 head_rows = nodes[nodes["kind"] == "head"]
 choices = [(int(r.layer), int(r.head)) for r in head_rows.itertuples()] or [(0, 0)]
 state.bind("head", "patch_head", lambda raw: next((c for c in choices if f"{c[0]}.{c[1]}" == raw), None),
