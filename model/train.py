@@ -71,7 +71,7 @@ class TrainArgs:
     embed_lr: float = 1.0  # learning-rate multiplier for the (tied) embedding
     embed_mean: float = 0.0  # fresh runs: add one shared random direction of this norm to every embedding row
     real_rows: float = 0.0  # with --name-views: this share of rows comes from the real (un-renamed) text
-    copy_source: str = "random"  # the repeated segment: "random" tokens, or the start of the row's own "text"
+    copy_source: str = "random"  # the repeated segment: "random" tokens, the start of the row's own "text", or "mixed" (each row either, evenly)
     n_layer: int | None = None  # train a shallower version of the preset (a first stage that --init-from grows)
     branch_from: str | None = None  # a new run (--out) that continues another run exactly: its weights, optimizer,
     # step, data position and history, under this run's --tokens and schedule (a cooldown off a wsd run); the other
@@ -219,6 +219,9 @@ def lr_at(step: int, a: TrainArgs) -> float:
     return a.lr * (a.min_lr_frac + (1 - a.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+COPY_SOURCES = ("random", "text", "mixed")  # what a copy row repeats: random tokens, its own text, or either evenly
+
+
 class Batches:
     """Non-overlapping windows of seq_len+1 tokens, in a fresh seeded order every epoch.
 
@@ -240,8 +243,8 @@ class Batches:
         self.real, self.real_rows = real, real_rows
         self.T, self.B, self.seed = seq_len, batch_size, seed
         self.copy_rows, self.vocab_size = copy_rows, vocab_size
-        if copy_source not in ("random", "text"):
-            raise ValueError(f"copy_source must be 'random' or 'text', got {copy_source!r}")
+        if copy_source not in COPY_SOURCES:
+            raise ValueError(f"copy_source must be one of {', '.join(map(repr, COPY_SOURCES))}, got {copy_source!r}")
         self.copy_source = copy_source
         n = min((len(v) - 1) // seq_len for v in self.views)
         if n < batch_size:
@@ -277,8 +280,11 @@ class Batches:
                 s = int(r.integers(n_real)) * self.T
                 rows[i] = self.real[s: s + self.T + 1]
         if self.copy_rows > 0:
-            for i in np.flatnonzero(rng.random(self.B) < self.copy_rows):
-                if self.copy_source == "text":
+            picked = np.flatnonzero(rng.random(self.B) < self.copy_rows)
+            # "mixed": each copy row's source drawn by its own generator, so "random" and "text" keep their batches
+            mixed = np.random.default_rng([self.seed, self.epoch, self.cursor, 2]).random(len(picked)) < 0.5
+            for i, text in zip(picked, mixed):
+                if self.copy_source == "text" or (self.copy_source == "mixed" and text):
                     rows[i] = repeated_text_row(rng, rows[i])
                 else:
                     rows[i] = repeated_random_row(rng, self.T + 1, self.vocab_size)
@@ -308,8 +314,8 @@ class TorchBatches:
         views = views if isinstance(views, list) else [views]
         if real_rows and real is None:
             raise ValueError("real_rows needs the real training text")
-        if copy_source not in ("random", "text"):
-            raise ValueError(f"copy_source must be 'random' or 'text', got {copy_source!r}")
+        if copy_source not in COPY_SOURCES:
+            raise ValueError(f"copy_source must be one of {', '.join(map(repr, COPY_SOURCES))}, got {copy_source!r}")
         if copy_rows > 0 and (seq_len + 1) // 2 < MIN_COPY_PERIOD:
             raise ValueError(f"copy rows repeat with a period of at least {MIN_COPY_PERIOD} tokens, so they need "
                              f"seq_len {2 * MIN_COPY_PERIOD - 1} or more, got {seq_len}")
@@ -369,6 +375,9 @@ class TorchBatches:
                 source = rows
             else:
                 source = torch.randint(1, self.vocab_size, rows.shape, generator=g, device=self.device, dtype=rows.dtype)
+                if self.copy_source == "mixed":  # each copy row's source drawn by its own generator
+                    text = torch.rand(self.B, generator=self._seeded(2), device=self.device) < 0.5
+                    source = torch.where(text[:, None], rows, source)
             rows = torch.where(take[:, None], source.gather(1, self._pos % period[:, None]), rows)
         x = rows.long()
         return x[:, :-1], x[:, 1:]

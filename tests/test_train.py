@@ -431,25 +431,33 @@ def test_init_from_a_deeper_or_wider_model_is_a_clear_error(data, tmp_path):
         train(args(data, tmp_path / "y", init_from=str(tmp_path / "nothing")), progress=False)
 
 
-@pytest.mark.parametrize("source", ["random", "text"])
+@pytest.mark.parametrize("source", ["random", "text", "mixed"])
 def test_copy_rows_repeat_with_a_period(source):
     tokens = np.arange(1, 5000, dtype=np.uint16)  # no repeats of its own
     b = Batches(tokens, seq_len=64, batch_size=32, seed=0, copy_rows=0.5, vocab_size=300, copy_source=source)
     x, y = b.next()
     rows = torch.cat([x, y[:, -1:]], dim=1).numpy()
-    copied = 0
+    copied, kinds = 0, []
     for row in rows:
         periods = [p for p in range(8, 33) if np.array_equal(row[p:], row[:-p])]
         if periods:
             copied += 1
             p = periods[0]
-            if source == "text":  # the repeated segment is the row's own text
-                assert np.all(np.diff(row[:p].astype(int)) == 1)
-            else:
+            kinds.append("text" if np.all(np.diff(row[:p].astype(int)) == 1) else "random")
+            if kinds[-1] == "random":
                 assert row[:p].max() < 300 and row[:p].min() >= 1
         else:
             assert np.all(np.diff(row.astype(int)) == 1)  # untouched text
     assert 8 <= copied <= 24
+    if source == "mixed":  # both kinds (the text ones repeat the row's own text)
+        assert {"text", "random"} <= set(kinds)
+    else:
+        assert set(kinds) == {source}
+    if source != "random":  # the random and text batches are unchanged by the mixed source's extra draws
+        plain = Batches(tokens, seq_len=64, batch_size=32, seed=0, copy_rows=0.5, vocab_size=300, copy_source="random")
+        px, _ = plain.next()
+        untouched = [i for i in range(32) if np.all(np.diff(px[i].numpy().astype(int)) == 1)]
+        assert all(np.all(np.diff(x[i].numpy().astype(int)) == 1) for i in untouched)  # the same rows were picked
     with pytest.raises(ValueError, match="copy_source"):
         Batches(tokens, seq_len=64, batch_size=32, seed=0, copy_rows=0.5, copy_source="nonsense")
 
@@ -593,7 +601,7 @@ def test_torch_batches_are_batches_windows():
     assert torch.equal(c.next()[0], b.next()[0])  # the position is the whole state
 
 
-@pytest.mark.parametrize("source", ["random", "text"])
+@pytest.mark.parametrize("source", ["random", "text", "mixed"])
 def test_torch_batches_copy_rows_repeat_with_a_period(source):
     from sprout_model.train import TorchBatches
     tokens = np.arange(1, 5000, dtype=np.uint16)
@@ -601,19 +609,19 @@ def test_torch_batches_copy_rows_repeat_with_a_period(source):
     x, y = b.next()
     rows = torch.cat([x, y[:, -1:]], dim=1).numpy()
     periods_seen = set()
-    copied = 0
+    copied, kinds = 0, []
     for row in rows:
         periods = [p for p in range(8, 33) if np.array_equal(row[p:], row[:-p])]
         if periods:
             copied += 1
             periods_seen.add(periods[0])
-            if source == "text":
-                assert np.all(np.diff(row[: periods[0]].astype(int)) == 1)
-            else:
+            kinds.append("text" if np.all(np.diff(row[: periods[0]].astype(int)) == 1) else "random")
+            if kinds[-1] == "random":
                 assert row[: periods[0]].max() < 300 and row[: periods[0]].min() >= 1
         else:
             assert np.all(np.diff(row.astype(int)) == 1)
     assert 16 <= copied <= 48 and len(periods_seen) > 5  # about half, at many periods
+    assert set(kinds) == ({"text", "random"} if source == "mixed" else {source})
     again = TorchBatches(tokens, seq_len=64, batch_size=64, seed=0, copy_rows=0.5, vocab_size=300, copy_source=source)
     assert torch.equal(again.next()[0], x)
     with pytest.raises(ValueError, match="seq_len 15 or more"):
