@@ -333,10 +333,14 @@ def neuron_attribution(
     out = nrn.loc[order if top is None else order[:top], ["layer", "block", "neuron", "pos", "activation", "attribution"]]
     out = out.reset_index(drop=True)
     strings = vocabulary_strings(m)
-    words = []
-    for r in out.itertuples():
-        eff = neuron_logit_effects(m, int(r.layer), int(r.neuron)) * (1.0 if r.activation >= 0 else -1.0)
-        words.append(", ".join(repr(strings[i]) for i in torch.topk(eff, promotes).indices.tolist()))
+    words = [""] * len(out)
+    for layer, rows in out.groupby("layer").groups.items():  # one matrix product a layer: (rows, d_model) @ W_U
+        rows = list(rows)
+        neurons = torch.tensor(out.loc[rows, "neuron"].to_numpy())
+        sign = torch.tensor(out.loc[rows, "activation"].to_numpy() >= 0, dtype=m.W_U.dtype) * 2 - 1
+        eff = (m.blocks[int(layer)].mlp.W_out[neurons] @ m.W_U) * sign[:, None]
+        for i, ids in zip(rows, torch.topk(eff, promotes, dim=-1).indices.tolist()):
+            words[i] = ", ".join(repr(strings[j]) for j in ids)
     out["promotes"] = words
     out.attrs.update(logit_diff=df.attrs["logit_diff"], total=df.attrs["total"], neurons_total=float(nrn["attribution"].sum()),
                      answer=df.attrs["answer"], wrong=df.attrs["wrong"], pos=df.attrs["pos"], units="logits",
