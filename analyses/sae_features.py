@@ -96,12 +96,14 @@ def measure(model, args: Namespace) -> dict:
     return {k: (pd.concat(v, ignore_index=True) if isinstance(v, list) and v else v) for k, v in out.items()}
 
 
-def _second_found(row) -> bool:
+def fires_on_second_occurrence(row) -> bool:
+    """A candidate row fires on a name's second occurrence: its mean there is SECOND_RATIO x its mean at the first
+    occurrence and elsewhere, in 7 or more of the ten name texts."""
     ratio = row["second"] / max(row["first"], row["elsewhere"], 1e-9)
     return ratio >= SECOND_RATIO and row["texts_firing"] >= 7
 
 
-def _drops(abl: pd.DataFrame, feature: int) -> tuple[float, float]:
+def copying_drops(abl: pd.DataFrame, feature: int) -> tuple[float, float]:
     """(fall in name copying with the feature ablated alone, the same with its rate-matched control), in
     probability (0.05 = 5 points)."""
     sec = dict(zip(abl["condition"], abl["second"]))
@@ -113,10 +115,10 @@ def named_second_feature(second: pd.DataFrame, abl: pd.DataFrame) -> int:
     """The candidate the verdict names: among those that fire on the second occurrence (>= SECOND_RATIO x, in 7 or
     more of the ten texts), the one whose ablation alone lowers name copying most; the top-ranked one if none
     does. Every candidate's own ablation and control are in the ablation table either way."""
-    found = [int(r["feature"]) for _, r in second.iterrows() if _second_found(r)]
+    found = [int(r["feature"]) for _, r in second.iterrows() if fires_on_second_occurrence(r)]
     if not found:
         return int(second["feature"].iloc[0])
-    return max(found, key=lambda f: _drops(abl, f)[0])
+    return max(found, key=lambda f: copying_drops(abl, f)[0])
 
 
 def judge(m: dict) -> list[Claim]:
@@ -138,9 +140,9 @@ def judge(m: dict) -> list[Claim]:
         ratio = top["second"] / max(top["first"], top["elsewhere"], 1e-9)
         sec = dict(zip(abl["condition"], abl["second"]))
         clean = sec["clean"]
-        drop, ctrl = _drops(abl, named)
+        drop, ctrl = copying_drops(abl, named)
         drop3, ctrl3 = clean - sec["top 3"], clean - sec["3 controls"]
-        found = _second_found(top)
+        found = fires_on_second_occurrence(top)
         causal = drop >= CAUSAL_DROP and drop > 2 * max(ctrl, 0.0)
         effect = (f"ablated, name copying {pct(clean, 1)} -> {pct(clean - drop, 1)} (a control of equal firing rate: "
                   f"{-ctrl * 100:+.1f} points); the top three together {-drop3 * 100:+.1f} points (three controls "

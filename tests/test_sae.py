@@ -425,15 +425,36 @@ def test_figures_build_and_contexts_are_escaped(model, sae):
     assert contexts_html(s.contexts).count("<div") == 3
 
 
-@pytest.mark.integration
-@pytest.mark.skipif(not _shipped(1).is_dir(), reason="the shipped sprout SAEs are not installed")
-def test_claim_script_prints_the_quality_table_and_a_verdict_per_claim(tmp_path, capsys):
+def _sae_features_script():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("sae_features", Path(__file__).resolve().parents[1] / "analyses"
                                                   / "sae_features.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_claim_script_names_the_firing_candidate_whose_own_ablation_moves_copying_most():
+    """Each candidate is ablated alone beside its own control; the verdict names the one that fires where a name
+    repeats (>= 3x, in 7+ texts) and whose ablation lowers copying most, not merely the best-firing one."""
+    mod = _sae_features_script()
+    second = pd.DataFrame({"feature": [10, 20, 30], "second": [1.0, 0.9, 0.8], "first": [0.0, 0.1, 0.0],
+                           "elsewhere": [0.1, 0.1, 0.5], "texts_firing": [9, 8, 9]})  # 30 fires too widely
+    abl = pd.DataFrame({"condition": ["clean", "feature 10", "control 1 (for 10)", "feature 20", "control 2 (for 20)",
+                                      "feature 30", "control 3 (for 30)"],
+                        "second": [0.75, 0.745, 0.75, 0.70, 0.75, 0.40, 0.75]})
+    assert mod.named_second_feature(second, abl) == 20  # 30 moves copying more but does not pass the firing test
+    drop, ctrl = mod.copying_drops(abl, 20)
+    assert drop == pytest.approx(0.05) and ctrl == pytest.approx(0.0)
+    none_found = second.assign(texts_firing=[3, 3, 3])
+    assert mod.named_second_feature(none_found, abl) == 10  # nothing fires as a name feature: the top-ranked one
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not _shipped(1).is_dir(), reason="the shipped sprout SAEs are not installed")
+def test_claim_script_prints_the_quality_table_and_a_verdict_per_claim(tmp_path, capsys):
+    mod = _sae_features_script()
     assert mod.main(["--layers", "1", "--n", "2", "--length", "64", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "SAE quality on held-out text" in out and "loss_recovered" in out
