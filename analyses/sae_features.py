@@ -96,11 +96,16 @@ def measure(model, args: Namespace) -> dict:
     return {k: (pd.concat(v, ignore_index=True) if isinstance(v, list) and v else v) for k, v in out.items()}
 
 
+def second_ratio(row) -> float:
+    """A candidate's mean activation at a name's second occurrence over the larger of its means at the first
+    occurrence and elsewhere."""
+    return row["second"] / max(row["first"], row["elsewhere"], 1e-9)
+
+
 def fires_on_second_occurrence(row) -> bool:
     """A candidate row fires on a name's second occurrence: its mean there is SECOND_RATIO x its mean at the first
     occurrence and elsewhere, in 7 or more of the ten name texts."""
-    ratio = row["second"] / max(row["first"], row["elsewhere"], 1e-9)
-    return ratio >= SECOND_RATIO and row["texts_firing"] >= 7
+    return second_ratio(row) >= SECOND_RATIO and row["texts_firing"] >= 7
 
 
 def copying_drops(abl: pd.DataFrame, feature: int) -> tuple[float, float]:
@@ -137,7 +142,7 @@ def judge(m: dict) -> list[Claim]:
         named = named_second_feature(s, abl)
         top = s[s["feature"] == named].iloc[0]
         rank = int(list(s["feature"]).index(named)) + 1
-        ratio = top["second"] / max(top["first"], top["elsewhere"], 1e-9)
+        ratio = second_ratio(top)
         sec = dict(zip(abl["condition"], abl["second"]))
         clean = sec["clean"]
         drop, ctrl = copying_drops(abl, named)
