@@ -61,16 +61,27 @@ def splice_name(rng: random.Random, words: list[str]) -> str:
 
 
 def randomise_names(text: str, names: set[str], rng: random.Random, min_in_doc: int = 2,
-                    words: list[str] | None = None, splice_share: float = 0.0) -> str:
+                    words: list[str] | None = None, splice_share: float = 0.0, full_share: float = 0.0) -> str:
     """Replace every capitalised occurrence of each name that recurs in ``text`` by one invented name:
-    a :func:`splice_name` of ``words`` with probability ``splice_share``, else an :func:`invent_name`."""
+    a :func:`splice_name` of ``words`` with probability ``splice_share``, else an :func:`invent_name`.
+
+    With probability ``full_share`` a name's replacement is instead a full name of two words, the second a
+    :func:`splice_name` of ``words`` (an :func:`invent_name` without them), used at every mention: from its
+    second mention on, the surname's first piece (often a common word's start, " Mars") can only be
+    predicted by copying it from the earlier mention, against the prior for the ordinary word that
+    usually follows a name (" had")."""
     counts = collections.Counter(w.lower() for w in _WORD.findall(text) if w[0].isupper() and w.lower() in names)
     mapping: dict[str, str] = {}
     used: set[str] = set()
 
-    def fresh() -> str:
+    def one() -> str:
         spliced = splice_share > 0 and words and rng.random() < splice_share  # no draw at 0: old views unchanged
         return splice_name(rng, words) if spliced else invent_name(rng)
+
+    def fresh() -> str:
+        if full_share > 0 and rng.random() < full_share:  # no draw at 0 either
+            return one() + " " + (splice_name(rng, words) if words else invent_name(rng))
+        return one()
 
     for w, c in counts.items():
         if c < min_in_doc:

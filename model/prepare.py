@@ -45,7 +45,8 @@ def reuse_tokenizer(path: str | Path) -> Tokenizer:
 
 
 def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction: float = 0.05, seed: int = 0,
-            name_views: int = 0, splice_share: float = 0.0, tokenizer: str | Path | None = None) -> dict:
+            name_views: int = 0, splice_share: float = 0.0, tokenizer: str | Path | None = None,
+            full_name_share: float = 0.0) -> dict:
     """Run the whole pipeline; returns the metadata it also writes to ``meta.json``.
 
     ``tokenizer``: the path of a ``tokenizer.json`` to encode with instead of training one on the corpus (for
@@ -58,6 +59,9 @@ def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction
         raise ValueError(f"--val-fraction must be between 0 and 1 (such as 0.05), got {val_fraction}")
     if name_views < 0:
         raise ValueError(f"--name-views must be 0 or more, got {name_views}")
+    for flag, v in (("--splice-share", splice_share), ("--full-name-share", full_name_share)):
+        if not 0.0 <= v <= 1.0:
+            raise ValueError(f"{flag} must be between 0 and 1, got {v}")
     out = Path(out) if out else DATA_ROOT / (corpus if not Path(corpus).is_dir() else Path(corpus).name)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -98,17 +102,20 @@ def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction
         # versions of the training split with each document's recurring names replaced by invented
         # ones, fresh in every version (validation stays real text)
         names = find_names(d.text for d in train)
-        words = [w for w in common_words(d.text for d in train) if w not in names] if splice_share else None
+        words = ([w for w in common_words(d.text for d in train) if w not in names]
+                 if splice_share or full_name_share else None)
         for k in range(name_views):
             rng = random.Random(f"{seed}-{k}")
             ids = []
             for d in train:
-                ids.extend(encode(tok, randomise_names(d.text, names, rng, words=words, splice_share=splice_share)))
+                ids.extend(encode(tok, randomise_names(d.text, names, rng, words=words, splice_share=splice_share,
+                                                       full_share=full_name_share)))
                 ids.append(eot)
             np.asarray(ids, dtype=np.uint16).tofile(out / f"train_names{k}.bin")
         meta["name_views"] = name_views
         meta["names_found"] = len(names)
         meta["splice_share"] = splice_share
+        meta["full_name_share"] = full_name_share
     meta["chars_per_token"] = round(meta["train_chars"] / meta["train_tokens"], 3)
     meta["sources"] = sources
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
@@ -129,12 +136,16 @@ def main(argv: list[str] | None = None) -> None:
                    help="also write K versions of the training split with recurring names randomised")
     p.add_argument("--splice-share", type=float, default=0.0,
                    help="with --name-views: share of invented names spliced from two common words (augment.splice_name)")
+    p.add_argument("--full-name-share", type=float, default=0.0,
+                   help="with --name-views: share of names replaced by a two-word full name whose second word is "
+                        "spliced from two common words (augment.randomise_names)")
     p.add_argument("--tokenizer", default=None,
                    help="encode with this tokenizer.json instead of training one (e.g. sprout_model/checkpoints/tokenizer.json)")
     a = p.parse_args(argv)
-    if not 0.0 <= a.splice_share <= 1.0:
-        p.error(f"--splice-share must be between 0 and 1, got {a.splice_share}")
-    prepare(a.corpus, a.out, a.val_fraction, a.seed, a.name_views, a.splice_share, a.tokenizer)
+    for flag in ("splice_share", "full_name_share"):
+        if not 0.0 <= getattr(a, flag) <= 1.0:
+            p.error(f"--{flag.replace('_', '-')} must be between 0 and 1, got {getattr(a, flag)}")
+    prepare(a.corpus, a.out, a.val_fraction, a.seed, a.name_views, a.splice_share, a.tokenizer, a.full_name_share)
 
 
 if __name__ == "__main__":
