@@ -4,6 +4,7 @@ computation (a loop of full forwards for the validation loss, block_knockout on 
 from __future__ import annotations
 
 import importlib.util
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +69,17 @@ def test_each_part_fails_on_its_own(change, part):
     assert len(failed) == 1 and failed[0].startswith(part), failed
 
 
+def test_the_validation_part_can_be_judged_against_another_model_by_another_margin():
+    mod = _script()
+    figs = {"base": _figures(val=3.9), "cand": _figures(val=3.92), "gpt-4": {"val_loss": 4.1}}
+    assert not _meets(mod.judge(figs, "base", "cand"), "cand")["validation loss"]  # 0.10 below the baseline: no
+    df = mod.judge(figs, "base", "cand", against="gpt-4", by=0.15)
+    assert _meets(df, "cand")["validation loss"] and df[df["model"] == "cand"]["meets"].all()
+    assert df[df["part"].str.startswith("validation")]["bar"].iloc[0] == "<= 3.9500 (gpt-4's 4.1000 - 0.15)"
+    assert not _meets(mod.judge(figs | {"gpt-4": {"val_loss": 4.06}}, "base", "cand", "gpt-4", 0.15), "cand")["validation loss"]
+    assert set(mod.judge(figs, "base", "cand", "gpt-4", 0.15)["model"]) == {"base", "cand"}  # the reference is not judged
+
+
 def test_the_fallback_rule_needs_a_lower_loss_and_no_copying_lost():
     mod = _script()
     base = _figures(val=3.9, names=0.65, heldout=0.68)
@@ -102,9 +114,11 @@ def test_the_script_measures_both_models_as_independent_code_does(two_checkpoint
     monkeypatch.setattr(texts, "training_documents", lambda corpus="default": train_docs)
     mod = _script()
     monkeypatch.setattr(mod, "VAL_SEQ_LEN", 16)
+    ref = shutil.copytree(base, tmp_path / "reference")  # the bar's reference: base's weights under another name
     try:
         rc = mod.main(["--candidate", str(cand), "--baseline", str(base), "--val", str(val_path), "--n", "2",
-                       "--length", "16", "--out", str(tmp_path / "o"), "--report-val", str(val_path)])
+                       "--length", "16", "--out", str(tmp_path / "o"), "--report-val", str(val_path),
+                       "--val-against", str(ref), "--val-by", "0.5"])
         held = texts.validation_sample(load_models([str(base)])[0].model.tokenizer, n=2, length=16, seed=0)
         train = texts.training_sample(load_models([str(base)])[0].model.tokenizer, n=2, length=16, seed=0)
     finally:
@@ -132,6 +146,9 @@ def test_the_script_measures_both_models_as_independent_code_does(two_checkpoint
         d = describe(str(spec))
         assert rows.loc["copying ratio, repeated random tokens", "value"] == pytest.approx(d["copying_ratio"])
         assert rows.loc["invented-name copying, the name texts", "value"] == pytest.approx(d["name_copying"])
+    bars = got[got["part"].str.startswith("validation loss")]["bar"]
+    base_val = got[(got["model"] == str(base)) & got["part"].str.startswith("validation loss")]["value"].item()
+    assert (bars == f"<= {base_val - 0.5:.4f} ({ref}'s {base_val:.4f} - 0.5)").all()
     report = pd.read_csv(tmp_path / "o" / "report.csv")
     assert len(report) == 10 and report["figure"].str.contains("logit-lens confidence after blocks 3 and 4").sum() == 2
     more = report[report["figure"] == f"validation loss, every window of {val_path}"].set_index("model")["ours"]
@@ -140,6 +157,7 @@ def test_the_script_measures_both_models_as_independent_code_does(two_checkpoint
         assert more[str(spec)] == f"{value:.4f} over 5 windows"
     out = capsys.readouterr().out
     assert "does NOT meet the bar" in out and "the bar for replacing" in out
+    assert f"{ref}: validation loss {base_val:.4f} over 5 windows" in out
     fall = pd.read_csv(tmp_path / "o" / "fallback.csv").set_index("part")
     base_rows = got[got["model"] == str(base)].set_index("part")
     cand_rows = got[got["model"] == str(cand)].set_index("part")
