@@ -94,6 +94,12 @@ def _val_tokens(arg: str | None) -> tuple[np.ndarray, str]:
                             "(or pass --val FILE)")
 
 
+def window_loss(hooked, tokens: np.ndarray) -> tuple[float, int]:
+    """(mean loss in nats/token, number of windows) of the wrapped GPT on every window of VAL_SEQ_LEN tokens (or its
+    context, if shorter) of ``tokens``: the windows the shipped models' validation losses are measured on."""
+    return loss_on_every_window(hooked.model, tokens, min(VAL_SEQ_LEN, hooked.cfg.n_ctx))
+
+
 def measure_one(spec: str, hooked, args: argparse.Namespace, val: np.ndarray) -> dict:
     """Every figure of one model: knockout on held-out and training text, validation loss, copying, lens, RMS, heads."""
     n_layers = hooked.cfg.n_layers
@@ -104,9 +110,8 @@ def measure_one(spec: str, hooked, args: argparse.Namespace, val: np.ndarray) ->
         raise RuntimeError(f"the corpus {args.corpus!r} is not installed: pip install -e '.[train]'")
     k_held = block_knockout(hooked, held, groups=groups)
     k_train = block_knockout(hooked, train, groups=groups)
-    loss, windows = loss_on_every_window(hooked.model, val, min(VAL_SEQ_LEN, hooked.cfg.n_ctx))  # the wrapped GPT
-    more = {path: loss_on_every_window(hooked.model, np.memmap(path, dtype=np.uint16, mode="r"),
-                                       min(VAL_SEQ_LEN, hooked.cfg.n_ctx)) for path in args.report_val}
+    loss, windows = window_loss(hooked, val)
+    more = {path: window_loss(hooked, np.memmap(path, dtype=np.uint16, mode="r")) for path in args.report_val}
     row = describe(spec)
     toks, mask = hooked.to_tokens_with_mask(list(TEXTS.values()))
     pf = penultimate_vs_final(logit_lens(hooked, toks, attention_mask=mask).summary())
@@ -219,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         if not ref:
             print(f"--val-against {against}: the model must load", file=sys.stderr)
             return 2
-        loss, windows = loss_on_every_window(ref[0].model.model, val, min(VAL_SEQ_LEN, ref[0].model.cfg.n_ctx))
+        loss, windows = window_loss(ref[0].model, val)
         reference = {against: {"val_loss": loss, "windows": windows}}
         print(f"{against}: validation loss {loss:.4f} over {windows:,} windows of {val_path} (the bar's reference)")
     verdicts = judge(measured | reference, baseline, candidate, against, args.val_by)

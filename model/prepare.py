@@ -142,9 +142,6 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tokenizer", default=None,
                    help="encode with this tokenizer.json instead of training one (e.g. sprout_model/checkpoints/tokenizer.json)")
     a = p.parse_args(argv)
-    for flag in ("splice_share", "full_name_share"):
-        if not 0.0 <= getattr(a, flag) <= 1.0:
-            p.error(f"--{flag.replace('_', '-')} must be between 0 and 1, got {getattr(a, flag)}")
     prepare(a.corpus, a.out, a.val_fraction, a.seed, a.name_views, a.splice_share, a.tokenizer, a.full_name_share)
 
 

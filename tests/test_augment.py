@@ -1,11 +1,17 @@
 """Name randomisation for training data: names found, replaced consistently, spliced names made of word pieces."""
 from __future__ import annotations
 
+import json
 import random
 import re
 from pathlib import Path
 
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
 from sprout_model.augment import common_words, find_names, randomise_names, splice_name
+from sprout_model.prepare import prepare
 
 STORY = ("Holmes looked at Watson. " * 6 + "the quiet garden was quiet and the garden gate was open. " * 25
          + "Holmes smiled, and Watson said nothing to Holmes.")
@@ -90,14 +96,6 @@ def test_full_share_gives_two_word_names_whose_surname_is_spliced_and_repeats():
 
 
 def test_prepare_writes_views_with_full_names_and_records_the_share(tmp_path):
-    import json
-
-    import numpy as np
-    import pytest
-    from tokenizers import Tokenizer
-
-    from sprout_model.prepare import prepare
-
     tokenizer = Path(__file__).resolve().parents[1] / "model" / "checkpoints" / "tokenizer.json"
     (tmp_path / "texts").mkdir()
     for i in range(6):
