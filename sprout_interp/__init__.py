@@ -22,6 +22,7 @@ from sprout_interp.circuits.steering import (
 )
 from sprout_interp.core.errors import (
     AblationError,
+    ArgumentError,
     CheckpointNotFoundError,
     ContextLengthError,
     ExportError,
@@ -42,6 +43,7 @@ from sprout_interp.core.errors import (
     TokenizationError,
     TunedLensMismatchError,
     TunedLensNotFoundError,
+    UnequalLengthsError,
     UnreadablePathError,
     UnsafeCheckpointError,
     VocabularyMismatchError,
@@ -66,9 +68,9 @@ __all__ = [
     "steering_vector", "steered", "steering_effect", "steering_layers", "steering_controls", "steered_generations",
     "residual_rms", "attention_patterns", "head_scores", "find_induction_circuit",
     "ablate", "ablation_sweep", "attribution_sweep", "block_knockout", "compare_models",
-    "SproutError", "AblationError", "CheckpointNotFoundError", "NotACheckpointError", "UnsafeCheckpointError",
+    "SproutError", "AblationError", "ArgumentError", "CheckpointNotFoundError", "NotACheckpointError", "UnsafeCheckpointError",
     "StateDictMismatchError", "VocabularyMismatchError", "ContextLengthError", "HookNameError", "TokenizationError",
     "HookOutputError", "NotAPathError", "UnreadablePathError", "InvalidConfigError", "InvalidWeightsError",
     "MissingTokenizerError", "MetricError", "PatchingError", "SAEMismatchError", "SAENotFoundError", "TunedLensMismatchError",
-    "TunedLensNotFoundError", "ExportError", "SteeringError",
+    "TunedLensNotFoundError", "ExportError", "SteeringError", "UnequalLengthsError",
 ]

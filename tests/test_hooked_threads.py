@@ -15,6 +15,8 @@ import torch
 
 from sprout_interp.core.hooked import HookedSprout
 
+pytestmark = pytest.mark.unit
+
 N_THREADS = 8
 CALLS_PER_THREAD = 25
 FILTERS = {
@@ -160,3 +162,84 @@ def test_hooks_block_holds_other_threads_off(shared):
     th.join(timeout=60)
     assert torch.equal(got["logits"], plain)
     assert not torch.allclose(hooked_logits, plain)
+
+
+def _patch_calls(m: HookedSprout, clean: torch.Tensor, corrupt: torch.Tensor):
+    from sprout_interp.circuits.knockout import block_knockout
+    from sprout_interp.circuits.metrics import LogitDiff
+    from sprout_interp.circuits.patching import activation_patch, path_patch
+
+    metric = LogitDiff(3, 5)
+    return {
+        "layer_pos": activation_patch(m, clean, corrupt, metric)["value"].tolist(),
+        "head": activation_patch(m, clean, corrupt, metric, site="z", by="head")["value"].tolist(),
+        "path": path_patch(m, clean, corrupt, metric, receivers=[(1, 0, "k")])["value"].tolist(),
+        "knockout": block_knockout(m, clean, groups=[(0,), (1,)])["loss"].tolist(),
+    }
+
+
+def _pair(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    clean = torch.randint(0, 64, (1, 12), generator=g)
+    corrupt = clean.clone()
+    corrupt[0, 2] = (clean[0, 2] + 7) % 64
+    return clean, corrupt
+
+
+@torch.no_grad()
+def test_patching_in_threads_equals_sequential_bit_for_bit(shared):
+    """Four threads patching one shared model get exactly the sequential tables (no path chosen on another
+    thread's hooks)."""
+    pairs = [_pair(s) for s in range(4)]
+    expected = [_patch_calls(shared, c, x) for c, x in pairs]
+    got: dict[tuple[int, int], dict] = {}
+
+    def work(t: int):
+        for rep in range(3):
+            i = (t + rep) % len(pairs)
+            got[(t, rep)] = (i, _patch_calls(shared, *pairs[i]))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(got) == 12
+    for i, res in got.values():
+        assert res == expected[i]  # lists of floats: equal bit for bit
+
+
+@torch.no_grad()
+def test_patching_does_not_take_another_threads_hook_for_its_own(shared, monkeypatch):
+    """While another thread sits inside a hooked forward, activation_patch waits for the model instead of seeing
+    that thread's hook as a user hook of its own (which would switch it to the naive path)."""
+    import sprout_interp.circuits.patching as patching
+
+    naive_calls = []
+    real_naive = patching._naive_values
+    monkeypatch.setattr(patching, "_naive_values", lambda *a, **k: naive_calls.append(1) or real_naive(*a, **k))
+    inside, release, checked = threading.Event(), threading.Event(), threading.Event()
+
+    def slow_hook(x, hook):
+        inside.set()
+        release.wait(timeout=30)
+        return x
+
+    clean, corrupt = _pair(0)
+    other = threading.Thread(target=lambda: shared.run_with_hooks(clean, fwd_hooks=[("blocks.0.hook_resid_pre", slow_hook)]))
+    other.start()
+    assert inside.wait(timeout=30)
+    result = {}
+
+    def patch():
+        result["df"] = patching.activation_patch(shared, clean, corrupt, patching.LogitDiff(3, 5), by="layer")
+        checked.set()
+
+    mine = threading.Thread(target=patch)
+    mine.start()
+    checked.wait(timeout=2)  # the unlocked check would have run the naive path by now; a locked one waits
+    release.set()
+    other.join()
+    mine.join()
+    assert naive_calls == []
+    assert len(result["df"]) == shared.cfg.n_layers

@@ -60,6 +60,7 @@ from sprout_interp.circuits.metrics import (
     metric_reach_of,
 )
 from sprout_interp.circuits.replacements import Replacer, ablation_hooks, default_reference, head_means, is_means
+from sprout_interp.core.arguments import check_count
 from sprout_interp.core.errors import AblationError
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import HookedSprout, as_hooked, is_hooked
@@ -105,7 +106,7 @@ def ablate(
     check_kind(kind)
     toks, mask = as_hooked(model).prepare_input(tokens, attention_mask)
     with model.lock:
-        rep = Replacer(model, toks, heads, kind, reference)
+        rep = Replacer(model, toks, heads, kind, reference, mask)
         with torch.no_grad():
             logits = model.run_with_hooks(toks, fwd_hooks=ablation_hooks(heads, rep))
     return _result(logits, toks, mask)
@@ -240,10 +241,13 @@ def ablation_sweep(
     check_kind(kind)
     if method not in ("fast", "naive"):
         raise AblationError(f"method must be 'fast' or 'naive', got {method!r}")
+    if heads_per_batch is not None:
+        heads_per_batch = check_count(heads_per_batch, "heads_per_batch", what="heads run together in one forward; None "
+                                      "picks about 4,096 tokens per forward", error=AblationError)
     toks, mask = as_hooked(model).prepare_input(tokens, attention_mask)
-    bound = bind_metric(metric, toks, mask)
+    bound = bind_metric(metric, toks, mask, model.cfg.d_vocab)
     with model.lock:
-        rep = Replacer(model, toks, heads, kind, reference)
+        rep = Replacer(model, toks, heads, kind, reference, mask)
         if method == "naive":
             df = _naive_sweep(model, toks, heads, rep, bound, kind, progress)
         else:
@@ -404,9 +408,9 @@ def attribution_sweep(
     heads = check_heads(model, heads)
     check_kind(kind)
     toks, mask = as_hooked(model).prepare_input(tokens, attention_mask)
-    bound = bind_metric(metric, toks, mask)
+    bound = bind_metric(metric, toks, mask, model.cfg.d_vocab)
     with model.lock:
-        rep = Replacer(model, toks, heads, kind, reference)
+        rep = Replacer(model, toks, heads, kind, reference, mask)
         est = _attribution(model, toks, heads, rep, bound)
     df = pd.DataFrame({"layer": [l for l, _ in heads], "block": [l + 1 for l, _ in heads], "head": [h for _, h in heads],
                        "metric": bound.name, "estimate": est})

@@ -21,7 +21,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from sprout_interp.core.errors import SproutError
+from sprout_interp.core.arguments import check_count, check_index, describe, integer
+from sprout_interp.core.errors import ArgumentError, SproutError
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import HookedSprout, as_hooked
 
@@ -35,15 +36,18 @@ def head_label(layer: int, head: int) -> str:
     return f"block {layer + 1} head {head}"
 
 
-def token_id(model: HookedSprout, token: TokenLike) -> int:
-    """The id of ``token``: an int id, or a string that is exactly one token (else SproutError saying its pieces)."""
-    if isinstance(token, bool) or not isinstance(token, (int, str)):
-        raise SproutError(f"a token is a string of one token or an int id, got {token!r}")
-    if isinstance(token, int):
-        if not 0 <= token < model.cfg.d_vocab:
-            raise SproutError(f"token id {token} is outside the vocabulary (0..{model.cfg.d_vocab - 1})")
-        return token
-    return model.to_single_token(token)
+def token_id(model: HookedSprout, token: TokenLike, name: str = "token") -> int:
+    """The id of ``token``: a whole-number id (numpy / torch integers too), or a string that is exactly one token
+    (else SproutError saying its pieces). ``name`` is the argument it came in, for the ArgumentError of an id
+    outside the vocabulary or of something that is no token (a bool, a float)."""
+    if isinstance(token, str):
+        return model.to_single_token(token)
+    i, V = integer(token), model.cfg.d_vocab
+    if i is None:
+        raise ArgumentError(f"{name}={describe(token)} is not a token: pass a string of one token or a whole-number id 0..{V - 1}")
+    if not 0 <= i < V:
+        raise ArgumentError(f"{name}: token id {i} is outside the vocabulary (0..{V - 1})")
+    return i
 
 
 def _token_strings(model: HookedSprout, ids: list[int]) -> list[str]:
@@ -58,9 +62,7 @@ def _run(model: HookedSprout, input, pos: int, need_pattern: bool, need_post: bo
     if toks.shape[0] != 1:
         raise SproutError(f"direct logit attribution reads one text at a time, got a batch of {toks.shape[0]}")
     T = toks.shape[1]
-    p = pos + T if pos < 0 else pos
-    if not 0 <= p < T:
-        raise SproutError(f"pos={pos} is outside the text's {T} tokens (0..{T - 1}, or negative from the end)")
+    p = check_index(pos, "pos", T, negative=True, what=f"the prediction position in the text's {T} tokens")
     L = model.cfg.n_layers
     names = {"hook_embed", "ln_final.hook_scale"}
     for l in range(L):
@@ -111,8 +113,8 @@ def direct_logit_attribution(
     model = as_hooked(model)
     if by not in ("component", "head", "source", "neuron"):
         raise SproutError(f"by must be 'component', 'head', 'source' or 'neuron', got {by!r}")
-    a = token_id(model, answer)
-    w = None if wrong is None else token_id(model, wrong)
+    a = token_id(model, answer, "answer")
+    w = None if wrong is None else token_id(model, wrong, "wrong")
     toks, p, logits, cache = _run(model, input, pos, need_pattern=by == "source", need_post=by == "neuron")
     direction = model.tokens_to_residual_directions(a)
     if w is not None:
@@ -185,12 +187,15 @@ def head_token_effects(
     """
     model = as_hooked(model)
     L, H = model.cfg.n_layers, model.cfg.n_heads
-    if not (0 <= layer < L and 0 <= head < H):
-        raise SproutError(f"no head {head} in layer {layer}: layers 0..{L - 1} (block = layer + 1), heads 0..{H - 1}")
+    what = f"layers 0..{L - 1} (block = layer + 1), heads 0..{H - 1}"
+    try:
+        layer, head = check_index(layer, "layer", L, what=what), check_index(head, "head", H, what=what)
+    except ArgumentError as e:
+        raise ArgumentError(f"no head {head!r} in layer {layer!r}: {e}") from None
+    k = check_count(k, "k", high=model.cfg.d_vocab // 2, what="tokens listed each way, promoted and suppressed")
     toks, p, _, cache = _run(model, input, pos, need_pattern=False)
     write = cache[act_name("z", layer)][0, p, head] @ model.blocks[layer].attn.W_O[head]
     effect = (write / cache["ln_final.hook_scale"][0, p]) @ model.W_U  # (d_vocab,)
-    k = max(1, min(k, effect.shape[0] // 2))
     rows = []
     for kind, (vals, ids) in (("promoted", effect.topk(k)), ("suppressed", (-effect).topk(k))):
         names = _token_strings(model, ids.tolist())
@@ -221,9 +226,12 @@ def contribution_graph(
     ``attrs["token"]`` (the token explained), ``attrs["pos"]`` and ``attrs["logit"]``.
     """
     model = as_hooked(model)
-    toks = model.prepare_input(input)[0][0]
+    toks, _ = model.prepare_input(input)
+    if toks.shape[0] != 1:
+        raise SproutError(f"the contribution graph reads one text at a time, got a batch of {toks.shape[0]}")
+    toks = toks[0]
     if token is None:
-        logits = model(toks[None])[0, pos]
+        logits = model(toks[None])[0, check_index(pos, "pos", len(toks), negative=True, what="a position of the text")]
         token = int(logits.argmax())
     token = token_id(model, token)
     src = direct_logit_attribution(model, toks, token, pos=pos, by="source")

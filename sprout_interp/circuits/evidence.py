@@ -140,7 +140,7 @@ class EffectMeasurer:
         if repeated is None:
             n = min(64, model.cfg.n_ctx // 2)
             repeated = repeated_tokens_batch(model.cfg.d_vocab, n, 8, seed)
-        self.rep, _ = model.prepare_input(repeated)
+        self.rep, _ = model.prepare_input(repeated, padding=False, argument="repeated")
 
     @torch.no_grad()
     def run(self, heads: Sequence[Head], induction_head: Optional[Head] = None) -> dict:

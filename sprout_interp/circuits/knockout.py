@@ -21,6 +21,7 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
+from sprout_interp.core.arguments import check_indices
 from sprout_interp.core.errors import AblationError
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import HookedSprout, as_hooked, is_hooked
@@ -49,16 +50,10 @@ def _check_groups(model: HookedSprout, groups: Optional[Sequence[Group]]) -> lis
     L = model.cfg.n_layers
     if groups is None:
         return [[l] for l in range(L)]
-    out = []
-    for g in groups:
-        layers = [g] if isinstance(g, int) else list(g)
-        if not layers or not all(isinstance(l, int) and 0 <= l < L for l in layers):
-            raise AblationError(
-                f"a group of blocks is a layer or a list of layers, 0-indexed as in code (0..{L - 1}: the chapter's "
-                f"blocks 1..{L}), got {g!r}"
-            )
-        out.append(sorted(set(layers)))
-    return out
+    what = f"a group of blocks is a layer or a list of layers, 0-indexed as in code (0..{L - 1}: the chapter's blocks 1..{L})"
+    if isinstance(groups, (str, bytes)) or not hasattr(groups, "__iter__"):
+        raise AblationError(f"groups={groups!r} is not a list of groups: {what}")
+    return [sorted(set(check_indices(g, "groups", L, what=what, error=AblationError))) for g in groups]
 
 
 @torch.no_grad()
@@ -92,10 +87,11 @@ def block_knockout(
     groups = _check_groups(model, groups)
     if method not in ("fast", "naive"):
         raise AblationError(f"method must be 'fast' or 'naive', got {method!r}")
-    if method == "fast" and any(is_hooked(mod) for mod in model.modules()):
-        method = "naive"  # a hook inside a knocked-out block must still run, as it does in the naive forward
     rows = []
     with model.lock:  # the stream kept from the clean run must be this model's, unchanged until the last run
+        # the hook check under the lock too: another thread's hooks, attached only for its own run, are not ours
+        if method == "fast" and any(is_hooked(mod) for mod in model.modules()):
+            method = "naive"  # a hook inside a knocked-out block must still run, as it does in the naive forward
         if method == "fast":
             names = [act_name("resid_pre", l) for l in sorted({g[0] for g in groups})]
             clean, cache = model.run_with_cache(toks, return_type="loss", attention_mask=attention_mask,

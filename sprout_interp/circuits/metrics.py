@@ -13,6 +13,8 @@ Metrics here: :class:`Loss`, :class:`CopyingLoss`, :class:`TargetLogProb`, :clas
 from __future__ import annotations
 
 import inspect
+import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol, Union, runtime_checkable
@@ -22,12 +24,14 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from sprout_interp.core.arguments import check_token_ids, describe, integer
 from sprout_interp.core.errors import MetricError
 from sprout_interp.core.hooked import HookedSprout
 
 __all__ = [
     "Metric", "MetricLike", "BoundMetric", "Loss", "CopyingLoss", "TargetLogProb", "LogProb", "LogitDiff", "bind_metric", "metric_from_resid",
-    "logprobs_from_normed", "metric_reach", "metric_reach_of", "read_positions", "metric_from_read_logits",
+    "logprobs_from_normed", "metric_reach", "metric_reach_of", "read_positions", "metric_from_read_logits", "metric_value",
+    "row_lengths", "row_positions",
 ]
 
 
@@ -53,8 +57,7 @@ class BoundMetric:
     def from_logits(self, logits: Float[Tensor, "batch pos d_vocab"]) -> Tensor:
         """The metric of one run's logits (differentiable)."""
         if self.fn is not None:
-            out = self.fn(logits, self.tokens)
-            return out if isinstance(out, Tensor) else torch.tensor(float(out))
+            return metric_value(self.fn(logits, self.tokens), self.name)
         if self.space == "logit":
             return self.reduce(logits[self.rows, self.pos, self.targets].float())
         if 2 * self.rows.numel() >= logits.shape[0] * logits.shape[1]:  # most positions: no copy of the logits
@@ -62,6 +65,48 @@ class BoundMetric:
         lp = F.log_softmax(logits[self.rows, self.pos].float(), dim=-1)
         return self.reduce(lp.gather(-1, self.targets[:, None])[:, 0])
 
+
+
+def metric_value(out, name: str) -> Tensor:
+    """What a function metric returned, as a 0-d float tensor (still differentiable when it is a tensor); a
+    MetricError that says what it returned when that is not one finite number: None, a string, a bool, a vector,
+    NaN or infinity. Every evaluation of a function metric (ablations, patching, steering, gradients) passes here."""
+    if hasattr(out, "__array__") and not isinstance(out, (Tensor, numbers.Number)):
+        out = torch.as_tensor(out)
+    if isinstance(out, Tensor):
+        if out.numel() != 1 or out.dtype == torch.bool or out.dtype.is_complex:
+            raise MetricError(f"the metric {name!r} returned a {out.dtype} tensor of shape {tuple(out.shape)}: a metric "
+                              "returns one real number, for example logits[:, -1, answer].mean()")
+        value = out.reshape(()) if out.dtype.is_floating_point else out.reshape(()).float()
+        x = float(value.detach())
+    elif isinstance(out, numbers.Real) and not isinstance(out, bool):
+        x = float(out)
+        value = torch.tensor(x)
+    else:
+        raise MetricError(f"the metric {name!r} returned {describe(out)}: a metric returns one real number, "
+                          "for example logits[:, -1, answer].mean()")
+    if not math.isfinite(x):
+        raise MetricError(f"the metric {name!r} returned {x}: a metric must be a finite number (NaN or infinity would "
+                          "make every change and score meaningless)")
+    return value
+
+
+def _whole_numbers(values, name: str) -> list[int]:
+    """``values`` (a list, tuple or 1-d integer tensor) as ints; a MetricError for a bool, a float or a string."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise MetricError(f"{name}={describe(values)} is not a list of whole numbers")
+    out = [integer(v) for v in values]
+    bad = [v for v, i in zip(values, out) if i is None]
+    if bad:
+        raise MetricError(f"{name} holds {describe(bad[0])}, which is not a whole number: {name} are whole numbers")
+    return out
+
+
+def _check_pos(pos, what: str) -> None:
+    """A metric's ``pos`` must be a whole number (negative counts from the end): not a bool, a float or a string."""
+    if integer(pos) is None:
+        raise MetricError(f"{what} pos={describe(pos)} is not a whole number: pos is a position of the input "
+                          "(0-based, negative counts from the end)")
 
 
 @runtime_checkable
@@ -117,6 +162,8 @@ class CopyingLoss:
     def bind(self, tokens: Tensor, mask: Optional[Tensor]) -> BoundMetric:
         """This metric bound to one batch of token ids ``(batch, pos)`` and its mask (False at padding)."""
         B, T = tokens.shape
+        if mask is not None and not bool(mask.all()):
+            raise MetricError("the copying metrics read every row at the same positions: pass rows of equal length, no padding")
         n = self.seq_len
         if n is None:
             n = T // 2
@@ -152,9 +199,10 @@ class TargetLogProb:
     name = "target_logprob"
 
     def __init__(self, positions: Sequence[int], targets: Sequence[int], rows: Optional[Sequence[int]] = None, name: Optional[str] = None):
-        self.positions = [int(p) for p in positions]
-        self.targets = [int(t) for t in targets]
-        self.rows = None if rows is None else [int(r) for r in rows]
+        self.positions = _whole_numbers(positions, "TargetLogProb positions")
+        self.targets = (check_token_ids(targets, "TargetLogProb targets", None, error=MetricError).reshape(-1).tolist()
+                        if len(targets) else [])
+        self.rows = None if rows is None else _whole_numbers(rows, "TargetLogProb rows")
         if name:
             self.name = name
         if len(self.positions) != len(self.targets) or not self.positions or (self.rows is not None and len(self.rows) != len(self.positions)):
@@ -171,9 +219,16 @@ class TargetLogProb:
             pos, tgt = pos.repeat(B), tgt.repeat(B)
         else:
             rows = torch.tensor(self.rows, device=dev)
-        if int(pos.min()) < -T or int(pos.max()) >= T or int(rows.min()) < 0 or int(rows.max()) >= B:
-            raise MetricError(f"TargetLogProb positions/rows outside the batch (batch {B}, {T} positions)")
-        pos = pos % T
+        if int(rows.min()) < 0 or int(rows.max()) >= B:
+            raise MetricError(f"TargetLogProb rows must lie in 0..{B - 1} (the batch has {B} rows); got {self.rows}")
+        n = row_lengths(tokens, mask)[rows]  # each triple's row length: negative positions count from its end
+        pos = torch.where(pos < 0, pos + n, pos)
+        if bool(((pos < 0) | (pos >= n)).any()):
+            i = int(((pos < 0) | (pos >= n)).nonzero()[0, 0])
+            raise MetricError(
+                f"TargetLogProb position {self.positions[i % len(self.positions)]} is outside row {int(rows[i])}, which has "
+                f"{int(n[i])} real tokens (0..{int(n[i]) - 1}, or negative from its end)"
+            )
         return BoundMetric(self.name, rows, pos, tgt, lambda lp: lp.mean(-1), tokens=tokens)
 
 
@@ -187,10 +242,25 @@ def _per_row(ids, B: int, what: str, dev) -> Tensor:
     return t
 
 
-def _one_position(pos: int, T: int, what: str) -> int:
-    if not -T <= int(pos) < T:
-        raise MetricError(f"{what}(pos={pos}) is outside inputs of {T} tokens")
-    return int(pos) % T
+def row_lengths(tokens: Tensor, mask: Optional[Tensor]) -> Int[Tensor, " batch"]:
+    """Each row's number of real tokens: the mask's count (right padding), or every position without a mask."""
+    if mask is None:
+        return torch.full((tokens.shape[0],), tokens.shape[1], dtype=torch.long, device=tokens.device)
+    return mask.to(tokens.device).sum(1).long()
+
+
+def row_positions(pos, tokens: Tensor, mask: Optional[Tensor], what: str) -> Int[Tensor, " batch"]:
+    """``pos`` in each row of a right-padded batch: a negative ``pos`` counts from that row's own last real token
+    (``-1`` is each text's last token, never padding); a position at or past a row's end is a MetricError."""
+    lengths = row_lengths(tokens, mask)
+    per = lengths + int(pos) if int(pos) < 0 else torch.full_like(lengths, int(pos))
+    bad = (per < 0) | (per >= lengths)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        n = int(lengths[i])
+        where = f"row {i}, which has" if tokens.shape[0] > 1 else "an input of"
+        raise MetricError(f"{what}(pos={pos}) is outside {where} {n} real tokens (0..{n - 1}, or -{n}..-1 from its end)")
+    return per
 
 
 @dataclass(frozen=True)
@@ -204,12 +274,17 @@ class LogProb:
     pos: int = -1
     name: str = "log-probability"
 
+    def __post_init__(self):
+        check_token_ids(self.target, "LogProb target", None, error=MetricError)
+        _check_pos(self.pos, "LogProb")
+
     def bind(self, tokens: Tensor, mask: Optional[Tensor]) -> BoundMetric:
-        """This metric bound to one batch of token ids ``(batch, pos)`` (the mask is not needed)."""
+        """This metric bound to one batch of token ids ``(batch, pos)`` and its mask: a negative ``pos`` counts
+        from each row's own last real token."""
         B, T = tokens.shape
-        p = _one_position(self.pos, T, "LogProb")
+        p = row_positions(self.pos, tokens, mask, "LogProb")
         rows = torch.arange(B, device=tokens.device)
-        return BoundMetric(self.name, rows, torch.full_like(rows, p), _per_row(self.target, B, "target", tokens.device),
+        return BoundMetric(self.name, rows, p, _per_row(self.target, B, "target", tokens.device),
                            lambda lp: lp.mean(-1), tokens=tokens)
 
 
@@ -225,10 +300,16 @@ class LogitDiff:
     pos: int = -1
     name: str = "logit difference"
 
+    def __post_init__(self):
+        check_token_ids(self.answer, "LogitDiff answer", None, error=MetricError)
+        check_token_ids(self.wrong, "LogitDiff wrong", None, error=MetricError)
+        _check_pos(self.pos, "LogitDiff")
+
     def bind(self, tokens: Tensor, mask: Optional[Tensor]) -> BoundMetric:
-        """This metric bound to one batch of token ids ``(batch, pos)`` (the mask is not needed)."""
+        """This metric bound to one batch of token ids ``(batch, pos)`` and its mask: a negative ``pos`` counts
+        from each row's own last real token."""
         B, T = tokens.shape
-        p = _one_position(self.pos, T, "LogitDiff")
+        p = row_positions(self.pos, tokens, mask, "LogitDiff")
         dev = tokens.device
         a, w = _per_row(self.answer, B, "answer", dev), _per_row(self.wrong, B, "wrong", dev)
         rows = torch.arange(B, device=dev).repeat_interleave(2)
@@ -237,12 +318,15 @@ class LogitDiff:
             x = x.unflatten(-1, (B, 2))
             return (x[..., 0] - x[..., 1]).mean(-1)
 
-        return BoundMetric(self.name, rows, torch.full_like(rows, p), torch.stack([a, w], 1).reshape(-1), reduce,
+        return BoundMetric(self.name, rows, p.repeat_interleave(2), torch.stack([a, w], 1).reshape(-1), reduce,
                            tokens=tokens, space="logit")
 
 
-def bind_metric(metric, tokens: Tensor, mask: Optional[Tensor]) -> BoundMetric:
-    """Any accepted metric (a name, an object with ``bind``, or ``fn(logits[, tokens])``) bound to ``tokens``."""
+def bind_metric(metric, tokens: Tensor, mask: Optional[Tensor], d_vocab: Optional[int] = None) -> BoundMetric:
+    """Any accepted metric (a name, an object with ``bind``, or ``fn(logits[, tokens])``) bound to ``tokens``.
+
+    With ``d_vocab`` (the model's vocabulary), the token ids the metric reads are checked to lie in ``0..d_vocab-1``
+    (a MetricError naming the argument, ``answer``, ``wrong``, ``target`` or ``targets``, otherwise)."""
     if isinstance(metric, str):
         table = {"loss": Loss(), "copying": CopyingLoss(), "copying_ratio": CopyingLoss(ratio=True)}
         if metric not in table:
@@ -252,13 +336,25 @@ def bind_metric(metric, tokens: Tensor, mask: Optional[Tensor]) -> BoundMetric:
             )
         metric = table[metric]
     if hasattr(metric, "bind"):
-        return metric.bind(tokens, mask)
+        bound = metric.bind(tokens, mask)
+        if d_vocab is not None and bound.targets is not None and bound.targets.numel():
+            for arg in ("answer", "wrong", "target", "targets"):
+                if hasattr(metric, arg):
+                    check_token_ids(getattr(metric, arg), f"{type(metric).__name__} {arg}", d_vocab, error=MetricError)
+            check_token_ids(bound.targets, f"the token ids metric {bound.name!r} reads", d_vocab, error=MetricError)
+        return bound
     if callable(metric):
         try:
             n_args = len([p for p in inspect.signature(metric).parameters.values()
                           if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty])
         except (TypeError, ValueError):
             n_args = 2
+        if mask is not None and not bool(mask.all()):
+            raise MetricError(
+                "a function metric sees the padded logits of texts of different lengths, and the padding would enter "
+                "its value: pass texts of the same length, or a metric that reads each row at its own positions "
+                "(Loss(), LogitDiff(...), LogProb(...), TargetLogProb(...))"
+            )
         fn = metric if n_args >= 2 else (lambda logits, tokens, _f=metric: _f(logits))
         return BoundMetric(getattr(metric, "__name__", "metric"), fn=fn, tokens=tokens)
     raise MetricError(f"metric must be a name, a metric object (with .bind) or a function of the logits, got {metric!r}")

@@ -58,6 +58,7 @@ from sprout_interp.circuits.metrics import (
     metric_from_read_logits,
     read_positions,
 )
+from sprout_interp.core.arguments import check_index
 from sprout_interp.core.errors import MetricError, PatchingError
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import HookedSprout, as_hooked, is_hooked
@@ -81,10 +82,12 @@ _CHUNK = 16  # patches per batched forward: each chunk runs from its first patch
 # --------------------------------------------------------------------------------------------
 # metrics: the protocol of circuits.metrics (bind to a batch; the bound metric says where it reads)
 
-def _bind(metric, tokens: Tensor) -> BoundMetric:
-    """``metric`` bound to ``tokens``; a metric the protocol does not know is a PatchingError that says what is."""
+def _bind(metric, tokens: Tensor, d_vocab: Optional[int] = None) -> BoundMetric:
+    """``metric`` bound to ``tokens``; a metric the protocol does not know is a PatchingError that says what is.
+    With ``d_vocab`` the metric's token ids are checked against the vocabulary (every patch starts with
+    :func:`_run_value`, which passes it)."""
     try:
-        return bind_metric(metric, tokens, None)
+        return bind_metric(metric, tokens, None, d_vocab)
     except MetricError as e:
         raise PatchingError(
             f"{e}. Patching takes LogitDiff(answer, wrong), LogProb(target), Loss(), TargetLogProb(positions, targets) "
@@ -94,7 +97,7 @@ def _bind(metric, tokens: Tensor) -> BoundMetric:
 
 def _run_value(model: HookedSprout, metric, tokens: Tensor) -> tuple[float, str]:
     """The metric of an unpatched run on ``tokens``, and its name."""
-    bound = _bind(metric, tokens)
+    bound = _bind(metric, tokens, model.cfg.d_vocab)
     read = read_positions(bound, tokens.shape[1])
     with torch.no_grad():
         return float(metric_from_read_logits(bound, model(tokens)[:, read], read)[0]), bound.name
@@ -105,8 +108,8 @@ def _run_value(model: HookedSprout, metric, tokens: Tensor) -> tuple[float, str]
 
 
 def _inputs(model: HookedSprout, clean, corrupted) -> tuple[Tensor, Tensor]:
-    c, _ = model.prepare_input(clean)
-    x, _ = model.prepare_input(corrupted)
+    c, _ = model.prepare_input(clean, padding=False, argument="clean")
+    x, _ = model.prepare_input(corrupted, padding=False, argument="corrupted")
     if c.shape != x.shape:
         raise PatchingError(
             f"clean is {tuple(c.shape)} tokens and corrupted {tuple(x.shape)}: patching swaps activations position "
@@ -384,15 +387,18 @@ def activation_patch(
     clean_t, corrupt_t, clean_v, corrupt_v, name = _endpoints(model, clean, corrupted, metric, site, by, direction)
     base, source = (corrupt_t, clean_t) if direction == "denoise" else (clean_t, corrupt_t)
     patches = _patches(model, site, by, clean_t.shape[1])
-    user_hooks = any(is_hooked(hp) for hp in model.hook_dict.values())
-    if method == "naive" or user_hooks:
-        names = [act_name(site, l) for l in range(model.cfg.n_layers)]
-        _, src = model.run_with_cache(source, names_filter=names, return_cache_object=False)
-        vals = _naive_values(model, base, src, metric, site, patches)
-    elif method == "fast":
-        vals = _fast_values(model, base, source, metric, site, by, patches)
-    else:
+    if method not in ("fast", "naive"):
         raise PatchingError(f"method must be 'fast' or 'naive', got {method!r}")
+    # Under the model's lock, so the user-hook check sees this caller's hooks only: another thread's caching
+    # hooks, attached for the length of its own run, would otherwise send this one down the naive path.
+    with model.lock:
+        user_hooks = any(is_hooked(hp) for hp in model.hook_dict.values())
+        if method == "naive" or user_hooks:
+            names = [act_name(site, l) for l in range(model.cfg.n_layers)]
+            _, src = model.run_with_cache(source, names_filter=names, return_cache_object=False)
+            vals = _naive_values(model, base, src, metric, site, patches)
+        else:
+            vals = _fast_values(model, base, source, metric, site, by, patches)
     return _table(model, clean_t, patches, vals, clean_v, corrupt_v, site=site, by=by, direction=direction,
                   metric=name, method="exact")
 
@@ -519,17 +525,38 @@ Sender = tuple[int, int]
 Receiver = tuple[int, int, str]
 
 
-def _check_path(model: HookedSprout, senders: Sequence[Sender], receivers: Sequence[Receiver]) -> None:
+def _check_receivers(model: HookedSprout, receivers) -> list[Receiver]:
+    """``receivers`` as ``(layer, head, "q" | "k" | "v")`` tuples of ints; PatchingError naming the bad one."""
     L, H = model.cfg.n_layers, model.cfg.n_heads
+    form = f"a receiver is (layer, head, 'q' | 'k' | 'v') with layer 0..{L - 1}, head 0..{H - 1}"
+    if isinstance(receivers, (str, bytes)) or not hasattr(receivers, "__iter__"):
+        raise PatchingError(f"receivers is a list of receivers: {form}; got {receivers!r}")
+    out = []
+    for r in receivers:
+        if not isinstance(r, (tuple, list)) or len(r) != 3 or r[2] not in ("q", "k", "v"):
+            raise PatchingError(f"{form}; got {r!r}")
+        out.append((check_index(r[0], "receivers layer", L, what=f"{form}; got {r!r}", error=PatchingError),
+                    check_index(r[1], "receivers head", H, what=f"{form}; got {r!r}", error=PatchingError), r[2]))
+    if not out:
+        raise PatchingError("receivers is empty: name at least one (layer, head, 'q' | 'k' | 'v')")
+    return out
+
+
+def _check_sender(model: HookedSprout, s) -> Sender:
+    """One sender head as a ``(layer, head)`` tuple of ints; PatchingError naming it otherwise."""
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    form = f"a sender is (layer, head) with layer 0..{L - 1}, head 0..{H - 1}; got {s!r}"
+    if not isinstance(s, (tuple, list)) or len(s) != 2:
+        raise PatchingError(form)
+    return (check_index(s[0], "senders layer", L, what=form, error=PatchingError),
+            check_index(s[1], "senders head", H, what=form, error=PatchingError))
+
+
+def _check_path(model: HookedSprout, senders: Sequence[Sender], receivers: Sequence[Receiver]) -> None:
     if not receivers:
         raise PatchingError("receivers is empty: name at least one (layer, head, 'q' | 'k' | 'v')")
-    for r in receivers:
-        if len(r) != 3 or r[2] not in ("q", "k", "v") or not (0 <= r[0] < L and 0 <= r[1] < H):
-            raise PatchingError(f"a receiver is (layer, head, 'q' | 'k' | 'v') with layer 0..{L - 1}, head 0..{H - 1}; got {r!r}")
     first = min(r[0] for r in receivers)
     for s in senders:
-        if len(s) != 2 or not (0 <= s[0] < L and 0 <= s[1] < H):
-            raise PatchingError(f"a sender is (layer, head) with layer 0..{L - 1}, head 0..{H - 1}; got {s!r}")
         if s[0] >= first:
             raise PatchingError(
                 f"sender {s} is not before every receiver (first receiver layer {first}): a path runs from an earlier "
@@ -624,8 +651,9 @@ def path_patch(
     model = as_hooked(model)
     receivers, sets, clean_v, corrupt_v, name, base, source = _path_setup(
         model, clean, corrupted, metric, receivers, senders, direction)
-    user_hooks = any(is_hooked(hp) for hp in model.hook_dict.values())
-    vals = _path_values(model, base, source, metric, sets, receivers, batched=method == "fast" and not user_hooks)
+    with model.lock:  # the user-hook check sees this caller's hooks only (as in activation_patch)
+        user_hooks = any(is_hooked(hp) for hp in model.hook_dict.values())
+        vals = _path_values(model, base, source, metric, sets, receivers, batched=method == "fast" and not user_hooks)
     return _path_table(sets, vals, clean_v, corrupt_v, receivers=receivers, direction=direction, metric=name,
                        method="exact")
 
@@ -633,11 +661,15 @@ def path_patch(
 def _path_setup(model: HookedSprout, clean, corrupted, metric, receivers, senders, direction: str):
     """Path patching's arguments checked: ``(receivers, sender sets, clean value, corrupted value, metric name,
     base ids, source ids)``; senders default to every head before the first receiver's layer, one set each."""
-    receivers = [tuple(r) for r in receivers]
+    receivers = _check_receivers(model, receivers)
     if senders is None:
         first = min((r[0] for r in receivers), default=0)
         senders = [(l, h) for l in range(first) for h in range(model.cfg.n_heads)]
-    sets = [[tuple(s)] if len(s) == 2 and all(isinstance(x, int) for x in s) else [tuple(x) for x in s] for s in senders]
+    if isinstance(senders, (str, bytes)) or not hasattr(senders, "__iter__"):
+        raise PatchingError(f"senders is a list of (layer, head) heads, or of lists of heads; got {senders!r}")
+    one = lambda s: isinstance(s, (tuple, list)) and len(s) == 2 and not any(isinstance(x, (tuple, list)) for x in s)  # noqa: E731
+    sets = [[_check_sender(model, s)] if one(s) else [_check_sender(model, x) for x in s] if isinstance(s, (tuple, list))
+            else [_check_sender(model, s)] for s in senders]
     _check_path(model, [h for st in sets for h in st], receivers)
     if not sets or not all(sets):
         raise PatchingError("no senders: the receivers are in the first layer, which no head precedes")

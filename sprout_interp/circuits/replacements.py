@@ -6,6 +6,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from functools import partial
+from typing import Optional
 
 import torch
 from jaxtyping import Float, Int
@@ -13,7 +14,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from sprout_interp.circuits.heads import Head
-from sprout_interp.core.errors import AblationError
+from sprout_interp.core.errors import AblationError, UnequalLengthsError
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import HookedSprout, as_hooked
 
@@ -98,7 +99,8 @@ def is_means(reference, model) -> bool:
 class Replacer:
     """The replacement value of each ablated head, broadcastable to (batch, pos, d_head)."""
 
-    def __init__(self, model: HookedSprout, toks: Tensor, heads: list[Head], kind: str, reference):
+    def __init__(self, model: HookedSprout, toks: Tensor, heads: list[Head], kind: str, reference,
+                 mask: Optional[Tensor] = None):
         self.kind = kind
         self.means = None
         self.ref_z: dict[int, Tensor] = {}
@@ -116,12 +118,18 @@ class Replacer:
             else:
                 self.means = head_means(model, reference)
         elif kind == "resample":
+            if reference is None and B > 1 and mask is not None:
+                raise UnequalLengthsError(
+                    "resample ablation with no reference takes each row's head outputs from the previous row at the "
+                    "same positions, so texts of different lengths would take the padding's: pass texts of the same "
+                    "length, or reference= token ids (batch, pos) at least as long as the longest text"
+                )
             if reference is None:
                 ref = toks.roll(1, dims=0) if B > 1 else default_reference(model)
             elif is_means(reference, model) or (isinstance(reference, Tensor) and reference.is_floating_point()):
                 raise AblationError("resample ablation needs reference token ids (batch, pos), not head means")
             else:
-                ref, _ = as_hooked(model).prepare_input(reference)
+                ref, _ = as_hooked(model).prepare_input(reference, padding=False, argument="reference")
                 if ref.shape[0] != B:
                     ref = ref[torch.arange(B, device=ref.device) % ref.shape[0]]
             if ref.shape[1] < T:

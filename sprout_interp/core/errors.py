@@ -6,11 +6,12 @@ show ``str(err)`` to a person.
 from __future__ import annotations
 
 __all__ = [
-    "SproutError", "CheckpointNotFoundError", "NotACheckpointError", "UnsafeCheckpointError",
+    "SproutError", "ArgumentError", "CheckpointNotFoundError", "NotACheckpointError", "UnsafeCheckpointError",
     "StateDictMismatchError", "VocabularyMismatchError", "ContextLengthError", "HookNameError", "TokenizationError",
     "AblationError", "HookOutputError", "NotAPathError", "UnreadablePathError", "InvalidConfigError",
     "InvalidWeightsError", "MissingTokenizerError", "ExportError", "PatchingError", "MetricError", "TunedLensMismatchError",
     "TunedLensNotFoundError", "SAEMismatchError", "SAENotFoundError", "SteeringError",
+    "TranscoderMismatchError", "TranscoderNotFoundError",
 ]
 
 
@@ -38,6 +39,10 @@ class VocabularyMismatchError(SproutError, ValueError):
     """The tokenizer's vocabulary size differs from the model's embedding."""
 
 
+class ArgumentError(SproutError, ValueError):
+    """An argument of the wrong kind or outside its range (an index, a count, a number, the form of an input)."""
+
+
 class ContextLengthError(SproutError, ValueError):
     """A text longer than the model's context window."""
 
@@ -51,6 +56,11 @@ class HookNameError(SproutError, KeyError):
 
 class TokenizationError(SproutError, ValueError):
     """Text the tokenizer cannot encode (for example a lone surrogate)."""
+
+
+class UnequalLengthsError(SproutError, ValueError):
+    """Texts of different lengths given to a function that reads every row at the same positions, where the
+    padding would enter its numbers: pass one text at a time, or texts that tokenize to the same length."""
 
 
 class AblationError(SproutError, ValueError):
@@ -108,6 +118,14 @@ class SAEMismatchError(SproutError, ValueError):
 
 class SAENotFoundError(SproutError, FileNotFoundError):
     """No sparse autoencoder saved for this checkpoint and layer (train one with ``python -m sprout_interp.features.train``)."""
+
+
+class TranscoderMismatchError(SAEMismatchError):
+    """Transcoders made for another checkpoint, width or layer, or a damaged or hostile transcoder folder."""
+
+
+class TranscoderNotFoundError(SAENotFoundError):
+    """No transcoder saved for this checkpoint and layer (train them with ``python -m sprout_interp.features.transcoder_train``)."""
 
 
 class SteeringError(SproutError, ValueError):

@@ -69,6 +69,7 @@ from transformer_lens.utilities import Slice, lm_cross_entropy_loss
 from transformer_lens.utilities import remove_batch_dim as _drop_batch_dim
 
 from sprout_interp.core import tokens as _tok
+from sprout_interp.core.arguments import check_index, check_token_ids, describe, integer
 from sprout_interp.core.cache import SproutCache
 from sprout_interp.core.components import (
     HookedAttention,
@@ -80,12 +81,14 @@ from sprout_interp.core.components import (
     HookedUnembed,
 )
 from sprout_interp.core.errors import (
+    ArgumentError,
     ContextLengthError,
     HookNameError,
     SproutError,
+    UnequalLengthsError,
     VocabularyMismatchError,
 )
-from sprout_interp.core.generation import HookedRunner, KVCacheRunner
+from sprout_interp.core.generation import HookedRunner, KVCacheRunner, check_sampling
 from sprout_interp.core.hook_points import HookList, act_name, hook_point, is_hooked, unknown_name_message
 from sprout_model.model import GPT, apply_rope
 
@@ -93,6 +96,40 @@ __all__ = [
     "HookedSprout", "HookedSproutConfig", "SproutCache", "load_hooked", "as_hooked", "is_hooked", "act_name",
     "HookedAttention", "HookedBlock", "HookedHeadNorm", "HookedMLP", "HookedRMSNorm", "HookedUnembed",
 ]
+
+
+#: what every forward and ``check_tokens`` accept as input, for messages
+_INPUT_FORMS = ("pass a text, a list of texts, or token ids: a (batch, pos) or (pos,) integer tensor, array or list of "
+                "whole numbers, rows of equal length")
+
+
+def _pos_slice_positions(pos_slice) -> list:
+    """The positions a ``pos_slice`` names, each to be checked against an activation's length when it is cached
+    (none for a slice or None); an ArgumentError for a form TransformerLens's ``Slice`` would misread (a bool is
+    not position 1, a float is not a position)."""
+    forms = ("pos_slice is None, a position (a whole number, negative from the end), a list or 1-d integer tensor of "
+             "positions, a slice, or a (stop,) / (start, stop[, step]) tuple of whole numbers")
+    if isinstance(pos_slice, Slice):  # already unwrapped (TransformerLens's run_with_cache does it): its positions
+        return [pos_slice.slice] if pos_slice.mode == "int" else list(pos_slice.slice.reshape(-1)) if pos_slice.mode == "array" else []
+    if pos_slice is None:
+        return []
+    if integer(pos_slice) is not None:
+        return [pos_slice]
+    if isinstance(pos_slice, (slice, tuple)):
+        parts = (pos_slice.start, pos_slice.stop, pos_slice.step) if isinstance(pos_slice, slice) else pos_slice
+        if not 1 <= len(parts) <= 3 or any(p is not None and integer(p) is None for p in parts):
+            raise ArgumentError(f"pos_slice={describe(pos_slice)} is not a slice of whole numbers: {forms}")
+        return []
+    if isinstance(pos_slice, (list, Tensor)) or hasattr(pos_slice, "__array__"):
+        items = pos_slice.reshape(-1) if isinstance(pos_slice, Tensor) else list(pos_slice)
+        if isinstance(pos_slice, Tensor) and (pos_slice.dim() != 1 or pos_slice.dtype == torch.bool or
+                                              pos_slice.dtype.is_floating_point):
+            raise ArgumentError(f"pos_slice is a {pos_slice.dtype} tensor of shape {tuple(pos_slice.shape)}: {forms}")
+        bad = [p for p in items if integer(p) is None]
+        if bad or not len(items):
+            raise ArgumentError(f"pos_slice={describe(pos_slice)} is not a list of positions: {forms}")
+        return list(items)
+    raise ArgumentError(f"pos_slice={describe(pos_slice)}: {forms}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -418,6 +455,7 @@ class HookedSprout(HookedRootModule):
         if cache is None:
             cache = {}
         keep = self._names_filter_fn(names_filter)
+        positions = _pos_slice_positions(pos_slice)  # checked against each activation's length as it is cached
         pos_slice = Slice.unwrap(pos_slice)
         slicing = pos_slice.mode != "identity"
         self.is_caching = True
@@ -428,6 +466,8 @@ class HookedSprout(HookedRootModule):
             if slicing:
                 dim = hook.pos_dim if hook.pos_dim is not None else 1
                 if t.dim() > dim:
+                    for p in positions:
+                        check_index(p, "pos_slice", t.shape[dim], negative=True, what="a position of the input")
                     t = pos_slice.apply(t, dim=dim)
             if remove_batch_dim:
                 t = _drop_batch_dim(t)
@@ -463,6 +503,7 @@ class HookedSprout(HookedRootModule):
         ``output.backward()`` (use ``return_type="loss"``) and also caches ``<name>_grad``.
         The cache is a :class:`SproutCache` (``return_cache_object=False``: a plain dict).
         """
+        _pos_slice_positions(pos_slice)  # its form, before TransformerLens's Slice reads True as 1 and 1.5 as an error
         with self._lock:
             out, cache_dict = super().run_with_cache(
                 *model_args,
@@ -485,13 +526,14 @@ class HookedSprout(HookedRootModule):
         if i is None:
             return None
         L = self.cfg.n_layers
-        j = i + L if i < 0 else i
-        if not 0 <= j <= L:
-            raise SproutError(f"{what}={i} is out of range for a model with {L} blocks (0..{L}, or negative from the end)")
-        return j
+        j = integer(i)
+        if j is None or not -L <= j <= L:
+            raise ArgumentError(f"{what}={describe(i) if j is None else j} is not a layer boundary of a model with {L} "
+                                f"blocks: {what} is a whole number 0..{L}, or -{L}..-1 from the end")
+        return j + L if j < 0 else j
 
     def prepare_input(
-        self, input, attention_mask=None
+        self, input, attention_mask=None, *, padding: bool = True, argument: str = "input"
     ) -> tuple[Int[Tensor, "batch pos"], Optional[Bool[Tensor, "batch pos"]]]:
         """``(tokens (batch, pos), mask or None)`` for a text, a list of texts, or token ids.
 
@@ -499,6 +541,11 @@ class HookedSprout(HookedRootModule):
         right-padded and gets a mask, False at padding), ids are checked (integers, inside the
         vocabulary and the context; ``(pos,)`` becomes ``(1, pos)``). A mask that keeps every
         token is returned as None. Raises SproutError subclasses for bad input.
+
+        A caller that reads every row at the same positions and cannot honour a mask passes
+        ``padding=False``: then texts of different lengths (or a mask with padding) raise
+        :class:`UnequalLengthsError` naming ``argument`` and each row's length, instead of letting the
+        padding into its numbers.
 
         >>> import sprout_interp as si
         >>> m = si.load("gpt-1")
@@ -522,6 +569,13 @@ class HookedSprout(HookedRootModule):
             attention_mask = self.check_mask(attention_mask, toks)
             if bool(attention_mask.all()):
                 attention_mask = None
+        if not padding and attention_mask is not None:
+            lengths = ", ".join(str(int(n)) for n in attention_mask.sum(1))
+            raise UnequalLengthsError(
+                f"{argument} holds texts of different lengths ({lengths} tokens); this function reads every row at "
+                "the same positions, so the padding would enter its numbers: pass one text at a time, or texts "
+                "that tokenize to the same length"
+            )
         return toks, attention_mask
 
     def run_block_at(
@@ -534,9 +588,7 @@ class HookedSprout(HookedRootModule):
         the positions in ``at`` attend to: no query, no output projection, no feed-forward. Same maths as the
         block's full forward at the positions it returns; no hook fires (run it on an unhooked block).
         """
-        L = self.cfg.n_layers
-        if not -L <= layer < L:
-            raise SproutError(f"layer={layer} is out of range for a model with {L} blocks (0..{L - 1}, or negative from the end)")
+        layer = check_index(layer, "layer", self.cfg.n_layers, negative=True, what="a block of this model, 0-indexed")
         blk = self.blocks[layer]
         attn = blk.attn.module
         n, P, C = resid.shape
@@ -563,9 +615,11 @@ class HookedSprout(HookedRootModule):
 
     def _check_tokens(self, tokens) -> Int[Tensor, "batch pos"]:
         if not isinstance(tokens, Tensor):
-            tokens = torch.as_tensor(tokens)
+            if isinstance(tokens, (str, bytes, dict)) or tokens is None:
+                raise ArgumentError(f"input={describe(tokens)} is not model input: {_INPUT_FORMS}")
+            tokens = check_token_ids(tokens, "input", self.cfg.d_vocab, error=VocabularyMismatchError, type_error=ArgumentError)
         if tokens.dtype == torch.bool or tokens.dtype.is_floating_point or tokens.dtype.is_complex:
-            raise SproutError(f"token ids must be integers, got a {tokens.dtype} tensor")
+            raise ArgumentError(f"token ids must be integers, got a {tokens.dtype} tensor: {_INPUT_FORMS}")
         if tokens.dim() == 1:
             tokens = tokens.unsqueeze(0)
         if tokens.dim() != 2:
@@ -731,7 +785,7 @@ class HookedSprout(HookedRootModule):
             return _tok.ids_to_str_tokens(self.tokenizer, ids)
         if isinstance(input, (list, tuple)) and len(input) > 0 and all(isinstance(t, str) for t in input):
             return [self.to_str_tokens(t, prepend_bos=prepend_bos, truncate=truncate) for t in input]
-        ids = input if isinstance(input, Tensor) else torch.as_tensor(list(input), dtype=torch.long)
+        ids = check_token_ids(input, "input", self.cfg.d_vocab, error=VocabularyMismatchError, type_error=ArgumentError)
         if ids.dim() == 2:
             if ids.shape[0] == 1:
                 return _tok.ids_to_str_tokens(self.tokenizer, ids[0])
@@ -744,7 +798,7 @@ class HookedSprout(HookedRootModule):
 
     def to_string(self, tokens: Union[Sequence[int], Tensor]) -> Union[str, list[str]]:
         """The text of token ids: a string for ``(pos,)``, a list of strings for ``(batch, pos)``."""
-        t = tokens if isinstance(tokens, Tensor) else torch.as_tensor(list(tokens), dtype=torch.long)
+        t = check_token_ids(tokens, "tokens", self.cfg.d_vocab, error=VocabularyMismatchError, type_error=ArgumentError)
         if t.dim() == 2:
             return [_tok.ids_to_string(self.tokenizer, row) for row in t]
         if t.dim() == 0:
@@ -766,9 +820,8 @@ class HookedSprout(HookedRootModule):
         """
         if isinstance(tokens, str):
             tokens = self.to_single_token(tokens)
-        if isinstance(tokens, int):
-            return self.model.head.weight[tokens] * self.model.norm.weight
-        return self.model.head.weight[torch.as_tensor(tokens, device=self.device)] * self.model.norm.weight
+        ids = check_token_ids(tokens, "tokens", self.cfg.d_vocab, error=VocabularyMismatchError, type_error=ArgumentError)
+        return self.model.head.weight[ids.to(self.device)] * self.model.norm.weight
 
     # -- generation ----------------------------------------------------------------------------
 
@@ -796,7 +849,14 @@ class HookedSprout(HookedRootModule):
         ``use_cache`` keeps each block's keys and values between steps, so a new token costs one
         position instead of the whole context; it is used only while no hook is active (a hook
         sees every step's full forward) and gives the uncached tokens under greedy decoding.
+
+        Arguments are checked first (:class:`ArgumentError` naming the one that is wrong):
+        ``max_new_tokens`` is a whole number 0..4096 (``sprout_interp.core.generation.MAX_NEW_TOKENS``, a
+        module attribute to raise for longer samples: past the context every token costs a full forward),
+        ``temperature`` a finite number >= 0 (0: greedy), ``top_k`` None or a whole number 1..d_vocab,
+        ``top_p`` None or a number in (0, 1].
         """
+        max_new_tokens, temperature, top_k, top_p = check_sampling(max_new_tokens, temperature, top_k, top_p, self.cfg.d_vocab)
         text_in = isinstance(input, str)
         idx = self.to_tokens(input, prepend_bos=prepend_bos) if text_in else self._check_tokens(input)
         stop = {_tok.eot_id(self.tokenizer)} if stop_at_eot and idx.shape[0] == 1 else None

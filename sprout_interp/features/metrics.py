@@ -25,6 +25,7 @@ from torch import Tensor
 
 from sprout_interp.core.hooked import as_hooked
 from sprout_interp.core.texts import held_out_for
+from sprout_interp.core.tokens import ModelInput
 from sprout_interp.features.sae import SparseAutoencoder, check_for_model
 
 __all__ = ["held_out_tokens", "sae_quality", "feature_density", "QUALITY_UNITS"]
@@ -44,38 +45,51 @@ def _ce(logits: Tensor, tokens: Tensor) -> Tensor:
         tokens.shape[0], -1)
 
 
+def _input(m, tokens, n: int, length: int, seed: int) -> tuple[Tensor, Optional[Tensor]]:
+    """The tokens and mask a metric runs on: the held-out sample by default, else ``tokens`` through
+    ``prepare_input`` (a list of texts of different lengths keeps its mask, so the padding counts nowhere)."""
+    if tokens is None:
+        return held_out_tokens(m, n=n, length=length, seed=seed), None
+    return m.prepare_input(tokens)
+
+
 @torch.no_grad()
-def _passes(model, sae: SparseAutoencoder, tokens: Tensor, batch: int):
-    """Yield, per batch: (x (n, d), recon (n, d), active count per token (n,), fired latents mask (d_sae,),
-    per-token CE clean / spliced / zero (batch, pos-1))."""
+def _passes(model, sae: SparseAutoencoder, tokens: Tensor, mask: Optional[Tensor], batch: int):
+    """Yield, per batch, at real (unpadded) positions only: (x (n, d), recon (n, d), top-k values (n, k), their
+    latents (n, k), per-target CE clean / spliced / zero (targets,))."""
     m = as_hooked(model)
     name, layer = sae.hook_name, sae.layer
     for i in range(0, tokens.shape[0], batch):
         t = tokens[i:i + batch]
+        real = torch.ones_like(t, dtype=torch.bool) if mask is None else mask[i:i + batch]
+        targets = real[:, :-1] & real[:, 1:]
         logits, cache = m.run_with_cache(t, names_filter=name)
         x = cache[name]
         vals, idx = sae.topk(sae.pre_acts(x))
         recon = sae.decode_sparse(vals, idx).to(x.dtype)
         spliced = m(recon, start_at_layer=layer + 1, tokens=t)
         zeroed = m(torch.zeros_like(x), start_at_layer=layer + 1, tokens=t)
-        yield x.flatten(0, 1), recon.flatten(0, 1), vals, idx, _ce(logits, t), _ce(spliced, t), _ce(zeroed, t)
+        yield (x[real], recon[real], vals[real], idx[real],
+               _ce(logits, t)[targets], _ce(spliced, t)[targets], _ce(zeroed, t)[targets])
 
 
 @torch.no_grad()
-def feature_density(model, sae: SparseAutoencoder, tokens: Optional[Int[Tensor, "batch pos"]] = None,
+def feature_density(model, sae: SparseAutoencoder, tokens: Optional[ModelInput] = None,
                     batch: int = 8) -> Float[Tensor, " d_sae"]:
     """The fraction of tokens on which each latent is active, ``(d_sae,)``, on ``tokens`` (default the held-out sample)."""
     m = as_hooked(model)
     check_for_model(sae, m)
-    tokens = held_out_tokens(m) if tokens is None else m.prepare_input(tokens)[0]
+    tokens, mask = _input(m, tokens, 32, 256, 0)
     counts = torch.zeros(sae.d_sae, dtype=torch.float64)
     n = 0
     name = sae.hook_name
     for i in range(0, tokens.shape[0], batch):
         _, cache = m.run_with_cache(tokens[i:i + batch], names_filter=name, stop_at_layer=sae.layer + 1)
         vals, idx = sae.topk(sae.pre_acts(cache[name]))
+        if mask is not None:  # the padding's positions fire nothing that counts
+            vals, idx = vals[mask[i:i + batch]], idx[mask[i:i + batch]]
         counts += torch.bincount(idx[vals > 0].flatten().cpu(), minlength=sae.d_sae).double()
-        n += vals.shape[0] * vals.shape[1]
+        n += vals[..., 0].numel()
     return (counts / max(n, 1)).float()
 
 
@@ -83,7 +97,7 @@ def feature_density(model, sae: SparseAutoencoder, tokens: Optional[Int[Tensor, 
 def sae_quality(
     model,
     sae: SparseAutoencoder,
-    tokens: Optional[Int[Tensor, "batch pos"]] = None,
+    tokens: Optional[ModelInput] = None,
     n: int = 32,
     length: int = 256,
     seed: int = 0,
@@ -98,13 +112,13 @@ def sae_quality(
     """
     m = as_hooked(model)
     check_for_model(sae, m)
-    tokens = held_out_tokens(m, n=n, length=length, seed=seed) if tokens is None else m.prepare_input(tokens)[0]
+    tokens, mask = _input(m, tokens, n, length, seed)
     sq_err = sum_x = sum_x2 = l0 = 0.0
     n_tok = 0
     counts = torch.zeros(sae.d_sae, dtype=torch.float64)
     ce = {"clean": 0.0, "sae": 0.0, "zero": 0.0}
     n_ce = 0
-    for x, recon, vals, idx, c_clean, c_sae, c_zero in _passes(m, sae, tokens, batch):
+    for x, recon, vals, idx, c_clean, c_sae, c_zero in _passes(m, sae, tokens, mask, batch):
         x64 = x.double()
         sq_err += float((x64 - recon.double()).pow(2).sum())
         sum_x = sum_x + x64.sum(0)

@@ -25,28 +25,94 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Float
 from torch import Tensor
 
 from sprout_interp.core.errors import SproutError
 from sprout_interp.core.hooked import as_hooked
 from sprout_interp.core.texts import training_sample_for
+from sprout_interp.core.tokens import ModelInput
 from sprout_interp.features.sae import RECIPE, SparseAutoencoder, resid_hook, sae_folder, save_sae
 
-__all__ = ["collect_activations", "train_sae", "TrainStats", "MAX_BUFFER_BYTES", "main"]
+__all__ = ["collect_hooks", "collect_activations", "train_sae", "TrainStats", "topk_losses", "drop_radial_grad_", "lr_at", "mark_fired_",
+           "MAX_BUFFER_BYTES", "main"]
 
 #: The activation buffer may not exceed this (bytes); 2 GB holds 1.3M float32 Sprout activations.
 MAX_BUFFER_BYTES = 2 * 1024**3
 
 
+_BLOCK = re.compile(r"^blocks\.(\d+)\.")
+
+
 @torch.no_grad()
+def collect_hooks(
+    model,
+    names: Sequence[str],
+    n_tokens: int = 300_000,
+    length: int = 256,
+    batch: int = 16,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    tokens: Optional[ModelInput] = None,
+    progress: bool = True,
+) -> list[Float[Tensor, "tokens d"]]:
+    """The activations of the hook points ``names`` at ``n_tokens`` positions of the training split: one
+    ``(tokens, d)`` tensor per name, row ``i`` of each from the same token.
+
+    Windows of ``length`` tokens are drawn with ``training_sample_for(model, n, length, seed)`` (or ``tokens``
+    is used as given); the model runs ``batch`` windows at a time and only up to the last block a name needs,
+    each chunk written straight into preallocated buffers of ``dtype``. Raises SproutError when the buffers
+    together would exceed :data:`MAX_BUFFER_BYTES`.
+    """
+    from tqdm.auto import tqdm
+
+    m = as_hooked(model)
+    names = list(names)
+    if not names:
+        raise SproutError("names must list at least one hook point, e.g. ['blocks.0.hook_resid_post']")
+    for n in names:
+        m.get_hook_point(n)
+    blocks = [int(b.group(1)) for b in map(_BLOCK.match, names) if b]
+    stop = max(blocks) + 1 if len(blocks) == len(names) else None
+    if tokens is None:
+        length = min(length, m.cfg.n_ctx)
+        tokens = training_sample_for(m, n=max(1, math.ceil(n_tokens / length)), length=length, seed=seed)
+    tokens, mask = m.prepare_input(tokens)  # texts of different lengths: only their real tokens are collected
+    total = min(n_tokens, tokens.numel() if mask is None else int(mask.sum()))
+    _, probe = m.run_with_cache(tokens[:1, :1], names_filter=names, stop_at_layer=stop)
+    widths = [probe[n].shape[-1] for n in names]
+    need = total * sum(widths) * torch.finfo(dtype).bits // 8
+    if need > MAX_BUFFER_BYTES:
+        raise SproutError(f"{total:,} activations of {'+'.join(map(str, widths))} {dtype} values need {need / 1e9:.1f} "
+                          f"GB, more than the {MAX_BUFFER_BYTES / 1e9:.1f} GB allowed: ask for fewer tokens")
+    outs = [torch.empty(total, w, dtype=dtype) for w in widths]
+    done = 0
+    bar = tqdm(total=total, desc=f"activations {', '.join(names)}", unit="tok", disable=not progress, leave=False)
+    for i in range(0, tokens.shape[0], batch):
+        if done >= total:
+            break
+        _, cache = m.run_with_cache(tokens[i:i + batch], names_filter=names, stop_at_layer=stop)
+        got = 0
+        real = None if mask is None else mask[i:i + batch]
+        for out, n, w in zip(outs, names, widths):
+            acts = (cache[n].reshape(-1, w) if real is None else cache[n][real])[: total - done]
+            out[done:done + len(acts)] = acts.to("cpu", dtype)
+            got = len(acts)
+        done += got
+        bar.update(got)
+    bar.close()
+    return [o[:done] for o in outs]
+
+
 def collect_activations(
     model,
     layer: int,
@@ -55,43 +121,15 @@ def collect_activations(
     batch: int = 16,
     seed: int = 0,
     dtype: torch.dtype = torch.float32,
-    tokens: Optional[Int[Tensor, "n pos"]] = None,
+    tokens: Optional[ModelInput] = None,
     progress: bool = True,
 ) -> Float[Tensor, "tokens d_model"]:
-    """``blocks.{layer}.hook_resid_post`` at ``n_tokens`` positions of the training split, ``(tokens, d_model)``.
-
-    Windows of ``length`` tokens are drawn with ``training_sample_for(model, n, length, seed)`` (or ``tokens``
-    is used as given); the model runs ``batch`` windows at a time and only up to the block it needs, each chunk
-    written straight into one preallocated buffer of ``dtype``. Raises SproutError when the buffer would exceed
-    :data:`MAX_BUFFER_BYTES`.
-    """
-    from tqdm.auto import tqdm
-
+    """``blocks.{layer}.hook_resid_post`` at ``n_tokens`` positions of the training split, ``(tokens, d_model)``
+    (:func:`collect_hooks` of that one hook point). Raises SproutError for a layer out of range."""
     m = as_hooked(model)
-    if not 0 <= layer < m.cfg.n_layers:
-        raise SproutError(f"layer {layer} is out of range: the model has layers 0..{m.cfg.n_layers - 1}")
-    if tokens is None:
-        length = min(length, m.cfg.n_ctx)
-        tokens = training_sample_for(m, n=max(1, math.ceil(n_tokens / length)), length=length, seed=seed)
-    tokens, _ = m.prepare_input(tokens)
-    total = min(n_tokens, tokens.numel())
-    need = total * m.cfg.d_model * torch.finfo(dtype).bits // 8
-    if need > MAX_BUFFER_BYTES:
-        raise SproutError(f"{total:,} activations of {m.cfg.d_model} {dtype} values need {need / 1e9:.1f} GB, more "
-                          f"than the {MAX_BUFFER_BYTES / 1e9:.1f} GB allowed: ask for fewer tokens")
-    out = torch.empty(total, m.cfg.d_model, dtype=dtype)
-    name, done = resid_hook(layer), 0
-    bar = tqdm(total=total, desc=f"activations {name}", unit="tok", disable=not progress, leave=False)
-    for i in range(0, tokens.shape[0], batch):
-        if done >= total:
-            break
-        _, cache = m.run_with_cache(tokens[i:i + batch], names_filter=name, stop_at_layer=layer + 1)
-        acts = cache[name].reshape(-1, m.cfg.d_model)[: total - done]
-        out[done:done + len(acts)] = acts.to("cpu", dtype)
-        done += len(acts)
-        bar.update(len(acts))
-    bar.close()
-    return out[:done]
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < m.cfg.n_layers:
+        raise SproutError(f"layer {layer!r} is out of range: the model has layers 0..{m.cfg.n_layers - 1}")
+    return collect_hooks(m, [resid_hook(layer)], n_tokens, length, batch, seed, dtype, tokens, progress)[0]
 
 
 @dataclass
@@ -107,11 +145,57 @@ class TrainStats:
     dead_at_end: int
 
 
-def _step_dead(last_fired: Tensor, idx: Tensor, vals: Tensor, n: int) -> None:
+def mark_fired_(last_fired: Tensor, idx: Tensor, vals: Tensor, n: int) -> None:
     """Advance every latent's 'tokens since it last fired' by ``n`` and reset those that fired now."""
     last_fired += n
-    fired = idx[vals > 0]
+    fired = idx[vals != 0]
     last_fired[fired] = 0
+
+
+def topk_losses(
+    pre: Float[Tensor, "batch d_latent"],
+    recon: Float[Tensor, "batch d_out"],
+    target: Float[Tensor, "batch d_out"],
+    W_dec: Float[Tensor, "d_latent d_out"],
+    dead: Tensor,
+    k_aux: int,
+    aux_coef: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``(loss, normalised MSE, AuxK loss)`` of one TopK training batch (dimensionless).
+
+    The normalised MSE is ``||target - recon||² / ||target - mean(target)||²`` over the batch; the AuxK loss
+    lets the ``k_aux`` largest ReLU'd pre-activations among the ``dead`` latents reconstruct the (detached)
+    error through ``W_dec``, normalised by the error's own energy; ``loss = nmse + aux_coef * aux``. An SAE's
+    target is its input; a transcoder's is the MLP's output.
+    """
+    err = target - recon
+    var = (target - target.mean(0)).pow(2).sum()
+    loss_main = err.pow(2).sum() / var
+    loss_aux = torch.zeros(())
+    if bool(dead.any()) and aux_coef > 0:
+        kk = min(k_aux, int(dead.sum()))
+        dpre = pre.masked_fill(~dead, float("-inf"))
+        av, ai = dpre.topk(kk, dim=-1, sorted=False)
+        za = torch.zeros_like(pre).scatter(-1, ai, av.relu())
+        e_hat = za @ W_dec
+        e = err.detach()
+        loss_aux = (e - e_hat).pow(2).sum() / e.pow(2).sum().clamp_min(1e-12)
+    return loss_main + aux_coef * loss_aux, loss_main, loss_aux
+
+
+@torch.no_grad()
+def drop_radial_grad_(W_dec: Tensor) -> None:
+    """Remove from ``W_dec.grad`` its component along each (unit-norm) row, so a step keeps rows on the sphere."""
+    gW = W_dec.grad
+    gW -= (gW * W_dec).sum(-1, keepdim=True) * W_dec
+
+
+def lr_at(lr: float, step: int, total: int) -> float:
+    """The recipe's schedule: ``lr`` constant, then a linear decay to 0 over the last 20% of ``total`` steps."""
+    decay_from = int(0.8 * total)
+    if step < decay_from:
+        return lr
+    return lr * max(0.0, (total - step) / max(1, total - decay_from))
 
 
 def train_sae(
@@ -175,31 +259,17 @@ def train_sae(
             vals, idx = sae.topk(pre)
             z = torch.zeros_like(pre).scatter(-1, idx, vals)
             recon = sae.decode(z)
-            err = x - recon
-            var = (x - x.mean(0)).pow(2).sum()
-            loss_main = err.pow(2).sum() / var
             dead = last_fired >= dead_after
-            loss_aux = torch.zeros(())
-            if bool(dead.any()) and aux_coef > 0:
-                kk = min(k_aux, int(dead.sum()))
-                dpre = pre.masked_fill(~dead, float("-inf"))
-                av, ai = dpre.topk(kk, dim=-1, sorted=False)
-                za = torch.zeros_like(pre).scatter(-1, ai, av.relu())
-                e_hat = za @ sae.W_dec
-                e = err.detach()
-                loss_aux = (e - e_hat).pow(2).sum() / e.pow(2).sum().clamp_min(1e-12)
-            loss = loss_main + aux_coef * loss_aux
+            loss, loss_main, loss_aux = topk_losses(pre, recon, x, sae.W_dec, dead, k_aux, aux_coef)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            with torch.no_grad():  # keep decoder rows on the unit sphere: drop the gradient along each row
-                gW, W = sae.W_dec.grad, sae.W_dec
-                gW -= (gW * W).sum(-1, keepdim=True) * W
+            drop_radial_grad_(sae.W_dec)  # keep decoder rows on the unit sphere
             if step >= decay_from:
                 for grp in opt.param_groups:
-                    grp["lr"] = lr * max(0.0, (total - step) / max(1, total - decay_from))
+                    grp["lr"] = lr_at(lr, step, total)
             opt.step()
             sae.normalize_decoder()
-            _step_dead(last_fired, idx.detach(), vals.detach(), x.shape[0])
+            mark_fired_(last_fired, idx.detach(), vals.detach(), x.shape[0])
             step += 1
             nmse, aux = loss_main.item(), loss_aux.item()
             if step % 10 == 0:

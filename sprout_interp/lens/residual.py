@@ -58,11 +58,12 @@ def _mask(tokens: Tensor, attention_mask: Tensor | None) -> Tensor:
 def residual_stack(model, tokens) -> Float[Tensor, "row batch pos d_model"]:
     """The stream after the embedding and after each block, stacked (row 0 = embedding, row r = after block r).
 
-    ``tokens``: a text, a list of texts, or ids ``(batch, pos)`` / ``(pos,)``. Right padding is harmless
-    (attention is causal); the functions that average leave it out.
+    ``tokens``: a text, a list of texts of the same length, or ids ``(batch, pos)`` / ``(pos,)``. Texts of
+    different lengths raise UnequalLengthsError (the stack would hold the padding's rows):
+    :func:`residual_rms` takes them and leaves the padding out.
     """
     model = as_hooked(model)
-    tokens, _ = model.prepare_input(tokens)
+    tokens, _ = model.prepare_input(tokens, padding=False, argument="tokens")
     names = stream_names(model.cfg.n_layers)
     _, cache = model.run_with_cache(tokens, names_filter=names, return_type=None)
     return torch.stack([cache[n] for n in names])
