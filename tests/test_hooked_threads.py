@@ -208,38 +208,3 @@ def test_patching_in_threads_equals_sequential_bit_for_bit(shared):
     for i, res in got.values():
         assert res == expected[i]  # lists of floats: equal bit for bit
 
-
-@torch.no_grad()
-def test_patching_does_not_take_another_threads_hook_for_its_own(shared, monkeypatch):
-    """While another thread sits inside a hooked forward, activation_patch waits for the model instead of seeing
-    that thread's hook as a user hook of its own (which would switch it to the naive path)."""
-    import sprout_interp.circuits.patching as patching
-
-    naive_calls = []
-    real_naive = patching._naive_values
-    monkeypatch.setattr(patching, "_naive_values", lambda *a, **k: naive_calls.append(1) or real_naive(*a, **k))
-    inside, release, checked = threading.Event(), threading.Event(), threading.Event()
-
-    def slow_hook(x, hook):
-        inside.set()
-        release.wait(timeout=30)
-        return x
-
-    clean, corrupt = _pair(0)
-    other = threading.Thread(target=lambda: shared.run_with_hooks(clean, fwd_hooks=[("blocks.0.hook_resid_pre", slow_hook)]))
-    other.start()
-    assert inside.wait(timeout=30)
-    result = {}
-
-    def patch():
-        result["df"] = patching.activation_patch(shared, clean, corrupt, patching.LogitDiff(3, 5), by="layer")
-        checked.set()
-
-    mine = threading.Thread(target=patch)
-    mine.start()
-    checked.wait(timeout=2)  # the unlocked check would have run the naive path by now; a locked one waits
-    release.set()
-    other.join()
-    mine.join()
-    assert naive_calls == []
-    assert len(result["df"]) == shared.cfg.n_layers
