@@ -4,8 +4,10 @@ SAELens-format files (``sae``), activation collection and the TopK training reci
 the reconstruction or with one feature clamped (``splice``), feature pages -- top contexts, histogram,
 promoted tokens, a short description (``pages``) -- the feed-forward's own neurons with the same pages, their
 direct effect on a prediction and their ablation (``neurons``), and the search for features tied to the chapter's story
-(``search``); text longer than the context is cut with a notice (``inputs``). Tensors or text in, tensors or
-DataFrames out; no plotting.
+(``search``); text longer than the context is cut with a notice (``inputs``). Per-layer transcoders
+(feed-forward input to output) in circuit-tracer's format (``transcoder``), their training
+(``transcoder_train``) and quality, alone and as a replacement model (``transcoder_metrics``). Tensors or
+text in, tensors or DataFrames out; no plotting.
 
 May import: ``sprout_interp.core``, ``sprout_interp.lens``, ``sprout_interp.circuits`` and modules of this package.
 """
@@ -40,6 +42,9 @@ from sprout_interp.features.search import (
 )
 from sprout_interp.features.splice import run_with_sae_cache, run_with_saes, spliced
 from sprout_interp.features.train import collect_activations, train_sae
+from sprout_interp.features.transcoder import Transcoder, TranscoderSet, load_transcoders, save_transcoders
+from sprout_interp.features.transcoder_metrics import replacement_quality, run_with_transcoders, transcoder_quality
+from sprout_interp.features.transcoder_train import train_transcoder
 
 __all__ = [
     "SparseAutoencoder", "load_sae", "save_sae", "read_sae", "available_saes", "collect_activations", "train_sae",
@@ -50,4 +55,6 @@ __all__ = [
     "TruncatedTextWarning",
     "NeuronIndex", "NeuronSummary", "index_neurons", "neuron_summary", "neuron_table", "neurons_for_token",
     "neuron_attribution", "ablate_neurons", "neuron_on_text",
+    "Transcoder", "TranscoderSet", "load_transcoders", "save_transcoders", "train_transcoder", "transcoder_quality",
+    "replacement_quality", "run_with_transcoders",
 ]
