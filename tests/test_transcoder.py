@@ -133,6 +133,12 @@ def test_files_have_circuit_tracers_names_shapes_and_config(model, trained, tmp_
     assert cfg["sprout"]["output_hook"] == "blocks.{layer}.hook_mlp_out"
     back = load_transcoders(model, tmp_path)
     assert back.layers == [1] and back[1].has_skip
+    with pytest.raises(SproutError, match="no transcoder for layer True"):
+        back[True]  # a bool is not layer 1
+    with pytest.raises(SproutError, match="layers=True"):
+        load_transcoders(model, tmp_path, layers=[True])
+    with pytest.raises(TranscoderNotFoundError, match="layer 0"):
+        load_transcoders(model, tmp_path, layers=[0])
     for k, v in trained[True].state_dict().items():
         assert torch.equal(back[1].state_dict()[k], v), k
     half = tmp_path / "half"

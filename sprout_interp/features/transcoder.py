@@ -37,7 +37,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from sprout_interp.core import limits
-from sprout_interp.core.arguments import check_count, check_index
+from sprout_interp.core.arguments import check_count, check_index, check_indices, integer
 from sprout_interp.core.errors import NotACheckpointError, SproutError, TranscoderMismatchError, TranscoderNotFoundError
 from sprout_interp.core.files import read_json
 from sprout_interp.core.hook_points import act_name
@@ -217,9 +217,9 @@ class TranscoderSet(nn.Module):
         return len(self.layers)
 
     def __getitem__(self, layer: int) -> Transcoder:
-        if layer not in self.layers:
+        if integer(layer) is None or integer(layer) not in self.layers:
             raise SproutError(f"no transcoder for layer {layer!r}: this set has layers {self.layers}")
-        return self._tcs[str(layer)]
+        return self._tcs[str(integer(layer))]
 
     def __iter__(self):
         return (self._tcs[str(i)] for i in self.layers)
@@ -380,7 +380,8 @@ def load_transcoders(model, folder: Union[str, Path, None] = None,
             raise _bad(folder, f"config.yaml lists {str(f)[:60]!r}, not a file layer_L.safetensors for a layer "
                                f"0..{m.cfg.n_layers - 1} of {m.name or 'this model'}")
         listed[int(stem)] = name
-    want = sorted(listed) if layers is None else layers
+    want = sorted(listed) if layers is None else check_indices(layers, "layers", m.cfg.n_layers,
+                                                                what=f"{m.name or 'the model'}'s blocks, 0-indexed")
     for layer in want:
         if layer not in listed:
             raise TranscoderNotFoundError(f"{folder} has no transcoder for layer {layer!r}: it has {sorted(listed)}")
