@@ -257,6 +257,8 @@ def _check_quality(model, tokens, tcs):
         fve = 1 - (y - pred).pow(2).sum() / (y - y.mean(0)).pow(2).sum()
         row = q[q.layer == layer].iloc[0]
         assert row.fve == pytest.approx(float(fve), abs=1e-6)
+        lin = (x @ tc.W_skip.T + tc.b_dec).double()
+        assert row.fve_skip_only == pytest.approx(float(1 - (y - lin).pow(2).sum() / (y - y.mean(0)).pow(2).sum()), abs=1e-6)
         assert row.l0 == pytest.approx(float((acts != 0).sum(-1).double().mean()))
         assert row.dead == int(((acts != 0).sum(0) == 0).sum())
         assert row.ce_clean == pytest.approx(float(ce_clean), abs=1e-6)

@@ -7,7 +7,9 @@ float rounding): the identity the attribution graph's error nodes rest on.
 
 :func:`transcoder_quality` gives one row per layer: ``l0`` (active features per token), ``fve`` (fraction of
 the feed-forward output's variance explained, ``1 - Σ‖y - ŷ‖² / Σ‖y - mean(y)‖²`` over every held-out
-token, on the clean model's inputs), ``dead`` (features never active on the sample), and the next-token loss
+token, on the clean model's inputs), ``fve_skip_only`` (the same for the skip connection alone, ``x @ W_skip.T +
+b_dec``: what the features add beyond a linear map; NaN without one), ``dead`` (features never active on the
+sample), and the next-token loss
 with that layer alone replaced (``ce_spliced``) against the clean one and the one with that feed-forward
 zeroed, ``loss_recovered = (ce_zero - ce_spliced) / (ce_zero - ce_clean)``.
 
@@ -128,7 +130,7 @@ def transcoder_quality(
 ) -> pd.DataFrame:
     """One row per layer of ``transcoders`` on ``tokens`` (default ``n`` held-out windows of ``length``).
 
-    Columns: ``model, layer, block, d_transcoder, k, skip, n_tokens, l0, fve, dead, ce_clean, ce_spliced,
+    Columns: ``model, layer, block, d_transcoder, k, skip, n_tokens, l0, fve, fve_skip_only, dead, ce_clean, ce_spliced,
     ce_zero, loss_recovered`` (see the module docstring; units in ``df.attrs["units"]``).
     """
     m = as_hooked(model)
@@ -136,7 +138,7 @@ def transcoder_quality(
     tokens = held_out_tokens(m, n=n, length=length, seed=seed) if tokens is None else m.prepare_input(tokens)[0]
     rows = []
     names = [input_hook(layer) for layer in tcs] + [output_hook(layer) for layer in tcs]
-    acc = {layer: {"sq": 0.0, "s1": 0.0, "s2": 0.0, "l0": 0.0, "fired": torch.zeros(tc.d_transcoder, dtype=torch.bool),
+    acc = {layer: {"sq": 0.0, "sq_skip": 0.0, "s1": 0.0, "s2": 0.0, "l0": 0.0, "fired": torch.zeros(tc.d_transcoder, dtype=torch.bool),
                    "spliced": 0.0, "zero": 0.0} for layer, tc in tcs.items()}
     clean = n_tok = n_ce = 0.0
     for i in range(0, tokens.shape[0], batch):
@@ -152,6 +154,7 @@ def transcoder_quality(
             vals, idx = tc.topk(tc.pre_acts(x))
             pred = tc.decode_sparse(vals, idx, x).double()
             a["sq"] += float((y - pred).pow(2).sum())
+            a["sq_skip"] += float((y - (tc.skip(x) + tc.b_dec).double()).pow(2).sum())
             a["s1"] = a["s1"] + y.reshape(-1, y.shape[-1]).sum(0)
             a["s2"] += float(y.pow(2).sum())
             active = vals != 0
@@ -166,7 +169,8 @@ def transcoder_quality(
         ce_c, ce_s, ce_z = clean / n_ce, a["spliced"] / n_ce, a["zero"] / n_ce
         rows.append({"model": m.name or "", "layer": layer, "block": layer + 1, "d_transcoder": tc.d_transcoder,
                      "k": tc.k, "skip": tc.has_skip, "n_tokens": int(n_tok), "l0": a["l0"] / n_tok,
-                     "fve": 1 - a["sq"] / var, "dead": int((~a["fired"]).sum()), "ce_clean": ce_c,
+                     "fve": 1 - a["sq"] / var,
+                     "fve_skip_only": 1 - a["sq_skip"] / var if tc.has_skip else float("nan"), "dead": int((~a["fired"]).sum()), "ce_clean": ce_c,
                      "ce_spliced": ce_s, "ce_zero": ce_z,
                      "loss_recovered": (ce_z - ce_s) / (ce_z - ce_c) if ce_z != ce_c else float("nan")})
     df = pd.DataFrame(rows)
