@@ -6,8 +6,9 @@ there with :func:`bind` (a link, a bookmark or a reload restores them); :func:`w
 every run (``app.py`` calls it, also after :func:`stop`). Downloads: :func:`chart` draws a figure and adds it to
 the page's one HTML file (:func:`page_downloads`, in the sidebar), :func:`table` draws a table with its CSV
 button; both files are made only when clicked. Uploads (:func:`save_upload`) go to a folder of their own and
-through the same loader as a path. ``-- --no-path-box`` or ``SPROUT_DASHBOARD_NO_PATH_BOX=1`` hides the path box
-(:func:`path_box_allowed`).
+through the same loader as a path. ``-- --no-path-box`` or ``SPROUT_DASHBOARD_NO_PATH_BOX=1`` hides the path box,
+and so does listening on anything but loopback, unless started with ``-- --allow-remote-paths``
+(:func:`path_box_allowed`, ``serving.py``).
 
 Everything a person typed (a path, a text) or that derives from it (a model's name, an error message
 quoting it) is shown through :func:`md` (inside markdown) or :func:`plain` (inside a plotly title or
@@ -30,6 +31,7 @@ from typing import NoReturn
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import serving
 import streamlit as st
 
 import sprout_interp as si
@@ -82,13 +84,15 @@ def installed_shipped() -> list[str]:
     return [n for n in SHIPPED if (Path(loading.SHIPPED_DIR) / n / "model.safetensors").is_file()]
 
 
-def path_box_allowed() -> bool:
-    """False when the dashboard is served to others: ``streamlit run dashboards/app.py -- --no-path-box`` or
-    ``SPROUT_DASHBOARD_NO_PATH_BOX=1``. Then nobody can make the server read a path of their choosing (neither
-    the path box nor a ``?model=<path>`` link); the shipped models and uploads still work."""
-    if "--no-path-box" in sys.argv[1:]:
+def path_box_allowed(exposed: list[str] | None = None) -> bool:
+    """False when the dashboard is served to others: ``streamlit run dashboards/app.py -- --no-path-box``,
+    ``SPROUT_DASHBOARD_NO_PATH_BOX=1``, or listening on any address but loopback (``exposed``: those addresses,
+    default :func:`serving.exposed_addresses`) unless started with ``-- --allow-remote-paths``. Then nobody can
+    make the server read a path of their choosing (neither the path box nor a ``?model=<path>`` link); the
+    shipped models and uploads still work."""
+    if _path_box_hidden():
         return False
-    return os.environ.get(NO_PATH_BOX_ENV, "").strip().lower() not in ("1", "true", "yes", "on")
+    return not (serving.exposed_addresses() if exposed is None else exposed) or serving.remote_paths_accepted()
 
 
 def _model_argument() -> str | None:
@@ -123,8 +127,10 @@ def sidebar() -> None:
     :func:`bind`) so that a link or a reload restores them."""
     st.session_state["_url_run"] = {}  # the page parameters bound during this run (see bind)
     st.session_state["_figs_run"] = []  # the figures drawn during this run (see chart)
-    allowed = path_box_allowed()
+    exposed = serving.exposed_addresses()
+    allowed = path_box_allowed(exposed)
     with st.sidebar:
+        _exposure_notice(exposed, allowed)
         for k in TYPED:  # before the widgets are drawn: a lone surrogate would stop the page from reaching the browser
             v = st.session_state.get(k)
             if isinstance(v, str) and clean_text(v) != v:
@@ -174,6 +180,29 @@ def sidebar() -> None:
         if st.session_state.pop("_url_refused", None):
             st.warning("The link names a model path, but this dashboard does not read paths: "
                        "its default model is shown instead.")
+
+
+def _path_box_hidden() -> bool:
+    """Whether the operator hid the path box: ``-- --no-path-box`` or ``SPROUT_DASHBOARD_NO_PATH_BOX=1``."""
+    return ("--no-path-box" in sys.argv[1:]
+            or os.environ.get(NO_PATH_BOX_ENV, "").strip().lower() in ("1", "true", "yes", "on"))
+
+
+def _exposure_notice(exposed: list[str], allowed: bool) -> None:
+    """Say so when the dashboard listens where other machines may reach it, and what that does to the path box
+    (nothing to say when the operator hid the path box already)."""
+    if not exposed or _path_box_hidden():
+        return
+    where = md(", ".join(serving.shown_address(a) for a in exposed))
+    if allowed:
+        st.warning(f"This dashboard listens on {where}, not only on this machine, and was started with "
+                   f"`{serving.ALLOW_REMOTE_PATHS}`: everyone who reaches it can make it read this machine's files "
+                   "through the path box or a link.")
+    else:
+        st.warning(f"This dashboard listens on {where}, not only on this machine, so it reads no paths: the path "
+                   "box and model paths in links are off (the shipped models and uploads still work). To keep it "
+                   "private, start it with `--server.address localhost`; to accept that everyone who reaches it "
+                   f"can read this machine's files, add `-- {serving.ALLOW_REMOTE_PATHS}`.")
 
 
 # -- uploads ------------------------------------------------------------------------------------
