@@ -1,5 +1,6 @@
 """From a config and a state dict to a model: the config's types and ranges first, then the shapes it implies,
-then the weights themselves (floating point, finite, ``head.weight`` tied to the embedding).
+then the weights themselves (plain dense arrays that store every value they show, floating point, finite,
+``head.weight`` tied to the embedding).
 
 A config may be partial or absent: what it leaves out is read off the tensor shapes (``context`` and
 ``rope_base`` are not visible in them and default to 512 and 10000). Everything is checked before the model is
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +23,8 @@ from sprout_model.checkpoint import TIED
 from sprout_model.model import GPT, Config
 
 __all__ = ["validate_config", "expected_shapes", "strip_prefixes", "infer_config", "plan_config", "build_model",
-           "describe_config", "not_float", "few_keys", "DEFAULT_CONTEXT", "DEFAULT_ROPE_BASE", "PREFIXES"]
+           "describe_config", "not_float", "few_keys", "check_tensors", "check_finite", "DEFAULT_CONTEXT",
+           "DEFAULT_ROPE_BASE", "PREFIXES"]
 
 DEFAULT_CONTEXT = 512
 DEFAULT_ROPE_BASE = 10000.0
@@ -106,12 +109,24 @@ def expected_shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
 
 
 def strip_prefixes(sd: Mapping[str, Any]) -> dict[str, Any]:
-    """Keys without ``_orig_mod.`` (torch.compile) and ``module.`` (DDP) prefixes, in any combination."""
-    out = {}
-    for k, v in sd.items():
-        k = str(k)
+    """Keys without ``_orig_mod.`` (torch.compile) and ``module.`` (DDP) prefixes, in any combination.
+
+    Raises :class:`StateDictMismatchError` when two keys name the same weight once stripped (``x`` and
+    ``module.x``): which of the two is meant cannot be known, so neither is dropped silently.
+    """
+    out: dict[str, Any] = {}
+    first: dict[str, str] = {}
+    for key, v in sd.items():
+        k = str(key)
         while k.startswith(PREFIXES):
             k = k[len(next(p for p in PREFIXES if k.startswith(p))):]
+        if k in first:
+            raise StateDictMismatchError(
+                f"the weights hold both {first[k][:80]!r} and {str(key)[:80]!r}, which name the same weight {k[:80]!r} once "
+                f"the {' / '.join(PREFIXES)} prefixes (torch.compile, DDP) are stripped; which one is meant cannot be told. "
+                "Save one copy of the weights: torch.save(model.state_dict(), path) from the unwrapped model"
+            )
+        first[k] = str(key)
         out[k] = v
     return out
 
@@ -215,16 +230,81 @@ def not_float(key: str, dtype: Any, source: str) -> InvalidWeightsError:
     )
 
 
+def check_tensors(sd: Mapping[str, torch.Tensor], source: str, ties: Mapping[str, str] | None = None) -> None:
+    """Refuse, with :class:`InvalidWeightsError`, tensors that are not plain dense floating-point arrays storing
+    every value they show; reads shapes, strides and storage sizes only, so it allocates nothing.
+
+    Refused: meta tensors (a shape, no values), sparse or nested tensors, non-floating-point dtypes, and views
+    that show more values than are stored: a zero stride (``expand``, ``as_strided``), a view larger than its
+    storage, or tensors sharing stored values. Such a view costs nothing in the file but its full size once
+    copied into a model, so without this check a file of a few KB asks for gigabytes: the bytes all tensors show
+    may not exceed the bytes their storages hold. ``ties`` maps a key to the key it may share its values with
+    (``{"head.weight": "embed.weight"}``: one tensor saved under two names), counted once when it does.
+    """
+    ties = dict(ties or {})
+    stored: dict[int, int] = {}  # storage address -> bytes it holds
+    views: dict[str, tuple] = {}  # key -> (storage address, offset, shape, strides)
+    shows: dict[str, int] = {}  # key -> bytes it shows
+    for k, v in sd.items():
+        where = f"{str(k)[:80]} in {source}"
+        if v.is_meta:
+            raise InvalidWeightsError(
+                f"{where} is a meta tensor: it has a shape but no values (a model built on the meta device and "
+                "saved before its weights were loaded). Save the trained model's state_dict()"
+            )
+        if v.is_nested or v.layout != torch.strided:
+            kind = "nested" if v.is_nested else str(v.layout).replace("torch.", "")
+            raise InvalidWeightsError(
+                f"{where} is a {kind} tensor; Sprout's weights are dense arrays. Save the model's own state_dict(), "
+                "or convert the tensor with .to_dense()"
+            )
+        if not v.is_floating_point():
+            raise not_float(str(k), v.dtype, source)
+        size, store = v.element_size(), v.untyped_storage()
+        have, need = store.nbytes() - v.storage_offset() * size, v.numel() * size
+        if need > have or any(st == 0 and n > 1 for n, st in zip(v.shape, v.stride())):
+            raise InvalidWeightsError(
+                f"{where} has shape {tuple(v.shape)} ({v.numel():,} values, {need / 2**20:,.1f} MiB) but is a view "
+                f"of {max(have, 0) // size:,} stored value(s) (strides {tuple(v.stride())}): it repeats values "
+                "(expand, as_strided, a zero stride), which would cost its full size in memory though the file holds "
+                "a fraction of it. Sprout's weights store every value: save the model's own state_dict()"
+            )
+        views[str(k)] = (store.data_ptr(), v.storage_offset(), tuple(v.shape), tuple(v.stride()))
+        shows[str(k)] = need
+        stored[store.data_ptr()] = store.nbytes()
+    shown = sum(n for k, n in shows.items() if views.get(ties.get(k, "")) != views[k])  # a tie counted once
+    if shown > sum(stored.values()):
+        per_storage = Counter(view[0] for view in views.values())
+        shared = [k for k, view in views.items() if per_storage[view[0]] > 1]
+        raise InvalidWeightsError(
+            f"the tensors in {source} show {shown / 2**20:,.1f} MiB of values but store "
+            f"{sum(stored.values()) / 2**20:,.1f} MiB: {few_keys(shared)} are views of the same stored values, which "
+            "would each cost their full size in memory. Sprout's weights store each tensor's own values: save the "
+            "model's own state_dict()"
+        )
+
+
+def check_finite(sd: Mapping[str, torch.Tensor], source: str) -> None:
+    """Refuse, with :class:`InvalidWeightsError`, tensors holding NaN or infinite values (one bool tensor of a
+    tensor's size is allocated at a time)."""
+    for k, v in sd.items():
+        if not torch.isfinite(v).all():
+            n = int((~torch.isfinite(v)).sum())
+            raise InvalidWeightsError(
+                f"{str(k)[:80]} in {source} holds {n:,} NaN or infinite value(s); with them every result computed "
+                "from these weights is meaningless. Use an earlier save, from before training diverged"
+            )
+
+
 def build_model(sd: Mapping[str, Any], cfg: Mapping[str, Any] | Config | None = None, source: str = "the weights") -> GPT:
     """A float32 eval-mode GPT holding ``sd`` (prefixes stripped, ``head.weight`` tied), checked key by key.
 
     ``cfg`` fields that are present win; the others are inferred from the shapes. Everything is checked
-    before the model is built (see :func:`plan_config`); the weights must be finite floating-point numbers.
+    before the model is built (:func:`check_tensors`, then :func:`plan_config`); the weights must be finite
+    floating-point numbers that the file stores (:func:`check_finite`).
     """
     sd = {k: v for k, v in strip_prefixes(sd).items() if isinstance(v, torch.Tensor)}
-    for k, v in sd.items():
-        if not v.is_floating_point():
-            raise not_float(k, v.dtype, source)
+    check_tensors(sd, source, ties={TIED: "embed.weight"})
     config = plan_config({k: tuple(v.shape) for k, v in sd.items()}, cfg, source)
     if TIED in sd and "embed.weight" in sd and not torch.equal(sd[TIED], sd["embed.weight"]):
         raise StateDictMismatchError(
@@ -233,13 +313,7 @@ def build_model(sd: Mapping[str, Any], cfg: Mapping[str, Any] | Config | None = 
         )
     sd.setdefault(TIED, sd["embed.weight"])
     sd = {k: v.float() for k, v in sd.items()}
-    for k, v in sd.items():
-        if not torch.isfinite(v).all():
-            n = int((~torch.isfinite(v)).sum())
-            raise InvalidWeightsError(
-                f"{k[:80]} in {source} holds {n:,} NaN or infinite value(s); a model with them computes nothing "
-                "meaningful. Load an earlier checkpoint of the run, from before training diverged"
-            )
+    check_finite(sd, source)
     model = GPT(config)
     if not (torch.isfinite(model.cos).all() and torch.isfinite(model.sin).all()):
         raise InvalidConfigError(

@@ -13,10 +13,27 @@ import stat
 from pathlib import Path
 
 from sprout_interp.core import limits
-from sprout_interp.core.errors import CheckpointNotFoundError, NotACheckpointError, UnreadablePathError
+from sprout_interp.core.errors import CheckpointNotFoundError, NotACheckpointError, NotAPathError, UnreadablePathError
 from sprout_model.checkpoint import SHIPPED
 
-__all__ = ["path_kind", "not_regular", "open_regular", "read_bytes", "read_json"]
+__all__ = ["as_path", "path_kind", "not_regular", "open_regular", "read_bytes", "read_json"]
+
+
+def as_path(value: object, name: str, what: str = "a folder") -> Path:
+    """``value`` (a ``str`` or ``os.PathLike``) as a Path; ``name`` is the argument as the user wrote it.
+
+    Raises :class:`NotAPathError` for anything else (a number, a bool, None, bytes ...): nothing is turned into
+    a path by ``str()``, so ``123`` never reads a folder named "123".
+    """
+    text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if isinstance(text, str):
+        if not text.strip():
+            raise NotAPathError(f"{name} is empty: pass the path of {what}")
+        return Path(text)
+    raise NotAPathError(
+        f"{name} must be the path of {what} (a str or os.PathLike), got {type(value).__name__} {str(value)[:60]!r}; "
+        f"pass it as a path: {name}='path/to/it'"
+    )
 
 
 def path_kind(p: Path) -> str | None:

@@ -27,7 +27,12 @@ whose message says what to do):
   up to 65,536, ...), whose ``d_model`` is not a multiple of ``n_head`` with an even head width, or
   whose ``rope_base`` is not a finite positive number; a config that does not fit the tensor shapes
   (read from the safetensors header before any tensor is read);
-- a ``.pt`` whose pickle is far longer than its tensors need (its cost to unpickle is bounded);
+- a ``.pt`` whose pickle is far longer than its tensors need (its cost to unpickle is bounded), or whose
+  storage records unpack to more bytes than the file holds (compressed);
+- tensors that show more values than the file stores (a zero stride from ``expand`` or ``as_strided``, views
+  sharing one storage), meta, sparse or nested tensors, and a state dict holding both ``x`` and ``module.x``
+  (``sprout_interp.core.configs.check_tensors``, ``strip_prefixes``); the tuned lens and SAE readers use the same
+  checks (``read_safetensors``, ``check_finite``);
 - weights holding NaN or infinity, or tensors that are not floating point (bool, integer, complex);
 - weights without a ``tokenizer.json`` of their own (beside them, or in the folder above, where the
   shipped checkpoints share one), unless a tokenizer is passed; a passed tokenizer that cannot be
@@ -39,15 +44,16 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from tokenizers import Tokenizer
 
 from sprout_interp.core import limits
-from sprout_interp.core.configs import build_model, not_float, plan_config, strip_prefixes
+from sprout_interp.core.configs import build_model, check_tensors, not_float, plan_config, strip_prefixes
 from sprout_interp.core.errors import (
     CheckpointNotFoundError,
     MissingTokenizerError,
@@ -63,7 +69,7 @@ from sprout_model.checkpoint import SHIPPED
 from sprout_model.checkpoint import SHIPPED_DIR as _SHIPPED_DIR
 from sprout_model.model import GPT
 
-__all__ = ["LoadedCheckpoint", "load_checkpoint", "safetensors_header", "SHIPPED", "SHIPPED_DIR"]
+__all__ = ["LoadedCheckpoint", "load_checkpoint", "safetensors_header", "read_safetensors", "SHIPPED", "SHIPPED_DIR"]
 
 SHIPPED_DIR: Path = _SHIPPED_DIR  # module attribute so tests can point it at a temporary folder
 _FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}  # safetensors dtype names
@@ -276,22 +282,36 @@ def safetensors_header(p: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     return out
 
 
-def _read_safetensors(p: Path, cfg: Mapping[str, Any] | None, source: str) -> dict:
-    """The tensors of ``p``, read only after their dtypes, and their shapes against ``cfg``, are checked."""
+def read_safetensors(p: Path, source: str, check_shapes: Callable[[dict[str, tuple[int, ...]]], object]) -> dict[str, torch.Tensor]:
+    """The tensors of ``p`` (of at most ``limits.MAX_WEIGHTS_BYTES``), read only after the header's dtypes
+    (floating point) and ``check_shapes(header shapes)``, which raises for shapes it refuses, have passed; so
+    nothing is allocated for a header that asks for more than its reader allows. The tensors read then pass
+    :func:`~sprout_interp.core.configs.check_tensors`. The one reader of weights files for checkpoints, tuned
+    lenses and SAEs; values are not checked here (:func:`~sprout_interp.core.configs.check_finite`).
+
+    Raises :class:`NotACheckpointError` for a damaged file, :class:`InvalidWeightsError` for other dtypes.
+    """
     from safetensors.torch import load_file
 
     header = safetensors_header(p)
     for k, (dtype, _) in header.items():
         if dtype not in _FLOAT_DTYPES:
             raise not_float(strip_prefixes({k: 0}).popitem()[0], dtype, source)
-    plan_config({k: s for k, (_, s) in strip_prefixes(header).items()}, cfg, source)
+    check_shapes({k: s for k, (_, s) in header.items()})
     try:
-        return load_file(str(p))
+        sd = load_file(str(p))
     except Exception as e:  # safetensors raises its own SafetensorError (or OSError) for damaged files
         raise NotACheckpointError(
             f"{p} cannot be read as safetensors ({type(e).__name__}: {str(e)[:200]}); the file is damaged or not a "
-            "safetensors file. Copy or download it again, or re-save the model with save_checkpoint"
+            "safetensors file. Copy or download it again, or save it again"
         ) from None
+    check_tensors(sd, source)
+    return sd
+
+
+def _read_safetensors(p: Path, cfg: Mapping[str, Any] | None, source: str) -> dict:
+    """The tensors of ``p``, read only after their dtypes, and their shapes against ``cfg``, are checked."""
+    return read_safetensors(p, source, lambda shapes: plan_config(strip_prefixes(shapes), cfg, source))
 
 
 def _read_tokenizer(p: Path) -> Tokenizer:

@@ -89,12 +89,23 @@ def _scan_pickles(stream: io.BufferedIOBase, path: Path, count: int) -> list[str
 
 
 def _zip_pickle(path: Path) -> bytes:
-    """The ``data.pkl`` of a torch zip archive, of bounded size."""
+    """The ``data.pkl`` of a torch zip archive, of bounded size.
+
+    The other records (the tensors' storages) may unpack to no more bytes than the file holds: torch.save stores
+    them uncompressed, and a compressed one would make a small file ask for gigabytes when torch reads it.
+    """
     try:
         with zipfile.ZipFile(path) as z:
             pkls = [i for i in z.infolist() if i.filename.endswith("data.pkl")]
             if len(pkls) != 1:
                 raise _not_a_checkpoint(path, ValueError(f"a zip archive with {len(pkls)} data.pkl records"))
+            unpacked = sum(i.file_size for i in z.infolist() if i is not pkls[0])
+            if unpacked > path.stat().st_size:
+                raise NotACheckpointError(
+                    f"{path} is refused: its records unpack to {unpacked:,} bytes, more than the {path.stat().st_size:,}-byte "
+                    "file holds (they are compressed, which torch.save never does), so reading it would allocate "
+                    "far more than the file's size. Re-save the weights with torch.save(model.state_dict(), path)"
+                )
             if pkls[0].file_size > limits.MAX_PICKLE_BYTES:
                 raise NotACheckpointError(
                     f"{path} is refused: its pickle is {pkls[0].file_size:,} bytes unpacked, more than weights need "

@@ -34,10 +34,14 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from sprout_interp.core.errors import SAEMismatchError, SAENotFoundError, SproutError
+from sprout_interp.core.arguments import check_index
+from sprout_interp.core.configs import check_finite
+from sprout_interp.core.errors import NotACheckpointError, SAEMismatchError, SAENotFoundError, SproutError
+from sprout_interp.core.files import as_path, read_json
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import as_hooked
-from sprout_interp.lens.tuned_lens import fingerprint
+from sprout_interp.core.loading import read_safetensors
+from sprout_interp.lens.tuned_lens import check_fingerprint, fingerprint
 
 __all__ = [
     "SAE_WEIGHTS", "SAE_CFG", "RECIPE", "SparseAutoencoder", "resid_hook", "hook_layer", "sae_folder",
@@ -214,35 +218,73 @@ def _mismatch(expected: dict, found: dict) -> list[str]:
     return out
 
 
-def read_sae(folder: Union[str, Path]) -> SparseAutoencoder:
-    """An SAE folder read as it is, float32, without checking which model it was made for (see :func:`load_sae`)."""
-    from safetensors.torch import load_file
+def _cfg_fields(cfg: dict, where: str) -> tuple[int, int, int, str, dict]:
+    """(d_in, d_sae, k, hook name, info) from a cfg.json object, each of the form :func:`save_sae` writes;
+    :class:`SAEMismatchError` naming the entry otherwise (nothing is converted: ``"16"`` or ``16.0`` is no width)."""
+    def bad(entry: str, v: object, should: str) -> SAEMismatchError:
+        return SAEMismatchError(f"{where} is damaged: {SAE_CFG} has {entry} = {str(v)[:60]!r} ({type(v).__name__}); "
+                                f"it should be {should}. Train it again")
 
-    folder = Path(folder)
+    for entry in ("metadata", "sprout", "activation_fn_kwargs"):
+        if not isinstance(cfg.get(entry) or {}, dict):
+            raise bad(entry, cfg[entry], "an object")
+    if cfg.get("architecture", "topk") != "topk":
+        raise SAEMismatchError(f"{where} is a {str(cfg.get('architecture'))[:40]!r} SAE; this toolkit runs TopK SAEs")
+    meta, sprout = cfg.get("metadata") or {}, cfg.get("sprout") or {}
+    k = cfg.get("k", (cfg.get("activation_fn_kwargs") or {}).get("k"))
+    sizes = {"d_in": cfg.get("d_in"), "d_sae": cfg.get("d_sae"), "k": k}
+    for entry, v in sizes.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise bad(entry, v, "a whole number of at least 1")
+    hook = meta.get("hook_name") or cfg.get("hook_name")
+    if not isinstance(hook, str):
+        raise bad("hook_name", hook, "a residual-stream hook point such as 'blocks.3.hook_resid_post'")
+    if "fingerprint" in sprout:
+        check_fingerprint(sprout["fingerprint"], where, SAEMismatchError)
+    info = dict(sprout, model_name=meta.get("model_name", ""), context_size=meta.get("context_size"))
+    return sizes["d_in"], sizes["d_sae"], sizes["k"], hook, info
+
+
+def read_sae(folder: Union[str, Path]) -> SparseAutoencoder:
+    """An SAE folder read as it is, float32, without checking which model it was made for (see :func:`load_sae`).
+
+    Read as a checkpoint is: ``cfg.json`` of bounded size, an object with whole-number widths; the weights'
+    dtypes and shapes checked from the header against those widths before anything is allocated (so a cfg.json
+    asking for gigabytes costs nothing), then their values finite. Raises
+    :class:`~sprout_interp.core.errors.NotAPathError` when ``folder`` is not a path,
+    :class:`~sprout_interp.core.errors.SAENotFoundError` when it holds no SAE,
+    :class:`~sprout_interp.core.errors.InvalidWeightsError` for NaN, infinite or non-float weights and
+    :class:`~sprout_interp.core.errors.SAEMismatchError` for a damaged, oversized or malformed one.
+    """
+    folder = as_path(folder, "folder", f"an SAE folder holding {SAE_CFG} + {SAE_WEIGHTS}")
     if not (folder / SAE_WEIGHTS).is_file() or not (folder / SAE_CFG).is_file():
         raise SAENotFoundError(f"{folder} holds no {SAE_CFG} + {SAE_WEIGHTS}: train an SAE with "
                                "`python -m sprout_interp.features.train --model NAME --layer L`")
+    where = f"the SAE in {folder}"
     try:
-        cfg = json.loads((folder / SAE_CFG).read_text(encoding="utf-8"))
-        sd = load_file(str(folder / SAE_WEIGHTS))
-        meta = cfg.get("metadata") or {}
-        hook = meta.get("hook_name") or cfg.get("hook_name")
-        k = int(cfg.get("k") or (cfg.get("activation_fn_kwargs") or {}).get("k"))
-        sae = SparseAutoencoder(int(cfg["d_in"]), int(cfg["d_sae"]), k, hook,
-                                dict(cfg.get("sprout") or {}, model_name=meta.get("model_name", ""),
-                                     context_size=meta.get("context_size")))
-    except SproutError as e:
-        raise SAEMismatchError(f"the SAE in {folder} cannot be used: {e}") from e
-    except Exception as e:  # damaged files: say which
-        raise SAEMismatchError(f"the SAE in {folder} cannot be read ({type(e).__name__}: {str(e)[:200]}); "
-                               "train it again") from e
-    if cfg.get("architecture", "topk") != "topk":
-        raise SAEMismatchError(f"the SAE in {folder} is a {cfg.get('architecture')!r} SAE; this toolkit runs TopK SAEs")
-    want = {k: tuple(v.shape) for k, v in sae.state_dict().items()}
-    got = {k: tuple(v.shape) for k, v in sd.items()}
-    if want != got:
-        raise SAEMismatchError(f"the SAE in {folder} holds tensors {got} where its cfg.json needs {want}; train it again")
-    sae.load_state_dict({k: v.float() for k, v in sd.items()})
+        cfg = read_json(folder / SAE_CFG, "SAE cfg")
+    except SproutError as e:  # damaged, oversized, not an object, unreadable
+        raise SAEMismatchError(f"{where} cannot be read: {e}. Train it again") from None
+    d_in, d_sae, k, hook, info = _cfg_fields(cfg, where)
+    try:
+        with torch.device("meta"):  # the shapes cfg.json asks for, nothing allocated
+            want = {n: tuple(v.shape) for n, v in SparseAutoencoder(d_in, d_sae, k, hook).state_dict().items()}
+    except SproutError as e:  # k above d_sae, a hook that is not on the residual stream
+        raise SAEMismatchError(f"{where} cannot be used: {e}") from None
+
+    def check_shapes(got: dict[str, tuple[int, ...]]) -> None:
+        if got != want:
+            raise SAEMismatchError(f"{where} holds tensors {dict(sorted(got.items())[:6])} where its {SAE_CFG} "
+                                   f"needs {want}; train it again")
+
+    source = str(folder / SAE_WEIGHTS)
+    try:
+        sd = read_safetensors(folder / SAE_WEIGHTS, source, check_shapes)
+    except NotACheckpointError as e:  # damaged or oversized
+        raise SAEMismatchError(f"{where} cannot be read: {e}") from None
+    check_finite(sd, source)
+    sae = SparseAutoencoder(d_in, d_sae, k, hook, info)
+    sae.load_state_dict({n: v.float() for n, v in sd.items()})
     return sae.eval()
 
 
@@ -275,13 +317,18 @@ def check_for_model(sae: SparseAutoencoder, model, layer: Optional[int] = None, 
 def load_sae(model, layer: Optional[int] = None, folder: Union[str, Path, None] = None) -> SparseAutoencoder:
     """The SAE saved for ``model``: the one of ``layer`` beside its checkpoint, or the one in ``folder``.
 
-    Raises :class:`~sprout_interp.core.errors.SAENotFoundError` when there is none and
-    :class:`~sprout_interp.core.errors.SAEMismatchError` when it was made for another checkpoint (a different
-    config, vocabulary or weights) or another layer, or cannot be read.
+    Raises :class:`~sprout_interp.core.errors.ArgumentError` for a ``layer`` that is not a whole number in
+    0..n_layers-1 (``"1"``, ``1.5`` and ``True`` are no layer), :class:`~sprout_interp.core.errors.NotAPathError`
+    for a ``folder`` that is not a path, :class:`~sprout_interp.core.errors.SAENotFoundError` when there is none
+    and :class:`~sprout_interp.core.errors.SAEMismatchError` when it was made for another checkpoint (a different
+    config, vocabulary or weights) or another layer, or cannot be read (see :func:`read_sae`).
     """
     if layer is None and folder is None:
         raise SproutError("load_sae needs a layer (the SAE beside the checkpoint) or a folder")
-    folder = sae_folder(model, layer) if folder is None else Path(folder)
+    if layer is not None:
+        L = as_hooked(model).cfg.n_layers
+        layer = check_index(layer, "layer", L, what=f"a layer of this model, 0..{L - 1}; block = layer + 1")
+    folder = sae_folder(model, layer) if folder is None else as_path(folder, "folder", "an SAE folder")
     sae = read_sae(folder)
     check_for_model(sae, model, layer, where=f"the SAE in {folder}")
     return sae.to(as_hooked(model).device)

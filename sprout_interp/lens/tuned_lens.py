@@ -32,12 +32,15 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from sprout_interp.core.errors import SproutError, TunedLensMismatchError
+from sprout_interp.core.configs import check_finite
+from sprout_interp.core.errors import NotACheckpointError, SproutError, TunedLensMismatchError
+from sprout_interp.core.files import as_path, read_json
 from sprout_interp.core.hooked import as_hooked
+from sprout_interp.core.loading import read_safetensors
 from sprout_interp.lens.residual import residual_stack
 
 __all__ = [
-    "LENS_WEIGHTS", "LENS_INFO", "TunedLens", "read_out", "fingerprint", "lens_path", "save_tuned_lens",
+    "LENS_WEIGHTS", "LENS_INFO", "TunedLens", "read_out", "fingerprint", "check_fingerprint", "lens_path", "save_tuned_lens",
     "load_tuned_lens", "find_tuned_lens", "train_tuned_lens", "lens_kl", "MissingTunedLensWarning",
 ]
 
@@ -126,6 +129,18 @@ def fingerprint(model) -> dict:
     return {"config": json.loads(json.dumps(config, default=str)), "weights_sha256": _sha(h), "vocab_sha256": vocab}
 
 
+def check_fingerprint(fp: object, where: str, error: type[SproutError]) -> dict:
+    """``fp``, a fingerprint read from a file, when it has the form :func:`fingerprint` gives (an object whose
+    ``config`` is an object and whose ``weights_sha256`` / ``vocab_sha256`` are strings; missing parts count as
+    different). Raises ``error``, naming ``where``, for anything else (a list, a string, a number)."""
+    ok = isinstance(fp, dict) and isinstance(fp.get("config", {}), dict) and all(
+        isinstance(fp.get(k, ""), str) for k in ("weights_sha256", "vocab_sha256"))
+    if not ok:
+        raise error(f"{where} is damaged: its fingerprint is {str(fp)[:80]!r} ({type(fp).__name__}), not an object "
+                    "with a config object and sha256 strings as fingerprint(model) writes. Train it again")
+    return fp
+
+
 def _mismatch(expected: dict, found: dict) -> list[str]:
     out = []
     ce, cf = expected.get("config", {}), found.get("config", {})
@@ -168,40 +183,52 @@ def save_tuned_lens(lens: TunedLens, folder: str | Path, dtype: torch.dtype = to
 def load_tuned_lens(model, folder: str | Path | None = None) -> TunedLens:
     """The tuned lens saved for ``model`` (in ``folder``, default its checkpoint folder), in float32.
 
-    Raises :class:`~sprout_interp.core.errors.TunedLensNotFoundError` when there is none and
+    Read as a checkpoint is: ``tuned_lens.json`` of bounded size and an object, the weights' dtypes and shapes
+    checked from the header against the model before any tensor is read, then their values finite.
+    Raises :class:`~sprout_interp.core.errors.TunedLensNotFoundError` when there is none,
+    :class:`~sprout_interp.core.errors.NotAPathError` when ``folder`` is not a path,
+    :class:`~sprout_interp.core.errors.InvalidWeightsError` for NaN, infinite or non-float weights, and
     :class:`~sprout_interp.core.errors.TunedLensMismatchError` when it was trained for another checkpoint (a
-    different config, vocabulary or weights).
+    different config, vocabulary or weights) or is damaged (its files oversized, malformed or of other shapes).
     """
-    from safetensors.torch import load_file
-
     from sprout_interp.core.errors import TunedLensNotFoundError
 
     m = as_hooked(model)
-    folder = lens_path(m) if folder is None else Path(folder)
+    folder = lens_path(m) if folder is None else as_path(folder, "folder", f"a folder holding {LENS_WEIGHTS} + {LENS_INFO}")
     if folder is None or not (folder / LENS_WEIGHTS).is_file() or not (folder / LENS_INFO).is_file():
         where = "the model has no checkpoint folder" if folder is None else f"{folder} has no {LENS_WEIGHTS} + {LENS_INFO}"
         raise TunedLensNotFoundError(
             f"no tuned lens for {m.name or 'this model'}: {where}. Train one with "
             "`python -m sprout_interp.lens.tuned_lens --models NAME_OR_PATH` (or train_tuned_lens + save_tuned_lens), "
             "or use lens=\"logit\"")
+    where = f"the tuned lens in {folder}"
     try:
-        info = json.loads((folder / LENS_INFO).read_text(encoding="utf-8"))
-        sd = load_file(str(folder / LENS_WEIGHTS))
-    except Exception as e:  # damaged files: say which
-        raise TunedLensMismatchError(f"the tuned lens in {folder} cannot be read ({type(e).__name__}: {str(e)[:200]}); "
-                                     "train it again") from e
-    bad = _mismatch(fingerprint(m), info.get("fingerprint", {}))
+        info = read_json(folder / LENS_INFO, "tuned lens")
+    except SproutError as e:  # damaged, oversized, not an object, unreadable
+        raise TunedLensMismatchError(f"{where} cannot be read: {e}. Train it again") from None
+    bad = _mismatch(fingerprint(m), check_fingerprint(info.get("fingerprint", {}), where, TunedLensMismatchError))
     if bad:
         raise TunedLensMismatchError(
-            f"the tuned lens in {folder} was trained for another checkpoint: its {', '.join(bad)} differ from "
+            f"{where} was trained for another checkpoint: its {', '.join(bad)} differ from "
             f"{m.name or 'this model'}'s. Train a lens for this checkpoint (python -m sprout_interp.lens.tuned_lens "
             "--models ...) or use lens=\"logit\"")
+    with torch.device("meta"):  # the shapes this model needs, nothing allocated
+        want = {k: tuple(v.shape) for k, v in TunedLens(m.cfg.d_model, m.cfg.n_layers).state_dict().items()}
+
+    def check_shapes(got: dict[str, tuple[int, ...]]) -> None:
+        if got != want:
+            odd = sorted((k for k in set(got) | set(want) if got.get(k) != want.get(k)), key=lambda k: (k not in got, k))
+            raise TunedLensMismatchError(
+                f"{where} holds tensors of other names or shapes than this model needs ({odd[0][:80]}: "
+                f"{got.get(odd[0])} in the file, {want.get(odd[0])} needed; {len(odd)} differ); train it again")
+
+    source = str(folder / LENS_WEIGHTS)
+    try:
+        sd = read_safetensors(folder / LENS_WEIGHTS, source, check_shapes)
+    except NotACheckpointError as e:  # damaged or oversized
+        raise TunedLensMismatchError(f"{where} cannot be read: {e}") from None
+    check_finite(sd, source)
     lens = TunedLens(m.cfg.d_model, m.cfg.n_layers, info)
-    want = {k: tuple(v.shape) for k, v in lens.state_dict().items()}
-    got = {k: tuple(v.shape) for k, v in sd.items()}
-    if want != got:
-        raise TunedLensMismatchError(f"the tuned lens in {folder} holds tensors {sorted(got)[:4]}… of other shapes "
-                                     "than this model needs; train it again")
     lens.load_state_dict({k: v.float() for k, v in sd.items()})
     return lens.to(next(m.parameters()).device).eval()
 
