@@ -72,7 +72,7 @@ class HookOutputError(SproutError, ValueError):
 
 
 class NotAPathError(SproutError, TypeError):
-    """The model argument is neither a shipped name nor a path (for example a number or None)."""
+    """A model, folder or file argument that is neither a shipped name nor a path (for example a number or None)."""
 
 
 class UnreadablePathError(SproutError, OSError):
@@ -84,7 +84,8 @@ class InvalidConfigError(SproutError, ValueError):
 
 
 class InvalidWeightsError(SproutError, ValueError):
-    """Weights that are not usable numbers: NaN or infinite values, or integer, bool or complex tensors."""
+    """Weights that are not usable numbers: NaN or infinite values, integer, bool or complex tensors, meta, sparse or
+    nested tensors, or views that show more values than the file stores (a zero stride, shared storage)."""
 
 
 class MissingTokenizerError(CheckpointNotFoundError):
