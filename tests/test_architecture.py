@@ -24,7 +24,7 @@ LAYERS = {
     "report": 5,     # what scripts share
 }
 #: inside core, the order its modules may import each other in (a module imports only ones before it)
-CORE_ORDER = ["errors", "tokens", "texts", "limits", "files", "pickles", "configs", "loading", "export", "hook_points", "components",
+CORE_ORDER = ["errors", "arguments", "tokens", "texts", "limits", "files", "pickles", "configs", "loading", "export", "hook_points", "components",
               "cache", "generation", "hooked"]
 #: attributes of the wrapper's classes that only the wrapper's own modules (WRAPPER) may touch
 WRAPPER = {"core.hooked", "core.components", "core.generation"}

@@ -1,5 +1,6 @@
 """What ``HookedSprout.generate`` runs each step: the hooked forward, or (when no hook is active) the GPT's own
-modules with every block's keys and values kept, so each new token costs one position."""
+modules with every block's keys and values kept, so each new token costs one position; and the check of its
+sampling arguments (:func:`check_sampling`, with the :data:`MAX_NEW_TOKENS` limit)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -8,9 +9,30 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from sprout_interp.core.arguments import check_count, check_number
 from sprout_model.model import GPT, Block, apply_rope
 
-__all__ = ["HookedRunner", "KVCacheRunner"]
+__all__ = ["HookedRunner", "KVCacheRunner", "MAX_NEW_TOKENS", "check_sampling"]
+
+#: The most tokens one ``generate`` call may add. Each one is a forward (one position with the key/value cache,
+#: the whole context once the window slides past it), so a typo such as 10**9 would run for days; read at every
+#: call, so ``sprout_interp.core.generation.MAX_NEW_TOKENS = 20_000`` allows longer samples.
+MAX_NEW_TOKENS = 4096
+
+
+def check_sampling(max_new_tokens, temperature, top_k, top_p, d_vocab: int) -> tuple[int, float, Optional[int], Optional[float]]:
+    """``(max_new_tokens, temperature, top_k, top_p)`` as plain numbers, or an ArgumentError naming the argument
+    ``GPT.generate`` would misread or loop on: ``max_new_tokens`` 0..:data:`MAX_NEW_TOKENS`, ``temperature`` finite
+    and >= 0 (0: greedy), ``top_k`` None or 1..``d_vocab``, ``top_p`` None or in (0, 1]."""
+    max_new_tokens = check_count(max_new_tokens, "max_new_tokens", low=0, high=MAX_NEW_TOKENS,
+                                 what="sprout_interp.core.generation.MAX_NEW_TOKENS is the limit; raise it for longer samples")
+    temperature = check_number(temperature, "temperature", low=0.0, what="0 samples greedily, 1 from the model's own distribution")
+    if top_k is not None:
+        top_k = check_count(top_k, "top_k", low=1, high=d_vocab, what="keep the k most likely tokens; None keeps all")
+    if top_p is not None:
+        top_p = check_number(top_p, "top_p", low=0.0, high=1.0, low_open=True,
+                             what="keep the most likely tokens up to this probability mass; None or 1 keeps all")
+    return max_new_tokens, temperature, top_k, top_p
 
 
 class HookedRunner:
