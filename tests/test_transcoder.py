@@ -7,11 +7,17 @@ import os
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import tiny_config, unchecked_types
 from safetensors.torch import load_file, save_file
 
 from sprout_interp.core import limits
-from sprout_interp.core.errors import SproutError, TranscoderMismatchError, TranscoderNotFoundError
+from sprout_interp.core.errors import (
+    InvalidWeightsError,
+    NotAPathError,
+    SproutError,
+    TranscoderMismatchError,
+    TranscoderNotFoundError,
+)
 from sprout_interp.core.hooked import HookedSprout
 from sprout_interp.features.transcoder import (
     FEATURE_INPUT_HOOK,
@@ -185,8 +191,12 @@ def test_hostile_and_foreign_folders_are_refused(model, trained, tmp_path, monke
     hooks = variant("hooks", cfg_edit=lambda c: c.update(feature_input_hook="hook_resid_mid"))
     notobj = variant("notobj", raw_cfg="[1, 2]")
     broken = variant("broken", raw_cfg="{not json")
-    for d, why in ((nan, "NaN or infinite"), (inf, "NaN or infinite"), (shape, "holds tensors"), (big, "holds tensors"),
-                   (ints, "not a float dtype"), (extra, "holds tensors"), (noskip, "holds tensors"),
+    for d, why in ((nan, "NaN or infinite"), (inf, "NaN or infinite"), (ints, "int32")):
+        with pytest.raises(InvalidWeightsError, match=why):
+            load_transcoders(model, d)
+    with unchecked_types(), pytest.raises(NotAPathError):
+        load_transcoders(model, 123)
+    for d, why in ((shape, "holds tensors"), (big, "holds tensors"), (extra, "holds tensors"), (noskip, "holds tensors"),
                    (escape, "not a file layer_L"), (boolk, "'k' must be an int"), (hooks, "hooks must be"),
                    (notobj, "not an object"), (broken, "not valid JSON")):
         with pytest.raises(TranscoderMismatchError, match=why):

@@ -38,12 +38,13 @@ from torch import Tensor, nn
 
 from sprout_interp.core import limits
 from sprout_interp.core.arguments import check_count, check_index, check_indices, integer
+from sprout_interp.core.configs import check_finite
 from sprout_interp.core.errors import NotACheckpointError, SproutError, TranscoderMismatchError, TranscoderNotFoundError
-from sprout_interp.core.files import read_json
+from sprout_interp.core.files import as_path, read_json
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import as_hooked
-from sprout_interp.core.loading import safetensors_header
-from sprout_interp.lens.tuned_lens import fingerprint
+from sprout_interp.core.loading import read_safetensors
+from sprout_interp.lens.tuned_lens import check_fingerprint, fingerprint
 
 __all__ = [
     "TC_CONFIG", "TC_RECIPE", "FEATURE_INPUT_HOOK", "FEATURE_OUTPUT_HOOK", "Transcoder", "TranscoderSet",
@@ -60,8 +61,6 @@ TC_RECIPE = ("TopK per-layer transcoder (circuit-tracer's TopK: k largest pre-ac
              "output, W_skip (if any) at zero, AuxK loss on dead latents (coefficient 1/32), normalised MSE against "
              "the output's variance, inputs and outputs scaled to mean norm sqrt(d_model) and the scales folded "
              "back before saving, Adam, linear decay over the last 20% of steps")
-_PARAMS = ("W_enc", "W_dec", "b_enc", "b_dec", "W_skip")
-_FLOATS = {"F16", "BF16", "F32", "F64"}
 
 
 def input_hook(layer: int) -> str:
@@ -343,21 +342,23 @@ def load_transcoders(model, folder: Union[str, Path, None] = None,
     Before any tensor is allocated it checks the config (a JSON object of at most
     ``limits.MAX_JSON_BYTES``; whole numbers in range), each layer file's size
     (``limits.MAX_WEIGHTS_BYTES``), its tensor names, float dtypes and shapes against the config and the
-    model; after reading, that no value is NaN or infinite; and the checkpoint fingerprint (config, weights,
-    vocabulary). Raises :class:`~sprout_interp.core.errors.TranscoderNotFoundError` when there is no set and
+    model (:func:`~sprout_interp.core.loading.read_safetensors`, the checkpoints' and SAEs' reader); after
+    reading, that no value is NaN or infinite (:func:`~sprout_interp.core.configs.check_finite`); and the
+    checkpoint fingerprint (config, weights, vocabulary). Raises
+    :class:`~sprout_interp.core.errors.NotAPathError` when ``folder`` is not a path,
+    :class:`~sprout_interp.core.errors.TranscoderNotFoundError` when there is no set,
+    :class:`~sprout_interp.core.errors.InvalidWeightsError` for NaN, infinite or non-float weights and
     :class:`~sprout_interp.core.errors.TranscoderMismatchError` for anything else wrong, naming the file.
     """
-    from safetensors.torch import load_file
-
     m = as_hooked(model)
-    folder = transcoder_folder(m) if folder is None else Path(folder)
+    folder = transcoder_folder(m) if folder is None else as_path(folder, "folder", "a transcoder folder")
     if not (folder / TC_CONFIG).exists():
         raise TranscoderNotFoundError(
             f"{folder} holds no {TC_CONFIG}: train transcoders with "
             "`python -m sprout_interp.features.transcoder_train --model NAME --out FOLDER`")
     try:
         cfg = read_json(folder / TC_CONFIG, "transcoder config")
-    except NotACheckpointError as e:
+    except SproutError as e:  # damaged, oversized, not an object, not a regular file
         raise _bad(folder, str(e)) from None
     d_model = _int(cfg, "d_model", 1, limits.LIMITS["d_model"], folder)
     d_tc = _int(cfg, "d_transcoder", 1, 1 << 24, folder)
@@ -388,7 +389,7 @@ def load_transcoders(model, folder: Union[str, Path, None] = None,
     if d_model != m.cfg.d_model:
         raise TranscoderMismatchError(f"the transcoders in {folder} read {d_model}-dimensional activations but "
                                       f"{m.name or 'the model'} has d_model {m.cfg.d_model}: they belong to another model")
-    fp = sprout.get("fingerprint")
+    fp = check_fingerprint(sprout.get("fingerprint"), f"the transcoders in {folder}", TranscoderMismatchError)
     bad = fingerprint_mismatch(fingerprint(m), fp)
     if bad:
         raise TranscoderMismatchError(
@@ -400,23 +401,17 @@ def load_transcoders(model, folder: Union[str, Path, None] = None,
     out = {}
     for layer in want:
         p = folder / listed[layer]
+
+        def check_shapes(got: dict[str, tuple[int, ...]], p: Path = p) -> None:
+            if got != shapes:
+                raise _bad(folder, f"{p.name} holds tensors {dict(sorted(got.items())[:6])} where config.yaml "
+                                   f"needs {shapes}")
+
         try:
-            header = safetensors_header(p)
-        except SproutError as e:
-            raise _bad(folder, str(e)) from None
-        got = {n: s for n, (_, s) in header.items()}
-        if got != shapes:
-            raise _bad(folder, f"{p.name} holds tensors {dict(list(got.items())[:6])} where config.yaml needs {shapes}")
-        odd = [n for n, (dt, _) in header.items() if dt not in _FLOATS]
-        if odd:
-            raise _bad(folder, f"{p.name} stores {odd[0]} as {header[odd[0]][0]}, not a float dtype")
-        try:
-            sd = load_file(str(p))
-        except Exception as e:  # safetensors raises its own error type for damaged data
-            raise _bad(folder, f"{p.name} cannot be read ({type(e).__name__}: {str(e)[:160]})") from None
-        for n, t in sd.items():
-            if not bool(torch.isfinite(t).all()):
-                raise _bad(folder, f"{p.name}'s {n} holds NaN or infinite values")
+            sd = read_safetensors(p, str(p), check_shapes)
+        except NotACheckpointError as e:  # damaged or oversized
+            raise _bad(folder, f"{p.name}: {e}") from None
+        check_finite(sd, str(p))
         info = sprout["layers"].get(str(layer))
         tc = Transcoder(d_model, d_tc, k, layer, skip, dict(info if isinstance(info, dict) else {},
                                                             model_name=cfg.get("model_name", ""), fingerprint=fp))
