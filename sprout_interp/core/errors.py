@@ -10,7 +10,7 @@ __all__ = [
     "StateDictMismatchError", "VocabularyMismatchError", "ContextLengthError", "HookNameError", "TokenizationError",
     "AblationError", "HookOutputError", "NotAPathError", "UnreadablePathError", "InvalidConfigError",
     "InvalidWeightsError", "MissingTokenizerError", "ExportError", "PatchingError", "MetricError", "TunedLensMismatchError",
-    "TunedLensNotFoundError", "SAEMismatchError", "SAENotFoundError", "SteeringError",
+    "TunedLensNotFoundError", "SAEMismatchError", "SAENotFoundError", "SteeringError", "UnequalLengthsError",
     "TranscoderMismatchError", "TranscoderNotFoundError",
 ]
 
