@@ -98,9 +98,9 @@ def all_patterns(_m, key: str, text: str, n: int):
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
-def all_heads_chart(_m, key: str, text: str, n: int, framed: tuple):
-    """The small multiples of every head on the text's first ``n`` tokens, ``framed`` (layer, head) outlined; a
-    click on a panel selects its invisible marker, whose customdata is ``[layer, head]``.
+def all_heads_chart(_m, key: str, text: str, n: int, framed: tuple | None):
+    """The small multiples of every head on the text's first ``n`` tokens, ``framed`` (layer, head) outlined (None:
+    no frame); a click on a panel selects its invisible marker, whose customdata is ``[layer, head]``.
     Built once and shared (plotly takes a while to lay out dozens of panels): callers must not change it."""
     from sprout_interp.plots.heads import all_heads_figure
     from sprout_interp.plots.picking import clickable_panels
@@ -127,24 +127,87 @@ def ov_copying(_m, key: str, ranks: bool):
     return ov_copying_scores(_m, ranks=ranks)
 
 
+# -- the induction circuit: every head a page names comes from here ------------------------------------
+# The same call, with the same settings, as the claims scripts (analyses/induction_heads.py's defaults, which the
+# README's claims table uses): head scores on 16 rows of 64 repeated random tokens and on 8 held-out windows of 256
+# tokens (seed 0), previous-token heads ranked on both (find_induction_circuit's default on="both"), threshold 0.3;
+# confirmed by mean ablation against the head means of 16 held-out windows (seed 1), the held-out loss on 4 windows.
+CIRCUIT_REF_N, CIRCUIT_LOSS_N, CIRCUIT_LENGTH, CIRCUIT_SEED = 16, 4, 256, 0
+
+
 @st.cache_data(**_CACHE)
-def random_scores(_m, key: str):
-    """Previous-token / duplicate / induction scores on repeated random tokens only (text-independent)."""
-    return attention.head_scores(_m, natural=False, copying=False)
+def circuit_scores(_m, key: str):
+    """Every head's previous-token / duplicate / induction scores as the claims scripts compute them: on repeated
+    random tokens and on held-out text (the three ready-made texts where no corpus is installed); text-independent."""
+    return attention.head_scores(_m, seq_len=64, batch=16, seed=CIRCUIT_SEED, copying=False)
 
 
 @st.cache_data(**_CACHE)
 def ranked_circuit(_m, key: str):
-    """The induction circuit as the head scores on repeated random tokens rank it, not confirmed by ablation
-    (one forward over the random tokens: quick enough for a page's first load)."""
-    return induction.find_induction_circuit(scores=random_scores(_m, key), on="random")
+    """The induction circuit as :func:`circuit_scores` rank it (``find_induction_circuit``'s defaults; nothing
+    ablated: quick enough for a page's first load)."""
+    return induction.find_induction_circuit(scores=circuit_scores(_m, key))
 
 
-@st.cache_data(**_CACHE)
-def circuit(_m, key: str):
-    """The detected induction circuit, ranked by the scores on repeated random tokens and confirmed by ablating
-    its candidate heads (text-independent; dozens of forwards: run only when asked)."""
-    return induction.find_induction_circuit(_m, scores=random_scores(_m, key), on="random")
+@st.cache_resource(show_spinner=False)
+def _confirmed_circuits() -> dict:
+    """The circuits confirmed by ablation so far, by model key, shared by every session; with their locks."""
+    return {"done": {}, "locks": {}, "lock": threading.Lock()}
+
+
+def _once(store: dict, want, make):
+    """``make()`` once per ``want`` for every session (two sessions asking at once wait for one), kept in ``store``
+    (``done``, ``locks``, ``lock``); the oldest is forgotten past ``_CACHE``'s ``max_entries``."""
+    with store["lock"]:
+        lock = store["locks"].setdefault(want, threading.Lock())
+    with lock:
+        got = store["done"].get(want)
+        if got is None:
+            got = make()
+            with store["lock"]:
+                while len(store["done"]) >= _CACHE["max_entries"]:
+                    store["done"].pop(next(iter(store["done"])))
+                store["done"][want] = got
+    return got
+
+
+def confirm_circuit(_m, key: str):
+    """The induction circuit found and confirmed by mean ablation exactly as the claims scripts do it (each
+    candidate head alone, then together; dozens of forwards, so only when asked), computed once per model for
+    every session; from then on :func:`induction_circuit` returns it on every page."""
+    from types import SimpleNamespace
+
+    from sprout_interp.report.cli import held_out, mean_reference
+
+    def make():
+        means = mean_reference(_m, CIRCUIT_REF_N, CIRCUIT_LENGTH, CIRCUIT_SEED + 1)
+        loss_text = held_out(_m, SimpleNamespace(n=CIRCUIT_LOSS_N, length=CIRCUIT_LENGTH, seed=CIRCUIT_SEED))
+        return induction.find_induction_circuit(_m, scores=circuit_scores(_m, key), kind="mean", reference=means,
+                                                held_out=loss_text if loss_text is not None else list(TEXTS.values()))
+
+    return _once(_confirmed_circuits(), key, make)
+
+
+def induction_circuit(_m, key: str):
+    """The one induction circuit every page names: confirmed by ablation once any session has asked
+    (:func:`confirm_circuit`), else as the head scores rank it (:func:`ranked_circuit`). Not to be changed."""
+    done = _confirmed_circuits()["done"].get(key)
+    return done if done is not None else ranked_circuit(_m, key)
+
+
+def induction_head(circ) -> tuple[int, int] | None:
+    """The circuit's induction head (layer, head), or None when the finder found none: its best induction score
+    is below the finder's own threshold (one block cannot make one: gpt-1)."""
+    return (circ.induction_layer, circ.induction_head) if circ.induction_score >= circ.threshold else None
+
+
+def circuit_heads(circ) -> list[tuple[int, int]]:
+    """The heads a page names as the circuit, 0-indexed: the circuit's heads when the finder found it, else its
+    induction head alone when one passes the threshold, else none."""
+    if circ.found:
+        return list(circ.heads())
+    ind = induction_head(circ)
+    return [ind] if ind is not None else []
 
 
 @st.cache_resource(show_spinner=False)
@@ -163,19 +226,11 @@ def copying_sweep(_m, key: str, kind: str = "zero", seq_len: int = 64, batch: in
     total)`` is called as the heads are measured, only when it is computed."""
     from sprout_model.evaluation import repeated_tokens_batch
 
-    store, want = _copying_sweeps(), (key, kind, seq_len, batch, seed)
-    with store["lock"]:
-        lock = store["locks"].setdefault(want, threading.Lock())
-    with lock:
-        sweep = store["done"].get(want)
-        if sweep is None:
-            rep = repeated_tokens_batch(_m.cfg.d_vocab, seq_len, batch, seed)
-            sweep = ablation.ablation_sweep(_m, rep, metric="copying_ratio", kind=kind, method="fast", progress=progress)
-            with store["lock"]:
-                while len(store["done"]) >= _CACHE["max_entries"]:  # the oldest goes
-                    store["done"].pop(next(iter(store["done"])))
-                store["done"][want] = sweep
-    return sweep.copy()
+    def make():
+        rep = repeated_tokens_batch(_m.cfg.d_vocab, seq_len, batch, seed)
+        return ablation.ablation_sweep(_m, rep, metric="copying_ratio", kind=kind, method="fast", progress=progress)
+
+    return _once(_copying_sweeps(), (key, kind, seq_len, batch, seed), make).copy()
 
 
 @st.cache_data(**_CACHE)

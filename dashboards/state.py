@@ -340,13 +340,17 @@ def _model_and_text_from_url(allowed: bool, fixed: list[str]) -> None:
 
 
 def bind(param: str, key: str, parse: Callable[[str], object] | None = None,
-         fmt: Callable[[object], str] = str, many: bool = False) -> None:
+         fmt: Callable[[object], str] = str, many: bool = False, valid: str | None = None) -> None:
     """Keep the widget state ``st.session_state[key]`` in the URL as ``?param=…``.
 
     Call before the widget is drawn (and before :func:`remember`). A value that arrives in the URL (a shared
-    link, a bookmark, a reload) is parsed by ``parse`` (None or an exception: ignored) and applied once;
-    after every run the state's value is written back by :func:`write_url` with ``fmt``. With ``many`` the
-    parameter repeats (``?heads=1.0&heads=2.1``): ``parse`` gets the list and ``fmt`` returns one.
+    link, a bookmark, a reload) is parsed by ``parse`` and applied once; after every run the state's value is
+    written back by :func:`write_url` with ``fmt``. With ``many`` the parameter repeats (``?heads=1.0&heads=2.1``):
+    ``parse`` gets the list and ``fmt`` returns one.
+
+    A value ``parse`` refuses (it returns None or raises) is never applied silently: a warning, here on the page,
+    names the parameter, the valid values (``valid``, else ``parse.valid`` as :func:`int_in` and :func:`one_of`
+    set it) and, once the page has run, the value shown instead, which :func:`write_url` puts in the link.
     """
     raw = _arrived(param, many)
     if raw is not None:
@@ -354,9 +358,17 @@ def bind(param: str, key: str, parse: Callable[[str], object] | None = None,
             v = (parse or (lambda r: r))(raw)
         except (ValueError, TypeError, KeyError, IndexError):
             v = None
-        if v is not None:
+        if v is None:
+            refused = st.session_state.setdefault("_url_refused_run", {})
+            refused[param] = (st.empty(), raw, valid or getattr(parse, "valid", None) or "a value this page offers")
+        else:
             st.session_state[key] = v
     st.session_state.setdefault("_url_run", {})[param] = (key, fmt, many)
+
+
+def _described(parse: Callable, valid: str) -> Callable:
+    parse.valid = valid  # type: ignore[attr-defined]  # what bind's warning names as the valid values
+    return parse
 
 
 def int_in(lo: int, hi: int) -> Callable[[str], int | None]:
@@ -364,21 +376,51 @@ def int_in(lo: int, hi: int) -> Callable[[str], int | None]:
     def parse(raw: str) -> int | None:
         v = int(raw)
         return v if lo <= v <= hi else None
-    return parse
+    return _described(parse, f"a whole number from {lo} to {hi}")
+
+
+def block_in(n_layers: int) -> Callable[[str], int | None]:
+    """A parser for :func:`bind` of a block counted from 1 as the chapter does (``?block=3``): the 0-indexed
+    layer (2), or None outside 1 … ``n_layers``. Write it back with :func:`fmt_block`."""
+    def parse(raw: str) -> int | None:
+        v = int(raw)
+        return v - 1 if 1 <= v <= n_layers else None
+    return _described(parse, f"a block from 1 to {n_layers} (blocks count from 1)")
+
+
+def fmt_block(layer) -> str:
+    """A 0-indexed layer as the block number :func:`block_in` reads (layer + 1)."""
+    return str(int(layer) + 1)
 
 
 def one_of(options) -> Callable[[str], object]:
     """A parser for :func:`bind`: the option whose ``str`` is the URL's value, else None."""
     by_text = {str(o): o for o in options}
-    return lambda raw: by_text.get(raw)
+    names = list(by_text)
+    listed = ", ".join(names) if len(names) <= 12 else f"{', '.join(names[:5])}, …, {', '.join(names[-2:])}"
+    return _described(lambda raw: by_text.get(raw), f"one of {listed}" if names else "nothing here (no choice)")
 
 
 def as_bool(raw: str) -> bool | None:
     return {"1": True, "true": True, "0": False, "false": False}.get(raw.strip().lower())
 
 
+as_bool.valid = "1 or 0 (or true / false)"  # type: ignore[attr-defined]
+
+
 def fmt_bool(v) -> str:
     return "1" if v else "0"
+
+
+def _say_refused(want: dict) -> None:
+    """Fill each warning :func:`bind` left for a refused link value with what the page shows instead."""
+    for param, (slot, raw, valid) in (st.session_state.pop("_url_refused_run", None) or {}).items():
+        got = ", ".join(raw) if isinstance(raw, list) else raw
+        now = want.get(param)
+        now = ", ".join(now) if isinstance(now, list) else now
+        instead = (f"Showing **{md(param)}={md(now)}** instead; the link now says so." if now not in (None, "")
+                   else "The link no longer carries it.")
+        slot.warning(f"The link's **{md(param)}={md(got)}** cannot be shown: {md(param)} must be {md(valid)}. {instead}")
 
 
 def _model_param() -> dict:
@@ -414,6 +456,7 @@ def write_url() -> None:
     _seen().update(want)
     if have != want:
         qp.from_dict(want)
+    _say_refused(want)
 
 
 # -- figures and tables, with their downloads ---------------------------------------------------
@@ -589,10 +632,18 @@ def points_delta(change: float) -> tuple[str, str]:
 
 
 def clamp_state(key: str, lo: int, hi: int) -> None:
-    """Keep a numeric widget's remembered value inside [lo, hi] (the model or text may have changed)."""
+    """Keep a numeric widget's remembered value inside [lo, hi] (the model or text may have changed), with a
+    warning that names it (by its link parameter where :func:`bind` keeps it in the link), the range and the
+    value shown instead."""
     v = st.session_state.get(key)
     if v is not None and not lo <= v <= hi:
-        st.session_state[key] = min(max(v, lo), hi)
+        st.session_state[key] = new = min(max(v, lo), hi)
+        param, fmt = key, str
+        for p, (k, f, many) in (st.session_state.get("_url_run") or {}).items():
+            if k == key and not many:
+                param, fmt = p, f
+        st.warning(f"**{md(param)}={md(fmt(v))}** is out of range for this model and text: {md(param)} must be from "
+                   f"{md(fmt(lo))} to {md(fmt(hi))}. Showing **{md(param)}={md(fmt(new))}** instead.")
 
 
 def remember(key: str, default: int, lo: int, hi: int) -> None:

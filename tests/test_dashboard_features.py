@@ -21,6 +21,7 @@ SAES = Path(loading.SHIPPED_DIR) / "sprout" / "saes"
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.integration,
     pytest.mark.skipif(not (SAES / "blocks.3.hook_resid_post" / "cfg.json").is_file(),
                        reason="the shipped sprout SAEs are not installed"),
 ]
@@ -71,10 +72,11 @@ def test_feature_page_and_the_text_tab():
 
 
 def test_the_text_tab_waits_until_opened(monkeypatch):
-    """The text tab's dozen feature pages (for their descriptions) are built only when it is opened."""
+    """The text tab's dozen feature pages (for their descriptions) are built only when it is opened (a ready-made
+    text opens on the feature page; a typed one opens on its features)."""
     import sys
 
-    at = app(text="Zorbin Plax came home late from the harbour.")
+    at = app()
     ok(at.run())
     compute = sys.modules["compute"]
     calls = []
@@ -136,3 +138,5 @@ def test_the_link_keeps_the_layer_and_the_feature():
     bad.query_params.update({**qp, "layer": "7", "feature": "999999"})  # no such SAE, no such feature: defaults
     bad = ok(bad.switch_page(PAGE).run())
     assert any("feature 0" in shown(m.value) for m in bad.markdown)
+    said = " ".join(shown(str(w.value)) for w in bad.warning)  # not silently: each says what it must be
+    assert "layer=7" in said and "feature=999999" in said and "from 0 to" in said

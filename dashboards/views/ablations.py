@@ -27,58 +27,65 @@ hkey = f"abl_heads_{key}"
 
 
 def _heads(raw: list[str]) -> list[tuple[int, int]] | None:
-    """``?heads=1.0&heads=2.1`` (layer.head, 0-indexed) as the heads it names, the impossible ones left out."""
+    """``?heads=1.0&heads=2.1`` (layer.head, 0-indexed) as the heads it names; None (refused, with bind's warning)
+    when any of them is not a head of this model."""
     out = []
     for r in raw:
         lh = tuple(int(x) for x in r.split("."))
-        if len(lh) == 2 and lh in heads_all and lh not in out:
+        if len(lh) != 2 or lh not in heads_all:
+            return None
+        if lh not in out:
             out.append(lh)
     return out or None
 
 
-state.bind("heads", hkey, _heads, lambda v: [f"{l}.{h}" for l, h in v], many=True)
+state.bind("heads", hkey, _heads, lambda v: [f"{l}.{h}" for l, h in v], many=True,
+           valid=f"layer.head pairs, layer 0 to {L - 1} and head 0 to {H - 1} (e.g. 1.0)")
 state.bind("kind", "abl_kind", state.one_of(KINDS))
 
 
-def _first_choice(circ) -> list[tuple[int, int]]:
-    """The circuit's heads, or (none found) the best previous-token head alone."""
-    return circ.heads() if circ.found else [(circ.prev_layer, circ.prev_head)]
-
-
-# The first choice is the circuit as the head scores rank it (one forward over repeated random tokens); confirming
-# it by ablation takes dozens of forwards, so it runs only when asked (the button below), and then replaces it.
-ckey = f"abl_confirm_{key}"  # None: not asked; "asked": run the search now; else the confirmed circuit's summary
-if st.session_state.get(ckey) == "asked":
-    st.session_state[ckey] = None  # a search that fails is shown once; the button then offers it again
+# The first choice is the induction circuit every page names (compute.induction_circuit, the claims scripts' call):
+# as the head scores rank it until someone confirms it by ablation (the button below: dozens of forwards, so only when
+# asked), then the confirmed circuit. The choice follows the circuit until it is changed here (or set by a link).
+ckey, fkey = f"abl_confirm_{key}", f"abl_first_{key}"  # confirming asked; the heads last chosen for the user
+if st.session_state.pop(ckey, None) == "asked":
     with st.spinner("confirming the induction circuit by ablation (each candidate head alone, then together)…"), \
             state.shown_errors("the circuit search"):
-        confirmed = compute.circuit(m, key)
-    st.session_state[hkey] = _first_choice(confirmed)
-    st.session_state[ckey] = confirmed.summary()
-if hkey not in st.session_state:
-    with st.spinner("ranking the heads for a first choice…"):
-        try:
-            st.session_state[hkey] = _first_choice(compute.ranked_circuit(m, key))
-        except Exception:  # nothing to suggest: start with nothing chosen
-            st.session_state[hkey] = []
+        compute.confirm_circuit(m, key)
+    st.session_state.pop(hkey, None)  # asked for: the confirmed heads replace the choice
+circ = None
+with st.spinner("ranking the heads for a first choice…"):
+    try:
+        circ = compute.induction_circuit(m, key)
+    except Exception as err:  # no first choice to offer; the page works without one
+        st.info(f"No heads are chosen at first: the circuit finder could not run on this model ({state.md(err)}).")
+first = compute.circuit_heads(circ) if circ is not None else []
+if hkey not in st.session_state or st.session_state.get(fkey) == st.session_state[hkey] != first:
+    st.session_state[hkey] = st.session_state[fkey] = first
 c = st.columns([3, 1])
 heads = c[0].multiselect("heads to ablate (together)", heads_all, key=hkey,
                          format_func=lambda lh: f"{block_label(lh[0])} · head {lh[1]}")
 kind = c[1].radio("kind", KINDS, horizontal=True, key="abl_kind")
-if st.session_state.get(ckey) is None:
+named = ", ".join(f"{block_label(lh[0])} · head {lh[1]}" for lh in first) or "none"
+if circ is not None and not circ.confirmed:
     c = st.columns([3, 1])
-    c[0].caption("First choice: the induction circuit as the head scores on repeated random tokens rank it (the best "
-                 "induction head and the best previous-token head), not yet confirmed by ablation.")
+    c[0].caption(f"First choice ({named}): the induction circuit as the head scores rank it (the circuit finder with "
+                 "the README's settings: the best induction head and the best previous-token head on repeated random "
+                 "tokens and held-out text), not yet confirmed by ablation.")
     c[1].button("confirm the circuit by ablation", key="abl_confirm_btn",
                 on_click=lambda: st.session_state.__setitem__(ckey, "asked"),
-                help="Mean-ablates each candidate head alone, then together, measuring the copying and the held-out "
-                     "loss; the confirmed heads replace the choice. Dozens of forwards: tens of seconds on a CPU, "
-                     "once per model.")
-else:
-    st.caption(f"Confirmed by ablation: {state.md(st.session_state[ckey])}")
+                help="Mean-ablates each candidate head alone, then together, measuring the name copying and the "
+                     "held-out loss, as the README's claims do; the confirmed heads replace the choice on every page. "
+                     "Dozens of forwards: tens of seconds on a CPU, once per model.")
+elif circ is not None:
+    st.caption(f"First choice ({named}), confirmed by ablation: {state.md(circ.summary())}")
+if circ is not None and not first:
+    st.info(f"The circuit finder names no induction head in this model: its best induction score is "
+            f"{circ.induction_score:.2f} ({state.md(circ.induction_label)}), below its bar of {circ.threshold:.2f}. "
+            "No heads are chosen at first.")
 if not heads:
-    st.info("Choose one or more heads to ablate. (The first choice offered is the induction circuit the head scores "
-            "rank best, or the best previous-token head when there is none.)")
+    st.info("Choose one or more heads to ablate. (The first choice offered is the induction circuit the circuit "
+            "finder names, when it names one.)")
 else:
     with st.spinner(f"{kind}-ablating {len(heads)} head(s)…"), state.shown_errors("the ablation"):
         eff = compute.ablation_effect(m, key, text, tuple(sorted(heads)), kind)

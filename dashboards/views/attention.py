@@ -6,7 +6,6 @@ import compute
 import state
 import streamlit as st
 
-from sprout_interp.circuits.induction import find_induction_circuit
 from sprout_interp.plots.heads import (
     attention_hover_html,
     block_label,
@@ -23,24 +22,26 @@ state.header(
 m, key, text, toks = state.page_inputs()
 L, H, T = m.cfg.n_layers, m.cfg.n_heads, int(toks.shape[1])
 
-# the head scores come first: the detected induction head is the head shown when nothing is chosen yet
+# the circuit comes first: its induction head is the head shown when nothing is chosen yet. It is the one circuit
+# every page names (compute.induction_circuit: the claims scripts' call), not one ranked on this text.
 with st.spinner("scoring every head…"), state.shown_errors("the head scores"):
     scores = compute.head_scores(m, key, text)
-    circ = find_induction_circuit(scores=scores, on="random")
-circuit_heads = set(circ.heads())
+    circ = compute.induction_circuit(m, key)
+induction = compute.induction_head(circ)  # None: the finder found no induction head
+circuit_heads = set(compute.circuit_heads(circ))
 
 c = st.columns([2, 1, 3])
 state.bind("layer", "attn_layer", state.int_in(0, L - 1))
 state.bind("head", "attn_head", state.int_in(0, H - 1))
 state.bind("n", "attn_n", state.int_in(1, T))
-state.remember("attn_layer", circ.induction_layer, 0, L - 1)
-state.remember("attn_head", circ.induction_head, 0, H - 1)
+state.remember("attn_layer", induction[0] if induction else 0, 0, L - 1)
+state.remember("attn_head", induction[1] if induction else 0, 0, H - 1)
 clicked = state.take_click("attn_all")  # a click on a head's small pattern below (previous run) chooses that head
 if clicked is not None and 0 <= clicked[0] < L and 0 <= clicked[1] < H:
     st.session_state["attn_layer"], st.session_state["attn_head"] = clicked
 layer = c[0].selectbox("block", list(range(L)), format_func=block_label, key="attn_layer")
 head = c[1].selectbox("head", list(range(H)), key="attn_head",
-                      help="Starts on the detected induction head (best induction score on repeated random tokens).")
+                      help="Starts on the induction head the circuit finder names (block 1 head 0 when it finds none).")
 state.remember("attn_n", min(T, 48), 1, T)
 n = c[2].slider("first tokens shown", 1, T, key="attn_n") if T > 1 else 1
 
@@ -49,13 +50,15 @@ st.subheader("Every head at a glance")
 with st.spinner("running the model…"), state.shown_errors("the attention patterns"):
     pats = compute.all_patterns(m, key, text, n)
     strs = compute.str_tokens(m, key, text)
-    induction = (circ.induction_layer, circ.induction_head)
     every = compute.all_heads_chart(m, key, text, n, induction)
 state.chart(every, "every head", key="attn_all", on_select="rerun", selection_mode="points")
-st.caption(f"One small pattern per head, first {n} of {T} tokens, all on one colour scale (0–1). Framed in red: the "
-           f"detected induction head, {block_label(circ.induction_layer)}, head {circ.induction_head} (the best "
-           "induction score on repeated random tokens). Click a head's pattern (or choose it above) to draw it large "
-           "below, where hovering shows the tokens and the weights.")
+framed = (f"Framed in red: the induction head the circuit finder names, {block_label(induction[0])}, head {induction[1]} "
+          f"(induction score {circ.induction_score:.2f} on repeated random tokens)." if induction else
+          f"No head is framed: the circuit finder finds no induction head in this model (the best induction score, "
+          f"{circ.induction_score:.2f} for {block_label(circ.induction_layer)} head {circ.induction_head}, is below its "
+          f"bar of {circ.threshold:.2f}).")
+st.caption(f"One small pattern per head, first {n} of {T} tokens, all on one colour scale (0–1). {framed} Click a "
+           "head's pattern (or choose it above) to draw it large below, where hovering shows the tokens and the weights.")
 
 # -- the chosen head ---------------------------------------------------------------------------
 st.subheader(f"{block_label(layer)}, head {head}")
@@ -73,7 +76,13 @@ st.subheader("Head scores")
 st.markdown("**previous-token**: attention to the token just before; **duplicate**: to earlier copies of the "
             "same token; **induction**: to the token *after* an earlier copy. Measured on repeated random "
             "tokens (16 rows of 64 tokens, each repeated twice) and on this text.")
-(st.success if circ.found else st.info)(circ.summary())
+how = ("confirmed by ablation" if circ.confirmed else
+       "as the head scores rank it; the Ablations page confirms it by ablation, as the README's claims do")
+(st.success if circ.found else st.info)(f"The induction circuit ({how}): {state.md(circ.summary())}")
+if induction is None:
+    st.warning(f"No induction head: the best induction score in this model is {circ.induction_score:.2f} "
+               f"({state.md(circ.induction_label)}), below the circuit finder's bar of {circ.threshold:.2f}, so no "
+               "head is named as one here.")
 
 
 def _mark(row):
@@ -82,8 +91,9 @@ def _mark(row):
 
 
 state.table(scores, "head scores", data=scores.style.apply(_mark, axis=1).format(precision=3))
-st.caption("Highlighted: the best previous-token head and the best induction head on the repeated random tokens. "
-           "layer = index in code (blocks.{layer}); block = layer + 1, the chapter's count.")
+st.caption("Highlighted: the heads of the induction circuit above (the circuit finder's call, as in the README's "
+           "claims: scores on repeated random tokens and on held-out text, not on this text); the table's *_text columns "
+           "are this text's. layer = index in code (blocks.{layer}); block = layer + 1, the chapter's count.")
 state.chart(head_scores_figure(scores), "head scores")
 
 st.subheader("What each head writes: its full OV circuit")
@@ -114,7 +124,7 @@ st.markdown("Random tokens, then the same tokens again. The first time nothing p
             "model with an induction circuit copies them from the first copy. An induction head at position "
             "*n + i* of the second copy attends to position *i + 1* of the first (the token after the earlier "
             "copy of its own token): a diagonal stripe *n − 1* tokens behind the main diagonal. The head shown is "
-            "the one chosen above (at first, the detected induction head).")
+            "the one chosen above (at first, the induction head the circuit finder names).")
 # run only once opened: its own forwards on the random tokens, and the button for each head's part in copying
 state.bind("repeated", "rep_open", state.as_bool, state.fmt_bool)
 for k in ("rep_len", "rep_seed"):

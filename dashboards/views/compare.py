@@ -26,8 +26,9 @@ if not options:
     st.error("No shipped checkpoint is installed and no model path is chosen: nothing to compare.")
     state.stop()
 mkey = "cmp_models_" + "|".join(options)
-state.bind("models", mkey, lambda raw: [o for o in options if o in raw] or None,
-           lambda v: [k for k in v if not state.is_upload(k)], many=True)
+state.bind("models", mkey, lambda raw: [o for o in options if o in raw] if set(raw) <= set(options) else None,
+           lambda v: [k for k in v if not state.is_upload(k)], many=True,
+           valid="models from " + ", ".join(state.shown_key(o) for o in options))
 st.session_state.setdefault(mkey, list(options))
 keys = st.multiselect("models", options, key=mkey, format_func=state.shown_key)
 if not keys:

@@ -37,6 +37,11 @@ if qual:
 
 # each tab runs only while it is open (the text tab builds a dozen feature pages for its descriptions)
 TABS = ["Feature page", "On your text"]
+# a typed text opens on its features (each new text once; a tab chosen afterwards stays); a link's tab, applied
+# next, still wins
+if st.session_state.get("text_choice") == state.OWN_TEXT and st.session_state.get("feat_text_opened") != text:
+    st.session_state["feat_text_opened"] = text
+    st.session_state["feat_tab"] = TABS[1]
 state.bind("tab", "feat_tab", state.one_of(TABS))
 page_tab, text_tab = st.tabs(TABS, key="feat_tab", on_change="rerun")
 state.bind("how", "feat_how", state.one_of(["by number", "by token"]))

@@ -51,7 +51,7 @@ state.chart(neuron_attribution_chart(top), "neurons pushing the prediction")
 state.table(top, "neurons pushing the prediction")
 
 st.subheader("One neuron's page")
-state.bind("layer", "nrn_layer", lambda raw: int(raw) - 1 if 1 <= int(raw) <= L else None, lambda v: str(v + 1))
+state.bind("layer", "nrn_layer", state.block_in(L), state.fmt_block)
 state.bind("neuron", "nrn_n", state.int_in(0, d_mlp - 1))
 state.bind("how", "nrn_how", state.one_of(["from the prediction above", "by number", "by token"]))
 st.session_state.setdefault("nrn_token", " the")

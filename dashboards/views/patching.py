@@ -115,7 +115,8 @@ if len(clean) <= state.MAX_URL_TEXT:  # a feed-forward node is a sum over its ne
 head_rows = nodes[nodes["kind"] == "head"]
 choices = [(int(r.layer), int(r.head)) for r in head_rows.itertuples()] or [(0, 0)]
 state.bind("head", "patch_head", lambda raw: next((c for c in choices if f"{c[0]}.{c[1]}" == raw), None),
-           lambda lh: f"{lh[0]}.{lh[1]}")
+           lambda lh: f"{lh[0]}.{lh[1]}", valid="layer.head of a head in this graph: "
+           + ", ".join(f"{l}.{h}" for l, h in choices))
 if st.session_state.get("patch_head") not in choices:
     st.session_state.pop("patch_head", None)
 pick = st.selectbox("look at a head", choices, format_func=lambda lh: f"block {lh[0] + 1} head {lh[1]} (layer {lh[0]})",

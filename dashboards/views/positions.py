@@ -27,7 +27,7 @@ else:
     hi = 511
 c = st.columns(3)
 for name, k, default in (("m", "pos_m", 105), ("n", "pos_n", 102)):
-    state.bind(name, k, state.int_in(0, 511))
+    state.bind(name, k, state.int_in(0, hi))
     state.remember(k, min(default, hi), 0, hi)
 m_pos = int(c[0].number_input("query position m", 0, hi, key="pos_m"))
 n_pos = int(c[1].number_input("key position n", 0, hi, key="pos_n"))

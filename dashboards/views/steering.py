@@ -45,7 +45,8 @@ if not positive or not negative or not prompt.strip():
     st.warning("Give at least one text on each side and a prompt.")
     state.stop()
 
-state.bind("coeff", "steer_coeff", lambda raw: float(raw) if float(raw) in COEFFS else None, lambda v: f"{v:g}")
+state.bind("coeff", "steer_coeff", lambda raw: float(raw) if float(raw) in COEFFS else None, lambda v: f"{v:g}",
+           valid="one of " + ", ".join(f"{c:g}" for c in COEFFS))
 st.session_state.setdefault("steer_coeff", 2.0)
 coeff = st.select_slider("coefficient (× the vector)", options=COEFFS, key="steer_coeff", format_func=lambda v: f"{v:g}")
 
@@ -59,7 +60,7 @@ st.caption(f"Each bar: the vector made from the contrast entering that block, ad
            "everywhere (hover: its norm beside the stream's). Blocks counted from 1; layer = block - 1.")
 
 best = int(layers.loc[layers["change"].abs().idxmax(), "layer"])
-state.bind("block", "steer_layer", lambda raw: int(raw) - 1 if 1 <= int(raw) <= L else None, lambda v: str(v + 1))
+state.bind("block", "steer_layer", state.block_in(L), state.fmt_block)
 state.remember("steer_layer", best, 0, L - 1)
 layer = st.selectbox("steer at block", list(range(L)), key="steer_layer", format_func=block_label)
 
