@@ -21,7 +21,6 @@ SAES = Path(loading.SHIPPED_DIR) / "sprout" / "saes"
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.integration,
     pytest.mark.skipif(not (SAES / "blocks.3.hook_resid_post" / "cfg.json").is_file(),
                        reason="the shipped sprout SAEs are not installed"),
 ]
