@@ -6,6 +6,8 @@ import traceback
 import state
 import streamlit as st
 
+from sprout_interp.core.tokens import is_rust_panic
+
 st.set_page_config(page_title="Sprout, layer by layer", page_icon="🌱", layout="wide")
 state.sidebar()
 
@@ -28,7 +30,9 @@ try:
     page.run()
 except state.PageStop:  # the page said why it stopped; the link and downloads below are still written
     pass
-except Exception as err:  # last line of defence: a page's failure is shown on that page, the app keeps running
+except BaseException as err:  # last line of defence: a page's failure is shown on that page, the app keeps running
+    if not (isinstance(err, Exception) or is_rust_panic(err)):
+        raise  # streamlit's stop and rerun signals, KeyboardInterrupt and SystemExit pass; a Rust panic is shown
     st.error(f"This page failed: {state.md(type(err).__name__)}: {state.md(err)}. The other pages still work.")
     with st.expander("details"):
         st.code(traceback.format_exc())

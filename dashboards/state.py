@@ -37,6 +37,7 @@ import streamlit as st
 import sprout_interp as si
 from sprout_interp.core import loading
 from sprout_interp.core.texts import TEXTS
+from sprout_interp.core.tokens import encode_ids
 
 SHIPPED = ["sprout", "gpt-4", "gpt-1"]  # best first
 OWN_PATH = "a checkpoint folder or course .pt…"
@@ -586,7 +587,7 @@ def current_tokens(model: si.HookedSprout):
         st.error("This checkpoint has no tokenizer, so it cannot read text: put its tokenizer.json beside it.")
         return None
     try:
-        full = len(model.tokenizer.encode(text, add_special_tokens=False).ids)
+        full = len(encode_ids(model.tokenizer, text))  # bounded chunks; a tokenizer's panic is a TokenizationError
         toks = model.to_tokens(text, truncate=True)
     except si.SproutError as err:
         st.error(md(err))

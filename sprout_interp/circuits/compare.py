@@ -15,6 +15,7 @@ import torch
 
 from sprout_interp.core.errors import SproutError
 from sprout_interp.core.hooked import as_hooked
+from sprout_interp.core.tokens import tokenizer_call
 
 __all__ = ["compare_models", "name_copying_table", "piece_probabilities", "model_dict"]
 
@@ -105,8 +106,8 @@ def _readable(tokenizer, token: str) -> str:
     if dec is None:
         return token
     try:
-        return dec.decode([token])
-    except Exception:
+        return tokenizer_call("decoding a token", dec.decode, [token])
+    except Exception:  # a decoder that cannot read the token (a Rust panic arrives as TokenizationError)
         return token
 
 

@@ -42,6 +42,7 @@ import torch
 from tokenizers import Tokenizer
 
 from sprout_interp.core.errors import ExportError, VocabularyMismatchError
+from sprout_interp.core.tokens import tokenizer_call, tokenizer_from_json
 from sprout_model import GPT, Config
 
 if TYPE_CHECKING:  # imported lazily at run time: transformers is heavy and optional for most users
@@ -167,11 +168,12 @@ def _check_norm_eps(model: GPT) -> None:
 
 def _as_tokenizer(tokenizer: Tokenizer | str | Path) -> Tokenizer:
     if isinstance(tokenizer, Tokenizer):
-        return Tokenizer.from_str(tokenizer.to_str())  # a copy: the HF wrapper sets padding/truncation on it
+        # a copy: the HF wrapper sets padding/truncation on it
+        return tokenizer_from_json(tokenizer_call("writing the tokenizer out", tokenizer.to_str), "the tokenizer passed")
     path = Path(tokenizer)
     if not path.is_file():
         raise ExportError(f"no tokenizer file at {path}; pass a tokenizers.Tokenizer or the path of a tokenizer.json")
-    return Tokenizer.from_file(str(path))
+    return tokenizer_from_json(path.read_text(encoding="utf-8"), str(path))
 
 
 def hf_tokenizer(

@@ -34,6 +34,8 @@ whose message says what to do):
   (``sprout_interp.core.configs.check_tensors``, ``strip_prefixes``); the tuned lens and SAE readers use the same
   checks (``read_safetensors``, ``check_finite``);
 - weights holding NaN or infinity, or tensors that are not floating point (bool, integer, complex);
+- a tokenizer whose components are not a Sprout tokenizer's (a normalizer, padding, a pre-tokenizer other than
+  ByteLevel or GPT-2's split pattern ...: ``sprout_interp.core.tokens.check_tokenizer``), with TokenizationError;
 - weights without a ``tokenizer.json`` of their own (beside them, or in the folder above, where the
   shipped checkpoints share one), unless a tokenizer is passed; a passed tokenizer that cannot be
   checked against the weights loads with a warning kept in ``LoadedCheckpoint.warnings`` (and
@@ -65,6 +67,7 @@ from sprout_interp.core.errors import (
 )
 from sprout_interp.core.files import not_regular, open_regular, path_kind, read_bytes, read_json
 from sprout_interp.core.pickles import TORCH_SUFFIXES, read_torch_file
+from sprout_interp.core.tokens import check_tokenizer, tokenizer_call
 from sprout_model.checkpoint import SHIPPED
 from sprout_model.checkpoint import SHIPPED_DIR as _SHIPPED_DIR
 from sprout_model.model import GPT
@@ -315,9 +318,22 @@ def _read_safetensors(p: Path, cfg: Mapping[str, Any] | None, source: str) -> di
 
 
 def _read_tokenizer(p: Path) -> Tokenizer:
+    """The tokenizer in ``p``, read boundedly and refused (TokenizationError) unless it has a Sprout tokenizer's
+    components (``check_tokenizer``), before the Rust library builds it."""
     raw = read_bytes(p, limits.MAX_TOKENIZER_BYTES, "tokenizer file")
     try:
-        return Tokenizer.from_str(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        spec = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise NotACheckpointError(
+            f"{p} is not a Hugging Face tokenizers file ({type(e).__name__}: {str(e)[:200]}); pass the "
+            "tokenizer.json the model was trained with"
+        ) from None
+    check_tokenizer(spec, str(p))
+    try:
+        return tokenizer_call(f"reading {p}", Tokenizer.from_str, text)
+    except SproutError:
+        raise
     except Exception as e:
         raise NotACheckpointError(
             f"{p} is not a Hugging Face tokenizers file ({type(e).__name__}: {str(e)[:200]}); pass the "
@@ -349,6 +365,7 @@ def _resolve_tokenizer(tokenizer: str | os.PathLike | Tokenizer | None, weights_
         )
     if isinstance(tokenizer, Tokenizer):
         tok, where = tokenizer, "the tokenizer passed"
+        check_tokenizer(tok, where)
     else:
         p = Path(tokenizer)
         try:

@@ -12,6 +12,8 @@ import functools
 import numpy as np
 import torch
 
+from sprout_interp.core.tokens import tokenizer_call, tokenizer_from_json
+
 __all__ = [
     "validation_documents", "training_documents", "validation_sample", "corpus_of", "sample_corpus", "held_out_for", "training_sample",
     "training_sample_for", "TEXTS",
@@ -73,11 +75,10 @@ def training_documents(corpus: str = "default") -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=4)
 def _encoded(tokenizer_json: str, corpus: str) -> tuple[tuple[int, ...], ...]:
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_str(tokenizer_json)
+    tok = tokenizer_from_json(tokenizer_json, "the model's tokenizer")
     docs = validation_documents(corpus)
-    return tuple(tuple(e.ids) for e in tok.encode_batch(list(docs), add_special_tokens=False))
+    return tuple(tuple(e.ids) for e in tokenizer_call("encoding held-out documents", tok.encode_batch, list(docs),
+                                                       add_special_tokens=False))
 
 
 def validation_sample(tokenizer, n: int = 16, length: int = 256, seed: int = 0, corpus: str = "default") -> torch.Tensor:
@@ -152,7 +153,8 @@ def training_sample(tokenizer, n: int = 64, length: int = 256, seed: int = 0, co
             break
         chosen.append(docs[int(i)])
         chars += len(docs[int(i)])
-    enc = [e.ids for e in tokenizer.encode_batch(chosen, add_special_tokens=False)]
+    enc = [e.ids for e in tokenizer_call("encoding training documents", tokenizer.encode_batch, chosen,
+                                         add_special_tokens=False)]
     room = np.array([max(len(ids) - length, 0) for ids in enc], dtype=np.float64)
     if not room.any():
         raise ValueError(f"no training document of corpus {corpus!r} is longer than {length} tokens")

@@ -23,6 +23,7 @@ import torch
 
 from sprout_interp.core.errors import SproutError
 from sprout_interp.core.hooked import as_hooked
+from sprout_interp.core.tokens import tokenizer_call
 from sprout_interp.features.pages import FeatureIndex, index_features
 from sprout_interp.features.sae import SparseAutoencoder
 from sprout_interp.features.splice import spliced
@@ -50,7 +51,7 @@ def name_positions(model, texts: Optional[Sequence[tuple[str, str]]] = None) -> 
     m = as_hooked(model)
     rows = []
     for t, (name, text) in enumerate(texts or name_texts()):
-        enc = m.tokenizer.encode(text, add_special_tokens=False)
+        enc = tokenizer_call("encoding a name text", m.tokenizer.encode, text, add_special_tokens=False)
         starts = [i for i in range(len(text)) if text.startswith(" " + name, i)]
         if len(starts) != 2:
             raise SproutError(f"{name!r} must appear exactly twice after a space in its text")
