@@ -164,6 +164,15 @@ def test_the_shipped_tokenizer_loads_and_gives_the_same_ids(tmp_path, tiny_gpt, 
         monkeypatch.undo()
 
 
+@pytest.mark.parametrize("run", ["1234567890" * 60, "abc" * 300, "中文文本" * 150, "x" * 700 + "," * 50])
+def test_a_long_run_without_spaces_keeps_the_whole_texts_ids(run):
+    """A run longer than a chunk with no space to cut before stays in one chunk, so its ids are the whole text's."""
+    raw = Tokenizer.from_file(str(SHIPPED_TOKENIZER))
+    text = "Some words first, then " + run + " and some words after it."
+    assert len(run) > 2 * tokens.CHUNK_CHARS
+    assert tokens.encode_ids(raw, text) == raw.encode(text, add_special_tokens=False).ids
+
+
 # --- what slips past the check: bounded chunks ----------------------------------------------------------------
 
 

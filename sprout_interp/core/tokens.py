@@ -32,6 +32,7 @@ A tokenizer is untrusted input (a ``tokenizer.json`` comes with any checkpoint f
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -78,6 +79,10 @@ _ALLOWED = (
 )
 _BYTE_LEVEL_KEYS = {"type": str, "add_prefix_space": bool, "trim_offsets": bool, "use_regex": bool}
 _MAX_ADDED_TOKENS, _MAX_ADDED_CHARS = 1024, 256
+#: The longest run with no space before a non-space character that one chunk grows to hold whole (characters);
+#: a chunk's ids are still bounded by its UTF-8 bytes.
+LONGEST_RUN = 16_384
+_SPACE_BEFORE_TEXT = re.compile(r" (?=\S)")
 
 
 def is_rust_panic(err: BaseException) -> bool:
@@ -240,15 +245,21 @@ def _chunk_end(text: str, start: int, size: int) -> int:
         if not text[p + 1].isspace():
             return p
         p = text.rfind(" ", lo, p)
-    return end
+    # A long run with no such space (a number, a text without spaces): the chunk grows to the next one, up to
+    # LONGEST_RUN characters, so the ids still equal the whole text's; only a longer run is cut inside.
+    limit = min(len(text), start + LONGEST_RUN)
+    nxt = _SPACE_BEFORE_TEXT.search(text, end, limit)
+    if nxt is not None:
+        return nxt.start()
+    return len(text) if limit == len(text) else end
 
 
 def encode_ids(tokenizer, text: str) -> list[int]:
     """Token ids of ``text`` (no special tokens added), read in chunks of at most :data:`CHUNK_CHARS` characters.
 
     A chunk ends where the GPT-2 pre-tokenizer splits anyway, so a Sprout tokenizer gives the ids of the whole
-    text (only a run of more than ``CHUNK_CHARS // 2`` characters with no space before a character other than
-    whitespace, such as a long number or a text without spaces, is cut inside). Raises ``TokenizationError`` for
+    text (a run with no space before a character other than whitespace, such as a long number or a text
+    without spaces, stays in one chunk up to :data:`LONGEST_RUN` characters; only a longer run is cut inside). Raises ``TokenizationError`` for
     a lone surrogate, for a tokenizer that gives more ids than a chunk has UTF-8 bytes (+1, for a prefix space) —
     it expands text, which no byte-level BPE does — and for a Rust panic inside the tokenizer.
     """
