@@ -11,7 +11,7 @@ __all__ = [
     "AblationError", "HookOutputError", "NotAPathError", "UnreadablePathError", "InvalidConfigError",
     "InvalidWeightsError", "MissingTokenizerError", "ExportError", "PatchingError", "MetricError", "TunedLensMismatchError",
     "TunedLensNotFoundError", "SAEMismatchError", "SAENotFoundError", "SteeringError", "UnequalLengthsError",
-    "TranscoderMismatchError", "TranscoderNotFoundError",
+    "TranscoderMismatchError", "TranscoderNotFoundError", "AttributionGraphError",
 ]
 
 
@@ -132,3 +132,8 @@ class TranscoderNotFoundError(SAENotFoundError):
 class SteeringError(SproutError, ValueError):
     """Arguments activation steering cannot use (a vector of the wrong width, a site outside the residual stream,
     positions outside the input ...)."""
+
+
+class AttributionGraphError(SproutError, ValueError):
+    """Arguments an attribution graph cannot use (a batch of texts, thresholds outside 0..1, nodes it does not
+    have), or a graph file that is damaged or not a graph."""
