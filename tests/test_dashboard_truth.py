@@ -9,6 +9,7 @@ link is corrected to what is shown. A typed text opens the Features page on its 
 """
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import json
 import re
@@ -19,7 +20,6 @@ from types import SimpleNamespace
 import pytest
 
 pytest.importorskip("streamlit")
-from conftest import analysis_script  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import sprout_interp as si  # noqa: E402
@@ -90,6 +90,14 @@ HEAD = re.compile(r"block (\d+)(?: \(layer \d+\))?,? head (\d+)")
 def heads_in(text: str) -> set[tuple[int, int]]:
     """Every head a sentence names ("block 2 head 0", "block 2 (layer 1), head 0"), as 0-indexed (layer, head)."""
     return {(int(b) - 1, int(h)) for b, h in HEAD.findall(text)}
+
+
+def analysis_script(name: str):
+    """``analyses/<name>.py`` as a module, loaded as the claims table loads it (``claims_table.load_script``)."""
+    spec = importlib.util.spec_from_file_location("_claims_table", ROOT / "analyses" / "claims_table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    return table.load_script(name)
 
 
 def _args():
