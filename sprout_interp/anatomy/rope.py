@@ -43,15 +43,20 @@ def turn_lengths(head_dim: int = 64, base: float = 10000.0) -> Float[Tensor, " p
 
 
 def _head_cache(model, input, layer: int, head: int, names: list[str]) -> dict:
+    from sprout_interp.core.arguments import check_index
     from sprout_interp.core.errors import AblationError
     from sprout_interp.core.hooked import as_hooked
 
     model = as_hooked(model)
     L, H = model.cfg.n_layers, model.cfg.n_heads
-    if not 0 <= int(layer) < L:
-        raise AblationError(f"there is no layer {layer}: this model has {L} blocks, layers 0..{L - 1} in code")
-    if not 0 <= int(head) < H:
-        raise AblationError(f"there is no head {head}: this model has {H} heads per block, 0..{H - 1}")
+    try:
+        layer = check_index(layer, "layer", L, what=f"this model has {L} blocks, layers 0..{L - 1} in code", error=AblationError)
+    except AblationError as e:
+        raise AblationError(f"there is no layer {layer!r}: {e}") from None
+    try:
+        head = check_index(head, "head", H, what=f"this model has {H} heads per block", error=AblationError)
+    except AblationError as e:
+        raise AblationError(f"there is no head {head!r}: {e}") from None
     toks, _ = model.prepare_input(input)
     if toks.shape[0] != 1:
         raise AblationError(f"one text or one row of token ids, please (got {toks.shape[0]} rows)")

@@ -31,6 +31,7 @@ from torch import Tensor
 
 from sprout_interp.circuits.ablation import ablation_sweep
 from sprout_interp.circuits.heads import CONVENTION, Kind
+from sprout_interp.core.arguments import check_count, check_index, check_indices
 from sprout_interp.core.errors import AblationError
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import HookedSprout, as_hooked
@@ -61,10 +62,8 @@ def attention_patterns(
     model = as_hooked(model)
     toks, mask = model.prepare_input(input, attention_mask)
     L = model.cfg.n_layers
-    layers = list(range(L)) if layers is None else [int(l) for l in layers]
-    for l in layers:
-        if not 0 <= l < L:
-            raise AblationError(f"there is no layer {l}: this model has {L} blocks, layers 0..{L - 1} in code (the chapter's 1..{L})")
+    what = f"this model has {L} blocks, layers 0..{L - 1} in code (the chapter's 1..{L})"
+    layers = list(range(L)) if layers is None else check_indices(layers, "layers", L, what=what, error=AblationError)
     names = [act_name("pattern", l) for l in layers]
     _, cache = model.run_with_cache(toks, names_filter=names, return_type=None, return_cache_object=False)
     pats = torch.stack([cache[n] for n in names], dim=1)  # (batch, layer, head, q, k)
@@ -115,6 +114,7 @@ def pattern_scores(
     a time, so they are never all held at once.
     """
     model = as_hooked(model)
+    batch_size = check_count(batch_size, "batch_size", what="rows run together in one forward", error=AblationError)
     toks, mask = model.prepare_input(tokens, attention_mask)
     L, H = model.cfg.n_layers, model.cfg.n_heads
     sums = {n: torch.zeros(L, H, dtype=torch.float64, device=model.device) for n in ("prev_token", "duplicate", "induction")}
@@ -190,8 +190,13 @@ def head_scores(
 
     model = as_hooked(model)
     L, H = model.cfg.n_layers, model.cfg.n_heads
-    if 2 * seq_len > model.cfg.n_ctx:
-        raise AblationError(f"2 * seq_len = {2 * seq_len} tokens do not fit the model's context of {model.cfg.n_ctx}")
+    seq_len = check_count(seq_len, "seq_len", low=2, high=model.cfg.n_ctx // 2, error=AblationError,
+                          what=f"random tokens repeated twice: 2 * seq_len must fit the model's context of {model.cfg.n_ctx}")
+    batch = check_count(batch, "batch", what="rows of repeated random tokens", error=AblationError)
+    if natural is None:
+        natural_n = check_count(natural_n, "natural_n", what="held-out windows scored", error=AblationError)
+        natural_length = check_count(natural_length, "natural_length", low=2, error=AblationError,
+                                     what="tokens per held-out window; windows are cut to the context")
     rep = repeated_tokens_batch(model.cfg.d_vocab, seq_len, batch, seed).to(model.device)
     rnd = pattern_scores(model, rep)
     df = pd.DataFrame({
@@ -221,12 +226,12 @@ def attention_row(model, input, layer: int, head: int, pos: int = -1) -> pd.Data
     """Where one head looks from one position: a row per earlier position ``src_pos`` (0-based) with its
     ``token`` and attention ``weight`` (the weights sum to 1); ``attrs`` hold layer, block (= layer + 1), head, pos."""
     model = as_hooked(model)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    layer = check_index(layer, "layer", L, what=f"this model has {L} blocks, layers 0..{L - 1} in code", error=AblationError)
+    head = check_index(head, "head", H, what=f"{H} heads per block", error=AblationError)
     pats = attention_patterns(model, input, layers=[layer])
     T = pats.shape[-1]
-    p = pos + T if pos < 0 else pos
-    H = model.cfg.n_heads
-    if not (0 <= p < T and 0 <= head < H):
-        raise AblationError(f"no head {head} or position {pos} here: heads 0..{H - 1}, positions 0..{T - 1}")
+    p = check_index(pos, "pos", T, negative=True, what=f"a position of the input's {T} tokens", error=AblationError)
     toks, _ = model.prepare_input(input)
     names = model.to_str_tokens(toks[0, : p + 1]) if model.tokenizer is not None else [f"#{i}" for i in toks[0, : p + 1].tolist()]
     df = pd.DataFrame({"src_pos": range(p + 1), "token": names, "weight": pats[0, head, p, : p + 1].tolist()})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from sprout_interp.core.arguments import check_index, integer
 from sprout_interp.core.errors import AblationError
 
 __all__ = ["Head", "Kind", "KINDS", "CONVENTION", "all_heads", "check_heads", "check_kind", "head_label", "heads_label"]
@@ -22,24 +23,27 @@ def all_heads(model) -> list[Head]:
 
 
 def check_heads(model, heads) -> list[Head]:
-    """``heads`` as a list of ``(layer, head)`` ints; one pair may be passed alone. Raises AblationError."""
+    """``heads`` as a list of ``(layer, head)`` ints; one pair may be passed alone. Raises AblationError, also for
+    a layer or head that is not a whole number (a bool, a float, a string); numpy / torch integers are accepted."""
     L, H = model.cfg.n_layers, model.cfg.n_heads
     if heads is None:
         return all_heads(model)
-    if isinstance(heads, tuple) and len(heads) == 2 and all(isinstance(x, int) for x in heads):
+    if isinstance(heads, tuple) and len(heads) == 2 and all(integer(x) is not None for x in heads):
         heads = [heads]
+    if isinstance(heads, (str, bytes)) or not hasattr(heads, "__iter__"):
+        raise AblationError(f"heads is a list of (layer, head) pairs of whole numbers, got {heads!r}")
+    what = (f"this model has {L} blocks, layers 0..{L - 1} in code (the chapter's blocks 1..{L}), and {H} heads per "
+            f"block, numbered 0..{H - 1}")
     out = []
     for item in heads:
         try:
             l, h = item
-            l, h = int(l), int(h)
         except (TypeError, ValueError):
-            raise AblationError(f"a head is a (layer, head) pair of ints, got {item!r}") from None
-        if not (0 <= l < L and 0 <= h < H):
-            raise AblationError(
-                f"there is no head (layer {l}, head {h}): this model has {L} blocks, layers 0..{L - 1} in code "
-                f"(the chapter's blocks 1..{L}), and {H} heads per block, numbered 0..{H - 1}"
-            )
+            raise AblationError(f"a head is a (layer, head) pair of whole numbers, got {item!r}") from None
+        try:
+            l, h = check_index(l, "layer", L, what=what, error=AblationError), check_index(h, "head", H, what=what, error=AblationError)
+        except AblationError as e:
+            raise AblationError(f"there is no head (layer {l!r}, head {h!r}) in heads: {e}") from None
         out.append((l, h))
     if not out:
         raise AblationError("no heads given: pass a list of (layer, head) pairs")

@@ -28,7 +28,8 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import FactoredMatrix
 
-from sprout_interp.core.errors import SproutError
+from sprout_interp.core.arguments import check_count, check_index
+from sprout_interp.core.errors import ArgumentError
 from sprout_interp.core.hooked import as_hooked
 
 __all__ = ["full_ov_circuit", "ov_copying_scores"]
@@ -43,8 +44,11 @@ def _embeddings(model, normalize: bool) -> Float[Tensor, "d_vocab d_model"]:
 
 def _check_head(model, layer: int, head: int) -> None:
     L, H = model.cfg.n_layers, model.cfg.n_heads
-    if not (0 <= layer < L and 0 <= head < H):
-        raise SproutError(f"no head {head} in layer {layer}: this model has layers 0-{L - 1} and heads 0-{H - 1}")
+    what = f"this model has layers 0-{L - 1} and heads 0-{H - 1}"
+    try:
+        check_index(layer, "layer", L, what=what), check_index(head, "head", H, what=what)
+    except ArgumentError as e:
+        raise ArgumentError(f"no head {head!r} in layer {layer!r}: {e}") from None
 
 
 @torch.no_grad()
@@ -74,8 +78,8 @@ def ov_copying_scores(model, normalize: bool = True, k: int = 5, ranks: bool = T
     those two columns out.
     """
     model = as_hooked(model)
-    if k < 1 or chunk < 1:
-        raise SproutError(f"k and chunk must be at least 1, got k={k}, chunk={chunk}")
+    k = check_count(k, "k", what="the top entries of a row that count as promoting")
+    chunk = check_count(chunk, "chunk", what="vocabulary rows multiplied at a time")
     e = _embeddings(model, normalize)
     W_V, W_O, W_U = (w.detach().float() for w in (model.W_V, model.W_O, model.W_U))
     V = e.shape[0]
