@@ -1,9 +1,10 @@
-"""The README's claims table, generated: every claim script's measure and judge, run with the script's own default
-settings (the README's) on one set of loaded models, rendered by sprout_interp.report.claims.claims_markdown.
+"""The claims table of docs/claims.md, generated: every claim script's measure and judge, run with the script's own
+default settings on one set of loaded models, rendered by sprout_interp.report.claims.claims_markdown.
 
-    python analyses/claims_table.py                     # print the table (markdown) on stdout
-    python analyses/claims_table.py --write README.md   # and put it between the README's claims markers
-    python analyses/claims_table.py --check README.md   # exit 1 when the README's block differs from it
+    python analyses/claims_table.py            # print the table (markdown) on stdout
+    python analyses/claims_table.py --write    # and put it between the claims markers of docs/claims.md
+    python analyses/claims_table.py --check    # exit 1 when docs/claims.md's block differs from it
+    python analyses/claims_table.py --write FILE   # another file's claims markers
 
 The slow scripts measure only what their verdicts need (``measure(..., claims_only=True)``: no per-head copying
 sweep beyond its clean ratio, no attribution estimates, no attention patterns or control heads), with the same
@@ -22,7 +23,9 @@ from sprout_interp.report.claims import Claim, claims_markdown, read_block, repl
 from sprout_interp.report.cli import SHIPPED, NamedModel, load_models, script_parser, set_threads
 
 HERE = Path(__file__).resolve().parent
-#: the claim scripts, in the order of the README's table
+#: the page whose claims block --write and --check read by default
+CLAIMS_PAGE = HERE.parent / "docs" / "claims.md"
+#: the claim scripts, in the order of the table
 SCRIPTS = ["parameter_counts", "confidence_drop", "lens_comparison", "residual_growth", "induction_heads", "name_copying",
            "head_ablation", "trace_induction"]
 
@@ -54,11 +57,13 @@ def collect(models: list[NamedModel], scripts: list[str] | None = None, stream=N
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the table; with --write replace the README's block, with --check compare it. Returns the exit status
-    (1: --check found a difference; 2: a shipped checkpoint is missing)."""
+    """Print the table; with --write replace the claims block of docs/claims.md (or of the file given), with --check
+    compare it. Returns the exit status (1: --check found a difference; 2: a shipped checkpoint is missing)."""
     p = script_parser("claims_table", __doc__)
-    p.add_argument("--write", metavar="README", help="replace the block between the claims markers of this file")
-    p.add_argument("--check", metavar="README", help="exit 1 when this file's claims block differs from the table")
+    p.add_argument("--write", metavar="FILE", nargs="?", const=str(CLAIMS_PAGE),
+                   help="replace the block between the claims markers of this file (docs/claims.md when none is given)")
+    p.add_argument("--check", metavar="FILE", nargs="?", const=str(CLAIMS_PAGE),
+                   help="exit 1 when this file's claims block (docs/claims.md's when none is given) differs from the table")
     a = p.parse_args(argv)
     set_threads(a.threads)
     models = load_models(a.models)

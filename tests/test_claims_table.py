@@ -1,5 +1,5 @@
-"""The README's claims table is generated from the claim scripts' judgements: the markdown rendering, each script's
-judge() on hand-made measurements (so a wrong verdict fails here, fast), and the README's block equals what
+"""The claims table of docs/claims.md is generated from the claim scripts' judgements: the markdown rendering, each
+script's judge() on hand-made measurements (so a wrong verdict fails here, fast), and the page's block equals what
 ``analyses/claims_table.py`` prints on the shipped checkpoints."""
 from __future__ import annotations
 
@@ -245,12 +245,21 @@ def test_trace_induction_turns_each_step_into_a_claim():
 
 
 # ---------------------------------------------------------------------------------------------
-# the README's block is the command's output
+# the page's block is the command's output
+
+
+def test_the_claims_table_is_on_one_page_with_its_markers():
+    """The generated table lives in docs/claims.md, the page --write and --check read by default, and nowhere else."""
+    table = _script("claims_table")
+    assert table.CLAIMS_PAGE == ROOT / "docs" / "claims.md"
+    page = (ROOT / "docs" / "claims.md").read_text(encoding="utf-8")
+    assert page.count(BEGIN) == page.count(END) == 1 and read_block(page).startswith("| claim (chapter) | ours | command |")
+    assert BEGIN not in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_readme_claims_table_is_what_the_command_prints():
+def test_the_claims_table_is_what_the_command_prints():
     """Every claim script's measure and judge on the shipped checkpoints (minutes: each script's own sample sizes)."""
     from sprout_interp.core.loading import SHIPPED_DIR
     from sprout_interp.report.cli import SHIPPED, load_models
@@ -259,5 +268,5 @@ def test_readme_claims_table_is_what_the_command_prints():
         pytest.skip("the shipped checkpoints are not installed")
     table = _script("claims_table")
     got = claims_markdown(table.collect(load_models(list(SHIPPED))))
-    readme = read_block((ROOT / "README.md").read_text(encoding="utf-8"))
-    assert readme == got, "the README's claims table is stale: run .venv/bin/python analyses/claims_table.py --write README.md"
+    page = read_block(table.CLAIMS_PAGE.read_text(encoding="utf-8"))
+    assert page == got, "docs/claims.md's claims table is stale: run .venv/bin/python analyses/claims_table.py --write"

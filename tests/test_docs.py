@@ -1,25 +1,29 @@
-"""Every ```python block on the documentation site runs as written on the shipped checkpoints.
+"""Every ```python block on the documentation site runs as written on the shipped checkpoints, and prints the output
+the page shows under it.
 
-The blocks of one page run in order in one namespace (a later block may use an earlier one's
-names), each page in a fresh namespace, so a page is a script a reader can paste.
+The blocks of one page run in order in one namespace (a later block may use an earlier one's names), each page in a
+fresh namespace, so a page is a script a reader can paste (tests/doc_blocks.py; it also rewrites the shown outputs).
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 from pathlib import Path
 
 import pytest
+from doc_blocks import PAGES, python_blocks, run_page, same_output
+
+pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-PAGES = sorted(p for p in DOCS.glob("*.md") if p.name != "ARCHITECTURE.md")
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
-def python_blocks(page: Path) -> list[str]:
-    return BLOCK.findall(page.read_text())
+def _technique_pages() -> list[Path]:
+    """The pages under "Techniques" in mkdocs.yml's nav."""
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    section = nav[nav.index("  - Techniques:"):]
+    section = section[:re.search(r"\n  - (?!Techniques)", section).start()]
+    return [DOCS / name for name in re.findall(r":\s*(\S+\.md)\s*$", section, re.M)]
 
 
 def test_every_page_is_in_the_site_navigation():
@@ -28,9 +32,61 @@ def test_every_page_is_in_the_site_navigation():
         assert page.name in nav, f"{page.name} is not in mkdocs.yml's nav"
 
 
-def test_pages_have_examples():
-    # every technique page shows a minimal example; only the index may do without one beyond its own
-    assert all(python_blocks(p) for p in PAGES), [p.name for p in PAGES if not python_blocks(p)]
+def test_each_technique_page_shows_an_example_and_what_it_prints():
+    pages = _technique_pages()
+    assert len(pages) >= 12 and all(p.is_file() for p in pages)
+    for page in pages:
+        blocks = python_blocks(page.read_text(encoding="utf-8"))
+        assert blocks, f"{page.name} has no example"
+        assert blocks[0].shown, f"{page.name}: its first example shows no output (a ```text block right after it)"
+
+
+def test_the_output_comparison_allows_the_last_digit_and_nothing_more():
+    assert same_output("loss 4.691 -> 5.103\n", "loss 4.692 -> 5.102")
+    assert not same_output("loss 4.691 -> 5.103", "loss 4.694 -> 5.103")
+    assert not same_output("block 2 head 0  0.87", "block 2 head 1  0.87")
+    assert same_output("17,309,056 parameters  1.5e-07  58.0%", "17,309,056 parameters  1.6e-07  57.9%")
+    assert not same_output("2,015,936", "2,015,937") and not same_output("58.0%", "58.2%")
+    assert not same_output("17,309,056 parameters", "17,309,058 parameters")
+    assert not same_output("a\nb", "a")
+
+
+def test_a_python_block_owns_the_text_block_right_after_it():
+    page = "x\n\n```python\nprint(1)\n```\n\n```text\n1\n```\n\nprose\n\n```python\nprint(2)\n```\nprose\n\n```text\nno\n```\n"
+    first, second = python_blocks(page)
+    assert first.code == "print(1)\n" and first.shown == "1\n"
+    assert second.shown is None  # prose between: not its output
+
+
+def test_every_call_in_the_translation_table_exists():
+    """Each name in the "here" column of docs/coming_from.md (``si.…``, ``m.…``, ``cache.…``, ``P.…``, ``sae.…``,
+    ``python -m module``) is an attribute of what the page says it is."""
+    import importlib
+
+    import sprout_interp as si
+    from sprout_interp.core.cache import SproutCache
+    from sprout_interp.core.hooked import HookedSprout
+    from sprout_interp.features.sae import SparseAutoencoder
+
+    owners = {"si": si, "m": HookedSprout, "cache": SproutCache, "P": si.patching, "sae": SparseAutoencoder}
+    rows = [line.split(" | ") for line in (DOCS / "coming_from.md").read_text(encoding="utf-8").splitlines()
+            if line.startswith("| ") and not line.startswith("| |")]
+    assert len(rows) >= 20
+    checked = 0
+    for row in rows:
+        for code in re.findall(r"`([^`]+)`", row[-1]):
+            for owner, path in re.findall(r"(?<![\w.])(si|m|cache|P|sae)\.([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)", code):
+                obj = owners[owner]
+                for part in path.split("."):
+                    assert hasattr(obj, part), f"coming_from.md: {owner}.{path} does not exist ({row[0]} |)"
+                    obj = getattr(obj, part)
+                checked += 1
+            for module in re.findall(r"python -m ([\w.]+)", code):
+                importlib.import_module(module)
+                checked += 1
+            if "act_name(" in code:
+                assert callable(importlib.import_module("sprout_interp.core.hook_points").act_name)
+    assert checked >= 30
 
 
 @pytest.mark.integration
@@ -38,18 +94,10 @@ def test_pages_have_examples():
 def test_page_examples_run(page: Path):
     if not (ROOT / "model/checkpoints/gpt-4/model.safetensors").is_file():
         pytest.skip("the shipped gpt-4 checkpoint is not there yet")
-    import torch
-
-    namespace: dict = {"__name__": f"docs_{page.stem}"}
-    threads = torch.get_num_threads()
-    # One thread: on a 2-core machine shared with other work, two OpenMP threads contend and some
-    # operations (the SVDs behind the composition scores) run a hundred times slower.
-    torch.set_num_threads(1)
-    try:
-        for i, block in enumerate(python_blocks(page)):
-            out = io.StringIO()
-            with contextlib.redirect_stdout(out):
-                exec(compile(block, f"{page.name} (python block {i + 1})", "exec"), namespace)
-            assert out.getvalue().strip(), f"{page.name} block {i + 1} printed nothing"
-    finally:
-        torch.set_num_threads(threads)
+    technique = page in _technique_pages()
+    for i, (block, printed) in enumerate(run_page(page)):
+        assert printed.strip() or not technique, f"{page.name} block {i + 1} printed nothing"
+        if block.shown is not None:
+            assert same_output(block.shown, printed), (
+                f"{page.name} block {i + 1} shows\n{block.shown}\nbut prints\n{printed}\n"
+                f"(if the change is right: .venv/bin/python tests/doc_blocks.py docs/{page.name})")

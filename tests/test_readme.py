@@ -1,98 +1,144 @@
-"""The README's notebook example runs as written on the shipped checkpoint."""
+"""The README is the front door: short, its example runs and prints what it shows, its links lead somewhere, every
+number in its prose is checked, and each section moved from it to the manual exists once."""
 from __future__ import annotations
 
-import contextlib
-import io
+import ast
 import re
 from pathlib import Path
 
 import pytest
+from doc_blocks import python_blocks, run_page, same_output
+
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+FENCE = re.compile(r"^```.*?^```[ \t]*$", re.S | re.M)
+LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
-def run_block(heading: str) -> str:
-    """Run the first ```python block after ``heading`` in the README; returns what it printed."""
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"```python\n(.*?)```", text[text.index(heading):], re.S).group(1)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(block, "README.md", "exec"), {})
-    return out.getvalue()
+def _prose(text: str) -> str:
+    """The text outside fenced blocks, inline code, addresses and link targets."""
+    text = re.sub(r"https?://\S+", "", FENCE.sub("", text))
+    text = re.sub(r"`[^`]*`", "", text)
+    return LINK.sub("]", text)
 
 
-@pytest.mark.integration
-def test_readme_notebook_example_runs():
+def _technique_pages() -> list[str]:
+    """The pages under "Techniques" in mkdocs.yml's nav, in order."""
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    section = nav[nav.index("  - Techniques:"):]
+    section = section[:re.search(r"\n  - (?!Techniques)", section).start()]
+    return re.findall(r":\s*(\S+\.md)\s*$", section, re.M)
+
+
+@pytest.mark.unit
+def test_the_readme_is_a_front_door():
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 150
+    commands = [line for line in text.splitlines() if line.startswith("bash scripts/setup.sh")]
+    assert [c.split("&&")[1].split()[0] for c in commands] == [".venv/bin/streamlit", ".venv/bin/python"]  # the two
+    for target in ("notebooks/01_quickstart.ipynb", "docs/tutorial.md", "docs/dashboard.md", "docs/index.md",
+                   "docs/coming_from.md", "docs/ARCHITECTURE.md"):
+        assert f"]({target})" in text, target
+    shots = re.findall(r"!\[[^\]]*\]\((docs/screenshots/[\w.]+\.png)\)", text)
+    assert shots and all((ROOT / s).is_file() for s in shots)
+    (example,) = python_blocks(text)
+    assert "act_name(" in example.code and "blocks." not in example.code  # hook names through act_name, not f-strings
+    assert example.shown and len(example.code.strip().splitlines()) <= 15
+
+
+@pytest.mark.unit
+def test_every_link_in_the_readme_and_one_per_technique():
+    text = README.read_text(encoding="utf-8")
+    targets = [t for t in LINK.findall(text) if "://" not in t]
+    for target in targets:
+        assert (ROOT / target.split("#")[0]).exists(), f"README links to {target}, which is not there"
+    for page in _technique_pages():
+        assert f"(docs/{page})" in text, f"the README's table of what it does has no link to docs/{page}"
+
+
+def test_the_readme_example_prints_what_it_shows():
     if not (ROOT / "model/checkpoints/gpt-4/model.safetensors").is_file():
         pytest.skip("the shipped gpt-4 checkpoint is not there yet")
-    printed = run_block("## Use in a notebook")
-    assert "'Z'" in printed or "Z" in printed.splitlines()[0]
-    assert sum(line.startswith("block ") for line in printed.splitlines()) == 4  # one RMS line per block
-    change = float(printed.strip().splitlines()[-1].split(":")[-1])
-    assert change > 0  # zeroing a head changes the logits
+    ((block, printed),) = run_page(README)
+    assert same_output(block.shown, printed), f"the README shows\n{block.shown}\nthe example prints\n{printed}"
+    clean, ablated = (float(v) for v in re.search(r"loss ([0-9.]+) -> ([0-9.]+)", printed).groups())
+    assert ablated > clean + 0.1  # zeroing gpt-4's induction head costs the repeated name's copying
 
 
-@pytest.mark.integration
-def test_readme_attribution_example_runs_and_sums():
-    first = run_block("### TransformerLens's cache methods and direct logit attribution").splitlines()[0].split()
-    assert first[:3] == ["sum", "of", "parts"]
-    assert abs(float(first[3]) - float(first[-1])) < 1e-3
-
-
-@pytest.mark.integration
-def test_readme_patching_example_runs():
-    printed = run_block("### Activation patching, path patching, composition scores")
-    assert "score" in printed and "over_baseline" in printed
-    r = float(re.search(r"attribution vs exact: r = (-?[0-9.]+)", printed).group(1))
-    assert 0.8 <= r <= 1.0  # on gpt-4's heads the estimate ranks like the exact scores
-
-
-@pytest.mark.integration
-def test_readme_steering_example_runs_and_the_vector_beats_random_pushes():
-    lines = run_block("### Activation steering").strip().splitlines()
-    assert lines[0].split() == ["coeff", "value", "change"]
-    changes = [float(line.split()[-1]) for line in lines[1:4]]
-    assert changes[0] < 0 == changes[1] < changes[2]  # minus the vector: more " he"; plus it: more " she"
-    vec, rnd = (float(x) for x in re.search(r"vector ([-+0-9.]+) nats, random at most ([0-9.]+)", lines[4]).groups())
-    assert vec > 2 * rnd
-    assert lines[5].startswith("Once upon a time, the old doctor")
-
-
-@pytest.mark.integration
-def test_readme_tuned_lens_example_runs():
-    lines = run_block("### Tuned lens").splitlines()
-    assert lines[0].startswith("logit") and lines[1].startswith("tuned") and "'tuned'" in lines[2]
-
-
-@pytest.mark.integration
-def test_readme_features_example_runs_and_ablating_the_name_feature_costs_loss():
+def test_every_number_in_the_readme_prose_is_checked_here():
+    """A number in the README's prose (outside code) is printed by the command named beside it; each one is listed
+    here with that command's value, so a stale number fails."""
     import sprout_interp as si
 
-    *_, clean_line, ablated_line = run_block("## Features (sparse autoencoders)").strip().splitlines()
-    clean, ablated = float(clean_line.split()[1]), float(ablated_line.split()[3])
-    m = si.load("sprout")
-    assert clean == pytest.approx(m("Zorbin Plax came home. The next day Zorbin Plax", return_type="loss").item(), abs=1e-3)
-    assert ablated > clean + 0.05  # the feature carries part of the name's copying, so the clamp costs loss
+    found = set(re.findall(r"\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+|\d{3,}", _prose(README.read_text(encoding="utf-8"))))
+    sprout = si.load_checkpoint("sprout").model
+    checked = {
+        "17,309,056": f"{sum(p.numel() for p in sprout.parameters()):,}",  # python -m sprout_model.info
+        "3.11": re.search(r'requires-python = ">=(\S+)"', (ROOT / "pyproject.toml").read_text()).group(1),
+    }
+    assert found <= set(checked), f"numbers with no check here: {sorted(found - set(checked))}"
+    for shown, value in checked.items():
+        if shown in found:
+            assert shown == value, f"the README says {shown}, the command gives {value}"
 
 
-@pytest.mark.integration
-def test_readme_neurons_example_runs_and_ablating_the_pushers_lowers_the_logit_difference():
-    out = run_block("## Neurons (the feed-forward's own units)").strip().splitlines()
-    assert out[0].split() == ["block", "neuron", "activation", "attribution", "promotes"] and len(out) >= 8
-    clean, ablated, change = (float(v) for v in out[7].split()[1:4])
-    assert change == pytest.approx(ablated - clean, abs=2e-3)
-    assert change < 0  # the neurons that push towards " Pl" directly, zeroed: the logit difference falls
-
-
-def test_readme_shows_a_screenshot_of_every_dashboard_page():
-    import ast
-
+@pytest.mark.unit
+def test_the_dashboard_guide_shows_a_screenshot_of_every_page():
     tree = ast.parse((ROOT / "scripts/screenshots.py").read_text())
     pages = next(ast.literal_eval(n.value) for n in tree.body
                  if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "PAGES")
     views = {p.stem for p in (ROOT / "dashboards/views").glob("*.py")}
     assert set(pages) == views  # scripts/screenshots.py takes one of every page
-    readme = (ROOT / "README.md").read_text()
+    guide = (ROOT / "docs/dashboard.md").read_text(encoding="utf-8")
     for page in pages:
-        assert f"(docs/screenshots/{page}.png)" in readme, page
+        assert f"(screenshots/{page}.png)" in guide, page
         assert (ROOT / "docs/screenshots" / f"{page}.png").is_file(), page
+
+
+def _paragraphs(text: str) -> list[str]:
+    """A page's prose, one entry per paragraph, list item or table row (whitespace normalised), code left out."""
+    out = []
+    for para in re.split(r"\n\s*\n", FENCE.sub("", text)):
+        if para.lstrip().startswith("#"):
+            continue
+        items = [re.sub(r"^(?:[-*]|\d+\.) ", "", " ".join(i.split()))  # a list item counts without its marker
+                 for i in re.split(r"\n(?=\s*(?:[-*] |\||\d+\. ))", para)]
+        rule = [bool(re.fullmatch(r"\|[-:| ]*\|", i)) for i in items]
+        # a table's header and rule rows name columns, which tables may share; its other rows are facts
+        out += [i for n, i in enumerate(items) if len(i) >= 60 and not rule[n] and not (n + 1 < len(items) and rule[n + 1])]
+    return out
+
+
+def _copies(files: list[Path]) -> list[str]:
+    """Each paragraph (list item, table row) found in two of ``files``: "a, b: its first words"."""
+    seen: dict[str, str] = {}
+    out = []
+    for f in files:
+        where = f.name if f.parent != ROOT else f.relative_to(ROOT).as_posix()
+        for para in dict.fromkeys(_paragraphs(f.read_text(encoding="utf-8"))):
+            if seen.setdefault(para, where) != where:
+                out.append(f"{seen[para]}, {where}: {para[:100]}")
+    return out
+
+
+@pytest.mark.unit
+def test_each_paragraph_lives_in_one_place():
+    """One copy of each fact: no paragraph, list item or table row of the README, a docs page or the training log is
+    repeated in another of them, so a moved section exists once."""
+    copies = _copies([README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "model/TRAINING.md"])
+    assert not copies, "\n".join(copies)
+
+
+@pytest.mark.unit
+def test_the_paragraph_check_finds_a_moved_section_left_behind(tmp_path):
+    fact = "A sentence long enough to count as a fact of its own, said in one place only."
+    (tmp_path / "a.md").write_text(f"# A\n\n{fact}\n\n```python\nx = 1  # a long line of code, which is not prose at all\n```\n")
+    (tmp_path / "b.md").write_text(f"# B\n\nSomething else entirely, and long enough to be counted too.\n\n"
+                                   f"- {fact}\n\n| col | other |\n|---|---|\n| {fact} | x |\n")
+    (tmp_path / "c.md").write_text("x = 1  # a long line of code, which is not prose at all\n")
+    assert _copies([tmp_path / "a.md", tmp_path / "c.md"]) == []
+    assert len(_copies([tmp_path / "a.md", tmp_path / "b.md"])) == 1  # the list item; the table row holds more
+    (tmp_path / "b.md").write_text(f"Intro.\n\n{fact.replace(' ', chr(10), 3)}\n")  # rewrapped, the same words
+    assert len(_copies([tmp_path / "a.md", tmp_path / "b.md"])) == 1

@@ -371,17 +371,55 @@ def activation_patch(
     Args:
         model: a HookedSprout (``si.load(...)``) or a ``sprout_model.GPT``.
         clean, corrupted: texts, lists of texts or token ids of the same shape (a batch is averaged).
-        metric: :class:`LogitDiff` (answer, wrong), :class:`LogProb` (target), :class:`Loss`, or a
-            function of the logits ``(batch, pos, vocab)`` returning a scalar (TransformerLens's form).
-        site, by: what to patch and how to split it (see the module docstring).
-        direction: "denoise" patches clean activations into the corrupted run; "noise" the reverse.
-        method: "fast" (exact, see the module docstring) or "naive" (one full forward per patch).
+        metric: one number per run, measured after each patch (the metrics of ``sprout_interp.circuits.metrics``):
+
+            | metric | value, in its units |
+            |---|---|
+            | :class:`LogitDiff` ``(answer, wrong, pos=-1)`` | ``logit[answer] - logit[wrong]`` at ``pos`` (nats of log-odds) |
+            | :class:`LogProb` ``(target, pos=-1)`` | ``log p(target)`` at ``pos`` (nats) |
+            | :class:`TargetLogProb` ``(positions, targets)`` | mean ``log p`` of several (position, target) pairs (nats) |
+            | :class:`Loss` ``()`` or ``"loss"`` | mean next-token loss (nats/token) |
+            | ``"copying"``, ``"copying_ratio"`` | loss on a repeated sequence's second copy; its ratio to the first |
+            | a function of the logits ``(batch, pos, vocab)`` | the scalar it returns (TransformerLens's form) |
+
+            A negative ``pos`` counts from each text's own last real token.
+        site: the activation patched, at every layer:
+
+            | site | hook | what it holds | ``by`` |
+            |---|---|---|---|
+            | ``"resid_pre"`` (default) | ``blocks.{l}.hook_resid_pre`` | the stream entering block l | ``"layer_pos"``, ``"layer"`` |
+            | ``"resid_mid"`` | ``blocks.{l}.hook_resid_mid`` | the stream between attention and feed-forward | ``"layer_pos"``, ``"layer"`` |
+            | ``"resid_post"`` | ``blocks.{l}.hook_resid_post`` | the stream leaving block l | ``"layer_pos"``, ``"layer"`` |
+            | ``"attn_out"`` | ``blocks.{l}.hook_attn_out`` | the attention's output | ``"layer_pos"``, ``"layer"`` |
+            | ``"mlp_out"`` | ``blocks.{l}.hook_mlp_out`` | the feed-forward's output | ``"layer_pos"``, ``"layer"`` |
+            | ``"z"`` | ``blocks.{l}.attn.hook_z`` | each head's output, before ``W_O`` | ``"head"``, ``"head_pos"`` |
+            | ``"q"``, ``"k"``, ``"v"`` | ``blocks.{l}.attn.hook_q`` ... | a head's query, key, value (before QK-norm and RoPE) | ``"head"`` |
+            | ``"pattern"`` | ``blocks.{l}.attn.hook_pattern`` | a head's attention pattern | ``"head"`` |
+        by: how a site is split into patches: ``"layer_pos"`` (default) one layer at one position, ``"layer"`` one
+            layer at every position, ``"head"`` one head at every position, ``"head_pos"`` one head at one
+            position; which splits a site takes is in the table above (another pair is a ``PatchingError``).
+        direction: ``"denoise"`` (default) patches clean activations into the corrupted run: what is *sufficient*
+            to bring the clean behaviour back; ``"noise"`` patches corrupted activations into the clean run: what is
+            *necessary* to keep it.
+        method: ``"fast"`` (default) takes everything before the patched layer and position from the run being
+            patched and batches a layer's patches, exact; ``"naive"`` runs one full forward with a hook per patch
+            (the reference; it is what runs whenever a hook of your own is on the model, so that it is honoured).
 
     Returns:
-        A DataFrame with ``layer``, ``block``, ``head`` (head sites), ``pos`` (by position),
-        ``token`` (the clean token at ``pos``), ``value`` (the metric after the patch) and ``score``
-        ((value - corrupted) / (clean - corrupted)). ``df.attrs`` holds ``clean`` and ``corrupted``
-        (the metric on each run), ``site``, ``by``, ``direction``, ``metric`` and the convention.
+        One row per patch:
+
+        | column | meaning |
+        |---|---|
+        | ``layer`` | 0-indexed, as in hook names |
+        | ``block`` | ``layer + 1``, the chapter's count |
+        | ``head`` | the head (head sites only) |
+        | ``pos`` | the patched position, 0-based (``by="layer_pos"`` or ``"head_pos"`` only) |
+        | ``token`` | the clean token at ``pos`` |
+        | ``value`` | the metric after the patch, in the metric's units |
+        | ``score`` | ``(value - corrupted) / (clean - corrupted)``: 0 = the corrupted run, 1 = the clean run |
+
+        ``df.attrs`` holds ``clean`` and ``corrupted`` (the metric on each run), ``site``, ``by``, ``direction``,
+        ``metric`` and the convention.
     """
     model = as_hooked(model)
     clean_t, corrupt_t, clean_v, corrupt_v, name = _endpoints(model, clean, corrupted, metric, site, by, direction)
