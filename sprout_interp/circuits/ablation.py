@@ -95,11 +95,19 @@ def ablate(
 
     Args:
         tokens: token ids ``(batch, pos)``/``(pos,)``, a text or a list of texts (right-padded).
-        kind: "zero", "mean" or "resample" (module docstring).
-        reference: for "mean", token ids or precomputed :func:`head_means`; for "resample", token ids.
-            None: the defaults in the module docstring.
+        kind: what replaces each ablated head's output ``blocks.{l}.attn.hook_z[..., h, :]`` (before ``W_O``):
+
+            | kind | replacement |
+            |---|---|
+            | ``"zero"`` (default) | zeros |
+            | ``"mean"`` | the head's mean output over the real tokens of ``reference`` (one ``d_head`` vector) |
+            | ``"resample"`` | the head's output at the same position on another sequence: row ``b`` takes ``reference`` row ``b % R`` |
+        reference: for ``"mean"``, token ids or precomputed :func:`head_means` (None: a seeded sample of held-out
+            text, :func:`default_reference`); for ``"resample"``, token ids (None: the batch itself shifted by one
+            row, or held-out text when the batch has one row); unused by ``"zero"``.
     Returns:
-        :class:`AblationResult` (logits, per-token loss, mean loss).
+        :class:`AblationResult`: ``logits`` ``(batch, pos, d_vocab)``, ``loss`` (the per-token next-token loss,
+        ``(batch, pos - 1)``, nats; 0 where the target is padding) and ``mean_loss`` (over real targets, nats).
     """
     model = as_hooked(model)
     heads = check_heads(model, heads)
@@ -217,13 +225,23 @@ def ablation_sweep(
 
     Args:
         tokens: token ids ``(batch, pos)``, a text or a list of texts.
-        metric: "loss", "copying", "copying_ratio", a metric object (:class:`Loss`, :class:`CopyingLoss`,
-            :class:`TargetLogProb`, :class:`~sprout_interp.circuits.metrics.LogProb`,
-            :class:`~sprout_interp.circuits.metrics.LogitDiff`) or ``fn(logits, tokens) -> float`` (``fn(logits)``
-            also works).
-        kind, reference: as in :func:`ablate`.
+        metric: what is measured with each head ablated, one number per run:
+
+            | metric | value, in its units |
+            |---|---|
+            | ``"loss"`` (default) or :class:`Loss` ``()`` | mean next-token loss (nats/token) |
+            | ``"copying"`` or :class:`CopyingLoss` ``()`` | mean loss on the second copy of a repeated sequence (nats/token) |
+            | ``"copying_ratio"`` or :class:`CopyingLoss` ``(ratio=True)`` | second-copy loss / first-copy loss (≈ 1: no copying) |
+            | :class:`TargetLogProb` ``(positions, targets)`` | mean ``log p`` of given tokens at given positions (nats) |
+            | :class:`~sprout_interp.circuits.metrics.LogProb` ``(target, pos=-1)`` | ``log p(target)`` at ``pos`` (nats) |
+            | :class:`~sprout_interp.circuits.metrics.LogitDiff` ``(answer, wrong, pos=-1)`` | ``logit[answer] - logit[wrong]`` at ``pos`` (nats) |
+            | ``fn(logits, tokens) -> float`` (or ``fn(logits)``) | the number it returns |
+        kind, reference: as in :func:`ablate` (``"zero"``, ``"mean"`` or ``"resample"``).
         heads: the (layer, head) pairs to sweep (default: all).
-        method: "fast" (exact; see the module docstring) or "naive" (one full forward per head).
+        method: ``"fast"`` (default) is exact: the stream entering the ablated block is the clean one, computed
+            once, and only the rest of the model runs again, several heads per forward, with the unembedding (and,
+            where the metric reads at most 3/4 of the positions, the last block) only where the metric reads;
+            ``"naive"`` runs one full forward per head, for checking.
         heads_per_batch: heads run together in one forward by the fast method (default: as many as
             keep a forward near 4,096 tokens, at least 1 and at most a layer's heads).
         attribution: also compute :func:`attribution_sweep` and add its ``estimate`` column;
@@ -232,9 +250,20 @@ def ablation_sweep(
             (fast) is measured, e.g. to draw a progress bar.
 
     Returns:
-        DataFrame ``layer`` (0-indexed), ``block`` (layer + 1, the chapter's "layer N"), ``head``,
-        ``metric`` (its name), ``ablated``, ``clean``, ``change`` (= ablated − clean); the attrs say
-        the metric, kind, method and layer convention.
+        One row per head:
+
+        | column | meaning |
+        |---|---|
+        | ``layer`` | 0-indexed, as in hook names |
+        | ``block`` | ``layer + 1``, the chapter's count |
+        | ``head`` | 0-indexed |
+        | ``metric`` | the metric's name |
+        | ``ablated`` | the metric with the head ablated, in the metric's units |
+        | ``clean`` | the metric of the clean run |
+        | ``change`` | ``ablated - clean`` |
+        | ``estimate`` | the attribution estimate of ``change`` (``attribution=True`` only) |
+
+        ``df.attrs`` say the metric, kind, method and layer convention.
     """
     model = as_hooked(model)
     heads = check_heads(model, heads)

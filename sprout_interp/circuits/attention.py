@@ -182,9 +182,16 @@ def head_scores(
         reference: for ``copying_kind`` "mean"/"resample" (see ``sprout_interp.circuits.ablation.ablate``).
 
     Returns:
-        DataFrame ``layer, block, head, prev_token_random, duplicate_random, induction_random,
-        prev_token_text, duplicate_text, induction_text[, copying_ratio_ablated, copying_ratio_change]``;
-        ``layer`` is 0-indexed (code), ``block`` = layer + 1 (the chapter's "layer N").
+        One row per head; the scores are shares of attention, from 0 to 1:
+
+        | column | meaning |
+        |---|---|
+        | ``layer``, ``block``, ``head`` | layer 0-indexed (code), block = layer + 1 (the chapter's count), head 0-indexed |
+        | ``prev_token_random``, ``prev_token_text`` | mean attention from each position to the one before it, on repeated random tokens / on text |
+        | ``duplicate_random``, ``duplicate_text`` | attention to earlier occurrences of the position's own token |
+        | ``induction_random``, ``induction_text`` | attention to the tokens *after* earlier occurrences of its own token |
+        | ``copying_ratio_ablated`` | loss on the second copy / loss on the first, with the head ablated (``copying=True``) |
+        | ``copying_ratio_change`` | that minus the clean ratio (``df.attrs["clean_copying_ratio"]``); positive: the head helps copying |
     """
     from sprout_model.evaluation import repeated_tokens_batch
 

@@ -101,14 +101,21 @@ def direct_logit_attribution(
             ``hook_post[n] * W_out[n]``), so a feed-forward's neuron rows sum to its ``"head"`` row.
 
     Returns:
-        A DataFrame, one row per part: ``component`` (a label), ``kind`` (embed / attn / head /
-        mlp / neuron), ``layer`` (0-indexed; -1 for the embedding), ``block`` (layer + 1; 0 for the
-        embedding), ``head`` (-1 where not a head), ``pos``, ``src_pos`` (``by="source"`` only),
-        ``src_token`` (``by="source"``), ``neuron`` and ``activation`` (``by="neuron"`` only: the
-        neuron's index in its layer, -1 elsewhere, and its ``hook_post`` value, NaN elsewhere),
-        ``attribution`` (logits). ``df.attrs["logit_diff"]`` is the
-        model's own value and ``df.attrs["total"]`` the sum of the rows; they agree to float
-        rounding (for ``by="source"`` the feed-forward and embedding rows are included once each).
+        One row per part:
+
+        | column | meaning |
+        |---|---|
+        | ``component`` | a label (``"embedding"``, ``"block 1 attention"``, ``"block 1 feed-forward"``, ``"block 2 head 0"`` ...) |
+        | ``kind`` | ``"embed"``, ``"attn"``, ``"head"``, ``"mlp"`` or ``"neuron"`` |
+        | ``layer``, ``block`` | 0-indexed (-1 for the embedding); ``layer + 1`` (0 for the embedding) |
+        | ``head`` | -1 where not a head |
+        | ``pos`` | the prediction position, 0-based |
+        | ``src_pos``, ``src_token`` | the position a head's row reads and its token (``by="source"`` only) |
+        | ``neuron``, ``activation`` | the neuron's index in its layer and its ``hook_post`` value (``by="neuron"`` only; -1 and NaN elsewhere) |
+        | ``attribution`` | the part's share of the logit difference, in logits |
+
+        ``df.attrs["logit_diff"]`` is the model's own value and ``df.attrs["total"]`` the sum of the rows; they
+        agree to float rounding (for ``by="source"`` the feed-forward and embedding rows are included once each).
     """
     model = as_hooked(model)
     if by not in ("component", "head", "source", "neuron"):

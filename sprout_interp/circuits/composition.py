@@ -97,8 +97,22 @@ def random_baseline(model, mode: Mode = "K", samples: int = 64, seed: int = 0) -
 def composition_table(model, modes: Sequence[Mode] = ("Q", "K", "V"), samples: int = 64) -> pd.DataFrame:
     """Every pair of heads in different layers (earlier -> later) and mode, with the random baseline.
 
-    Returns one row per (sender, receiver, mode), sorted by ``over_baseline`` within each mode,
-    largest first; columns as in the module docstring.
+    Args:
+        modes: which compositions: ``"Q"`` (the later head's queries read the earlier head's output), ``"K"`` (its
+            keys) and ``"V"`` (its values).
+        samples: random matrix pairs of the same shapes averaged for each baseline.
+
+    Returns:
+        One row per (sender, receiver, mode), sorted by ``over_baseline`` within each mode, largest first:
+
+        | column | meaning |
+        |---|---|
+        | ``sender_layer``, ``sender_block``, ``sender_head`` | the earlier head (layer 0-indexed, block = layer + 1) |
+        | ``receiver_layer``, ``receiver_block``, ``receiver_head`` | the later head |
+        | ``mode`` | ``"Q"``, ``"K"`` or ``"V"`` |
+        | ``score`` | ``‖W_A W_B‖_F / (‖W_A‖_F ‖W_B‖_F)``, unitless, in [0, 1] |
+        | ``baseline`` | the same score of random matrices of these shapes |
+        | ``over_baseline`` | ``score / baseline``: above 1, the pair lines up better than chance |
     """
     model = as_hooked(model)
     L, H = model.cfg.n_layers, model.cfg.n_heads

@@ -71,9 +71,10 @@ def block_knockout(
         groups: the blocks knocked out together, one run per group, each a layer or a list of layers
             (0-indexed); default: every block alone.
         attention_mask: True at real tokens (right padding); padded targets are not counted.
-        method: "fast" (each run starts at its group's first block, from the clean stream: exact, see the
-            module docstring; the naive way is used when a hook is attached to the model, which the skipped
-            blocks would otherwise not run) or "naive" (one full forward per group).
+        method: ``"fast"`` (default) starts each run at its group's first block from the clean stream there, which
+            is exact (the blocks before it see nothing of the knockout); the naive way is used when a hook is
+            attached to the model, which the skipped blocks would otherwise not run. ``"naive"``: one full forward
+            per group.
 
     Returns:
         DataFrame ``layers`` (0-indexed, as a tuple), ``blocks`` (counted from 1, "5-8"), ``loss``

@@ -56,7 +56,8 @@ def full_ov_circuit(model, layer: int, head: int, normalize: bool = True) -> Fac
     """``W_E W_V W_O W_U`` of one head as a FactoredMatrix of shape (d_vocab, d_vocab), factored through d_head.
 
     Row ``t``, column ``u``: the change (in logits, before ln_final's division) the head makes to token ``u``'s
-    logit per unit of attention on a position holding token ``t``. ``normalize``: see the module docstring.
+    logit per unit of attention on a position holding token ``t``. ``normalize=True`` (default) divides each
+    embedding row by its RMS, as ln1 divides a stream that holds only that token; ``False`` uses the raw rows.
     """
     model = as_hooked(model)
     _check_head(model, layer, head)

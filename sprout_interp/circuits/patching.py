@@ -682,9 +682,16 @@ def path_patch(
             "naive" one full forward per sender (the reference).
 
     Returns:
-        One row per sender (or set): ``layer``, ``block``, ``head`` (the set's first head), ``heads``
-        (the set, "block B head H + ..."), ``value``, ``score`` (0 = corrupted, 1 = clean); ``df.attrs`` holds ``clean``,
-        ``corrupted``, ``receivers``, ``direction``.
+        One row per sender (or set of senders):
+
+        | column | meaning |
+        |---|---|
+        | ``layer``, ``block``, ``head`` | the sender (the set's first head): layer 0-indexed, block = layer + 1 |
+        | ``heads`` | the set, ``"block B head H + ..."`` |
+        | ``value`` | the metric with that path patched, in the metric's units |
+        | ``score`` | ``(value - corrupted) / (clean - corrupted)``: 0 = the corrupted run, 1 = the clean run |
+
+        ``df.attrs`` holds ``clean``, ``corrupted``, ``receivers`` and ``direction``.
     """
     model = as_hooked(model)
     receivers, sets, clean_v, corrupt_v, name, base, source = _path_setup(

@@ -137,7 +137,8 @@ def _pos_slice_positions(pos_slice) -> list:
 
 
 class HookedSprout(HookedRootModule):
-    """A Sprout GPT with TransformerLens hook points (see the module docstring for every name and shape).
+    """A Sprout GPT with TransformerLens hook points (every name and shape: the module docstring, and the manual's
+    conventions page).
 
     Layers are 0-indexed in code (``blocks.0`` is the chapter's "layer 1")::
 

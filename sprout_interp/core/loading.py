@@ -90,7 +90,13 @@ class LoadedCheckpoint:
 
 
 def load_checkpoint(name_or_path: str | os.PathLike, tokenizer: str | os.PathLike | Tokenizer | None = None) -> LoadedCheckpoint:
-    """A float32 eval-mode :class:`GPT` with its tokenizer; see the module docstring for the inputs.
+    """A float32 eval-mode :class:`GPT` with its tokenizer.
+
+    ``name_or_path``: a shipped name (``"gpt-1"``, ``"gpt-4"``, ``"sprout"``; it wins over a folder of that name,
+    write ``"./sprout"`` for the folder), a checkpoint folder (``config.json`` + ``model.safetensors``, a
+    ``tokenizer.json`` beside it or in the folder above), a ``.safetensors`` file, or a course ``.pt`` / ``.pth``
+    (a state dict, or a dict holding one under ``model`` or ``state_dict`` with an optional ``config``), read with
+    ``torch.load(weights_only=True)`` only. What is refused, and why: the manual's loading page.
 
     ``tokenizer`` overrides the tokenizer: a ``tokenizer.json`` path, a folder holding one, or a
     ``tokenizers.Tokenizer``; when the weights have no tokenizer of their own, or another one, the

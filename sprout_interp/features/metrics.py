@@ -106,9 +106,19 @@ def sae_quality(
 ) -> pd.DataFrame:
     """One row of quality metrics for ``sae`` on ``tokens`` (default: ``n`` held-out windows of ``length``).
 
-    Columns: ``model, layer, block, hook_name, d_sae, k, n_tokens, l0, fve, ce_clean, ce_sae, ce_zero,
-    loss_recovered, dead, dense`` (see the module docstring; units in ``df.attrs["units"]``). The SAE must
-    belong to the model (SAEMismatchError otherwise).
+    The SAE must belong to the model (SAEMismatchError otherwise). Returns one row (units also in
+    ``df.attrs["units"]``):
+
+    | column | meaning |
+    |---|---|
+    | ``model``, ``layer``, ``block``, ``hook_name`` | where the SAE reads (layer 0-indexed, block = layer + 1) |
+    | ``d_sae``, ``k`` | latents, and active latents per token |
+    | ``n_tokens`` | held-out tokens measured |
+    | ``l0`` | mean active latents per token (at most ``k``) |
+    | ``fve`` | fraction of variance explained, ``1 - Σ‖x - x̂‖² / Σ‖x - mean(x)‖²`` |
+    | ``ce_clean``, ``ce_sae``, ``ce_zero`` | next-token loss (nats/token): clean, the stream replaced by the reconstruction, by zeros |
+    | ``loss_recovered`` | ``(ce_zero - ce_sae) / (ce_zero - ce_clean)``, 1 = as good as clean |
+    | ``dead``, ``dense`` | latents never active on the sample; active on more than ``dense_threshold`` of its tokens |
     """
     m = as_hooked(model)
     check_for_model(sae, m)

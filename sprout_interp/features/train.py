@@ -215,7 +215,8 @@ def train_sae(
     progress: bool = True,
     max_seconds: Optional[float] = None,
 ) -> tuple[SparseAutoencoder, TrainStats]:
-    """Train a TopK SAE on ``blocks.{layer}.hook_resid_post`` (the recipe of the module docstring).
+    """Train a TopK SAE on ``blocks.{layer}.hook_resid_post`` (Gao et al. 2024's recipe: ``k`` active latents,
+    unit-norm decoder rows, the AuxK loss for dead latents, Adam; the module docstring has every step).
 
     ``acts`` are the training activations (``collect_activations``; collected here from ``n_tokens`` training
     tokens when None). ``d_sae`` defaults to 8 × d_model, ``k_aux`` to d_in / 2. ``max_seconds`` stops early

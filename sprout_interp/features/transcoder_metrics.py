@@ -130,8 +130,19 @@ def transcoder_quality(
 ) -> pd.DataFrame:
     """One row per layer of ``transcoders`` on ``tokens`` (default ``n`` held-out windows of ``length``).
 
-    Columns: ``model, layer, block, d_transcoder, k, skip, n_tokens, l0, fve, fve_skip_only, dead, ce_clean, ce_spliced,
-    ce_zero, loss_recovered`` (see the module docstring; units in ``df.attrs["units"]``).
+    Returns one row per layer (units also in ``df.attrs["units"]``):
+
+    | column | meaning |
+    |---|---|
+    | ``model``, ``layer``, ``block`` | the feed-forward replaced (layer 0-indexed, block = layer + 1) |
+    | ``d_transcoder``, ``k``, ``skip`` | features, active features per token, whether it has a skip connection |
+    | ``n_tokens`` | held-out tokens measured |
+    | ``l0`` | mean active features per token |
+    | ``fve`` | fraction of the feed-forward output's variance explained, on the clean model's inputs |
+    | ``fve_skip_only`` | the same for the skip connection alone (NaN without one) |
+    | ``dead`` | features never active on the sample |
+    | ``ce_clean``, ``ce_spliced``, ``ce_zero`` | next-token loss (nats/token): clean, this layer replaced, its feed-forward zeroed |
+    | ``loss_recovered`` | ``(ce_zero - ce_spliced) / (ce_zero - ce_clean)``, 1 = as good as clean |
     """
     m = as_hooked(model)
     tcs = _as_dict(m, transcoders)

@@ -102,7 +102,8 @@ def train_transcoder(
     max_steps: Optional[int] = None,
     progress: bool = True,
 ) -> tuple[Transcoder, TrainStats]:
-    """Train the TopK transcoder of feed-forward ``layer`` (the recipe of the module docstring).
+    """Train the TopK transcoder of feed-forward ``layer`` (the SAE recipe with the feed-forward's output as the
+    target: normalised MSE, the AuxK loss, unit-norm decoder rows; the module docstring has every step).
 
     ``inputs``/``targets`` are the training pairs (:func:`collect_mlp_pairs`; collected here from ``n_tokens``
     training tokens when None). ``d_transcoder`` defaults to 8 x d_model, ``k_aux`` to d_model / 2;
