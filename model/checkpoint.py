@@ -96,22 +96,42 @@ class CheckpointFolderError(ValueError):
     """A checkpoint folder that cannot be loaded: a file missing or damaged, or a config that does not fit."""
 
 
-def _config(d: object, where: Path) -> Config:
-    """The Config in ``d`` after checking its types: positive whole numbers, d_model a multiple of n_head
-    with an even head width, a finite positive rope_base. Raises CheckpointFolderError."""
-    if not isinstance(d, dict):
-        raise CheckpointFolderError(f"{where} holds a JSON {type(d).__name__}, not an object")
-    cfg = Config.from_dict(d)
+#: upper bounds of Config's whole-number fields: the largest model any loader here builds (sprout_interp's loader
+#: reads them as ``sprout_interp.core.limits.LIMITS``) and so the largest a training run may make
+CONFIG_LIMITS: dict[str, int] = {"vocab_size": 1_000_000, "context": 65_536, "n_layer": 256, "n_head": 16_384,
+                                 "d_model": 16_384, "d_ff": 65_536}
+
+
+def parameter_count(cfg: Config) -> int:
+    """The number of distinct parameters of ``GPT(cfg)`` (the tied matrix once), computed without building it."""
+    d, hd = cfg.d_model, cfg.d_model // cfg.n_head
+    return cfg.vocab_size * d + d + cfg.n_layer * (4 * d * d + 2 * hd + 2 * d + 3 * d * cfg.d_ff)
+
+
+def config_problem(cfg: Config) -> str | None:
+    """What makes ``cfg`` a model no loader here builds, in one sentence naming the field and its valid range, or
+    None: whole numbers from 1 to :data:`CONFIG_LIMITS`, ``d_model`` a multiple of ``n_head`` with an even head
+    width, a finite ``rope_base`` above 0. Checked before anything is allocated."""
     for k, v in cfg.to_dict().items():
         number = isinstance(v, (int, float)) and not isinstance(v, bool)
         if k == "rope_base":
-            ok = number and math.isfinite(v) and v > 0
-        else:
-            ok = number and isinstance(v, int) and 0 < v <= (65_536 if k == "context" else 1 << 20)
-        if not ok:
-            raise CheckpointFolderError(f"{k} in {where} is {v!r:.40}; it must be a positive {'number' if k == 'rope_base' else 'whole number'}")
+            if not (number and math.isfinite(v) and v > 0):
+                return f"rope_base is {v!r:.40}; it must be a positive number"
+        elif not (number and isinstance(v, int) and 0 < v <= CONFIG_LIMITS[k]):
+            return f"{k} is {v!r:.40}; it must be a positive whole number of at most {CONFIG_LIMITS[k]:,}"
     if cfg.d_model % cfg.n_head or cfg.head_dim % 2:
-        raise CheckpointFolderError(f"{where}: d_model {cfg.d_model} / n_head {cfg.n_head} is not a whole, even head width")
+        return f"d_model {cfg.d_model} / n_head {cfg.n_head} is not a whole, even head width"
+    return None
+
+
+def _config(d: object, where: Path) -> Config:
+    """The Config in ``d`` after checking it (:func:`config_problem`). Raises CheckpointFolderError."""
+    if not isinstance(d, dict):
+        raise CheckpointFolderError(f"{where} holds a JSON {type(d).__name__}, not an object")
+    cfg = Config.from_dict(d)
+    problem = config_problem(cfg)
+    if problem:
+        raise CheckpointFolderError(f"{where}: {problem}")
     return cfg
 
 
@@ -132,8 +152,7 @@ def load_folder(folder: str | Path) -> tuple[GPT, dict]:
         cfg = _config(json.loads((folder / "config.json").read_text(encoding="utf-8")), folder / "config.json")
         with safe_open(str(folder / "model.safetensors"), "pt") as f:
             stored = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
-        d, hd = cfg.d_model, cfg.head_dim
-        wanted = cfg.vocab_size * d + d + cfg.n_layer * (4 * d * d + 2 * hd + 2 * d + 3 * d * cfg.d_ff)
+        wanted = parameter_count(cfg)
         if stored != wanted:
             raise CheckpointFolderError(
                 f"{folder / 'config.json'} describes a model of {wanted:,} parameters but model.safetensors holds "

@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+import numpy as np
+
 MAX_FILE_BYTES = 1 << 30  # a user's .txt file; a bigger one is skipped with a message
 DOC_CHARS = 100_000  # long books are cut into documents of about this size so a document split is balanced
 
@@ -136,6 +138,8 @@ def decode(raw: bytes) -> str:
         return raw.decode("latin-1")
 
 
+_SPACES = re.compile(r"[ \t]{2,}|\t")  # runs of spaces and tabs that become one space (a lone space stays: a
+# substitution at every space would hold a list of all a paragraph's words, 400 MB for a 20 MB paragraph)
 _GUTENBERG = re.compile(r"gutenberg|etext|e-text|\bebook\b|small print", re.I)
 
 
@@ -150,7 +154,7 @@ def clean(text: str) -> str:
         lines = [ln.strip() for ln in block.split("\n") if ln.strip()]
         if not lines:
             continue
-        para = re.sub(r"[ \t]+", " ", " ".join(lines))
+        para = _SPACES.sub(" ", " ".join(lines))
         if _GUTENBERG.search(para):
             continue
         paragraphs.append(para)
@@ -621,6 +625,35 @@ def split_corpus(corpus: str, docs: list[Document], val_fraction: float = 0.05,
     return base_train + more_train, base_val + more_val
 
 
+TOKEN_CHUNK = 1 << 24  # open_tokens reads a token file this many ids at a time (32 MiB) to find its largest id
+
+
+def open_tokens(path: str | Path, vocab_size: int) -> np.memmap:
+    """A prepared token file (uint16 ids, as ``sprout_model.prepare`` writes them) opened read-only as a memmap,
+    after checking it: a whole number of ids, each below ``vocab_size``. The ids are read in chunks of
+    :data:`TOKEN_CHUNK`, never all at once. Raises CorpusError naming the file, the first id out of range and its
+    position, and what to do (an id the model has no row for would stop training with an IndexError mid-run)."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size % 2:
+        raise CorpusError(f"{path} is {size:,} bytes, not a whole number of uint16 token ids: truncated or not a "
+                          "token file; run sprout_model.prepare again")
+    if size == 0:
+        raise CorpusError(f"{path} holds no tokens; run sprout_model.prepare again (with more text)")
+    ids = np.memmap(path, dtype=np.uint16, mode="r")
+    for start in range(0, len(ids), TOKEN_CHUNK):
+        chunk = ids[start: start + TOKEN_CHUNK]
+        top = int(chunk.max())
+        if top >= vocab_size:
+            at = start + int(np.argmax(chunk >= vocab_size))
+            raise CorpusError(
+                f"{path} holds token id {int(ids[at]):,} at position {at:,}, but the vocabulary has {vocab_size:,} ids "
+                f"(0 to {vocab_size - 1:,}): the file was not written with this corpus's tokenizer. Run "
+                "sprout_model.prepare again, or pass the --data folder it belongs to"
+            )
+    return ids
+
+
 def corpus_hash(docs: Iterable[Document]) -> str:
     """sha256 of the documents' names and texts, in order: names the exact corpus a model saw."""
     h = hashlib.sha256()
@@ -632,12 +665,27 @@ def corpus_hash(docs: Iterable[Document]) -> str:
     return h.hexdigest()
 
 
+_SPACE = re.compile(r"\s")
+
+
+def word_count(text: str, chunk: int = 1 << 20) -> int:
+    """``len(text.split())``, counted about ``chunk`` characters at a time (each chunk ends at whitespace), so a
+    long one-line document never has all its words in memory at once."""
+    n, i = 0, 0
+    while i < len(text):
+        m = _SPACE.search(text, i + chunk)
+        j = m.start() if m else len(text)
+        n += len(text[i:j].split())
+        i = j
+    return n
+
+
 def describe(train: list[Document], val: list[Document]) -> str:
     """One line per split: documents, characters, words."""
     out = io.StringIO()
     for name, part in (("train", train), ("validation", val)):
         chars = sum(len(d.text) for d in part)
-        words = sum(len(d.text.split()) for d in part)
+        words = sum(word_count(d.text) for d in part)
         out.write(f"{name:>10}: {len(part):4d} documents, {chars / 1e6:6.2f}M characters, {words / 1e6:5.2f}M words\n")
     return out.getvalue()
 

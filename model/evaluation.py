@@ -24,6 +24,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from .corpus import open_tokens
+
 EOT_ID = 0  # <|endoftext|> is never drawn
 
 
@@ -33,12 +35,12 @@ class CopyingLoss(NamedTuple):
     ratio: float  # second / first
 
 
-def first_val_windows(data: str | Path, rows: int, seq_len: int) -> Tensor:
+def first_val_windows(data: str | Path, rows: int, seq_len: int, vocab_size: int) -> Tensor:
     """The first ``rows`` consecutive windows of ``seq_len + 1`` tokens of ``data``/val.bin, as an int64 tensor
     (rows, seq_len + 1): inputs ``[:, :-1]``, targets ``[:, 1:]``. Raises ValueError when the split is too short
-    or either count is below 1."""
+    or either count is below 1, and CorpusError when the file holds an id of ``vocab_size`` or more."""
     val_file = Path(data) / "val.bin"
-    val = np.memmap(val_file, dtype=np.uint16, mode="r")
+    val = open_tokens(val_file, vocab_size)
     if rows < 1 or seq_len < 1:
         raise ValueError(f"--rows and --seq-len must be 1 or more, got {rows} and {seq_len}")
     if len(val) < rows * (seq_len + 1):

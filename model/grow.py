@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from .checkpoint import load_folder
-from .cli import input_errors_exit
+from .cli import ArgumentParser, input_errors_exit
 from .model import GPT
 from .run_state import read_state
 
@@ -122,14 +122,12 @@ def load_grown(model: GPT, sd: dict[str, Tensor]) -> None:
 def main(argv: list[str] | None = None) -> None:
     """``python -m sprout_model.grow RUN_OR_CHECKPOINT --preset sprout``: grow the run's weights and
     print both models' validation loss on the same held-out tokens (they should agree)."""
-    import argparse
-
     from .evaluation import first_val_windows
-    from .presets import preset
+    from .presets import PRESETS, preset
 
-    p = argparse.ArgumentParser(description=main.__doc__)
+    p = ArgumentParser(description=main.__doc__)
     p.add_argument("source", help="a run folder (state.pt) or a checkpoint folder")
-    p.add_argument("--preset", default="sprout")
+    p.add_argument("--preset", default="sprout", choices=sorted(PRESETS))
     p.add_argument("--data", default="data/default")
     p.add_argument("--rows", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=256)
@@ -144,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     load_grown(big, sd)
     small = GPT(type(cfg).from_dict({**cfg.to_dict(), **{k: shape[k] for k in ("n_layer", "d_model", "n_head", "d_ff")}}))
     small.load_state_dict(sd)
-    x = first_val_windows(a.data, a.rows, a.seq_len)
+    x = first_val_windows(a.data, a.rows, a.seq_len, cfg.vocab_size)
     with torch.no_grad():
         (ls, l_small), (lb, l_big) = small.eval()(x[:, :-1], x[:, 1:]), big.eval()(x[:, :-1], x[:, 1:])
     print(f"{a.source}: {small.num_params():,} parameters, validation loss {l_small.item():.5f} nats/token "

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from .checkpoint import SHIPPED, SHIPPED_DIR, load_folder, tokenizer_path
-from .cli import input_errors_exit
+from .cli import ArgumentParser, OptionError, input_errors_exit
 from .evaluation import HELDOUT_NAME_TEXTS, name_copying, repeated_tokens_loss_ratio
 from .tokenizer import load_tokenizer
 
@@ -131,12 +131,14 @@ def markdown(rows: list[dict]) -> str:
 
 @input_errors_exit
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoints", nargs="*", default=list(SHIPPED), help="shipped names or checkpoint folders (default: the shipped ones)")
     p.add_argument("--json", action="store_true", help="print a JSON list instead of the markdown table")
     a = p.parse_args(argv)
     torch.manual_seed(0)
     rows = [describe(n) for n in a.checkpoints]
+    if all(r.get("missing") for r in rows):  # nothing to show: an input mistake, not an empty table
+        raise OptionError("no checkpoint to describe: " + "; ".join(r["reason"] for r in rows))
     if a.json:
         print(json.dumps({"rows": rows, "copying_measure": COPYING_NOTE, "name_copying_measure": NAME_NOTE}, indent=1))
     else:

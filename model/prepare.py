@@ -13,15 +13,16 @@ import hashlib
 import json
 import random
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer
 
 from .augment import common_words, find_names, randomise_names
-from .cli import input_errors_exit
+from .cli import FRACTION, ArgumentParser, Number, input_errors_exit, writable_folder
 from .corpus import CorpusError, corpus_hash, describe, describe_sources, load_documents, source_counts, source_of, split_corpus
-from .tokenizer import EOT, TokenizerError, encode, load_tokenizer, train_tokenizer
+from .tokenizer import EOT, TokenizerError, encode_pieces, load_tokenizer, train_tokenizer
 
 DATA_ROOT = Path("data")
 
@@ -44,6 +45,22 @@ def reuse_tokenizer(path: str | Path) -> Tokenizer:
     return tok
 
 
+def write_tokens(path: Path, tok: Tokenizer, texts: Iterable[str], eot: int) -> list[int]:
+    """Write the ids of each text followed by ``eot`` to ``path`` (uint16), a piece at a time
+    (:func:`~sprout_model.tokenizer.encode_pieces`): memory holds one piece's ids, never a whole split's.
+    Returns the number of tokens written for each text, its ``eot`` included."""
+    counts = []
+    with open(path, "wb") as fh:
+        for text in texts:
+            n = 1
+            for ids in encode_pieces(tok, text):
+                np.asarray(ids, dtype=np.uint16).tofile(fh)
+                n += len(ids)
+            np.asarray([eot], dtype=np.uint16).tofile(fh)
+            counts.append(n)
+    return counts
+
+
 def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction: float = 0.05, seed: int = 0,
             name_views: int = 0, splice_share: float = 0.0, tokenizer: str | Path | None = None,
             full_name_share: float = 0.0) -> dict:
@@ -62,6 +79,9 @@ def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction
     for flag, v in (("--splice-share", splice_share), ("--full-name-share", full_name_share)):
         if not 0.0 <= v <= 1.0:
             raise ValueError(f"{flag} must be between 0 and 1, got {v}")
+        if v and not name_views:
+            raise ValueError(f"{flag} shapes the names of the --name-views versions, and none are written: pass "
+                             "--name-views K (such as 4) too, or drop it")
     out = Path(out) if out else DATA_ROOT / (corpus if not Path(corpus).is_dir() else Path(corpus).name)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -88,14 +108,10 @@ def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction
     for name, part in (("train", train), ("val", val)):
         for row in sources.values():
             row[f"{name}_tokens"] = 0
-        ids: list[int] = []
-        for d in part:
-            n = len(ids)
-            ids.extend(encode(tok, d.text))
-            ids.append(eot)
-            sources[source_of(d.name)][f"{name}_tokens"] += len(ids) - n  # with the document's <|endoftext|>
-        np.asarray(ids, dtype=np.uint16).tofile(out / f"{name}.bin")
-        meta[f"{name}_tokens"] = len(ids)
+        counts = write_tokens(out / f"{name}.bin", tok, (d.text for d in part), eot)
+        for d, n in zip(part, counts):
+            sources[source_of(d.name)][f"{name}_tokens"] += n  # with the document's <|endoftext|>
+        meta[f"{name}_tokens"] = sum(counts)
         meta[f"{name}_documents"] = len(part)
         meta[f"{name}_chars"] = sum(len(d.text) for d in part)
     if name_views:
@@ -106,12 +122,8 @@ def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction
                  if splice_share or full_name_share else None)
         for k in range(name_views):
             rng = random.Random(f"{seed}-{k}")
-            ids = []
-            for d in train:
-                ids.extend(encode(tok, randomise_names(d.text, names, rng, words=words, splice_share=splice_share,
-                                                       full_share=full_name_share)))
-                ids.append(eot)
-            np.asarray(ids, dtype=np.uint16).tofile(out / f"train_names{k}.bin")
+            write_tokens(out / f"train_names{k}.bin", tok, (randomise_names(
+                d.text, names, rng, words=words, splice_share=splice_share, full_share=full_name_share) for d in train), eot)
         meta["name_views"] = name_views
         meta["names_found"] = len(names)
         meta["splice_share"] = splice_share
@@ -127,21 +139,23 @@ def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction
 
 @input_errors_exit
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpus", default="default", help="default, fiction, large (default + more books), or a folder of .txt files")
     p.add_argument("--out", default=None, help="output folder (default data/<corpus>)")
-    p.add_argument("--val-fraction", type=float, default=0.05)
+    p.add_argument("--val-fraction", type=Number(0.0, 1.0, above=True, below=True), default=0.05)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--name-views", type=int, default=0,
                    help="also write K versions of the training split with recurring names randomised")
-    p.add_argument("--splice-share", type=float, default=0.0,
+    p.add_argument("--splice-share", type=FRACTION, default=0.0,
                    help="with --name-views: share of invented names spliced from two common words (augment.splice_name)")
-    p.add_argument("--full-name-share", type=float, default=0.0,
+    p.add_argument("--full-name-share", type=FRACTION, default=0.0,
                    help="with --name-views: share of names replaced by a two-word full name whose second word is "
                         "spliced from two common words (augment.randomise_names)")
     p.add_argument("--tokenizer", default=None,
                    help="encode with this tokenizer.json instead of training one (e.g. sprout_model/checkpoints/tokenizer.json)")
     a = p.parse_args(argv)
+    if a.out is not None:
+        writable_folder(a.out, "--out")
     prepare(a.corpus, a.out, a.val_fraction, a.seed, a.name_views, a.splice_share, a.tokenizer, a.full_name_share)
 
 

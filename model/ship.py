@@ -16,11 +16,11 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from .checkpoint import SHIPPED, SHIPPED_DIR, load_folder, save_checkpoint
-from .cli import input_errors_exit
+from .cli import ArgumentParser, input_errors_exit, writable_folder
+from .corpus import open_tokens
 from .model import GPT
 from .run_state import read_state
 from .train import loss_on_every_window
@@ -57,7 +57,7 @@ def ship(preset: str, run: str | Path | None = None, data: str | Path | None = N
     args = info.get("args", {})
     data = Path(data or args.get("data", "data/default"))
     if (data / "val.bin").is_file():
-        val = np.memmap(data / "val.bin", dtype=np.uint16, mode="r")
+        val = open_tokens(data / "val.bin", shipped.cfg.vocab_size)
         seq_len = min(VAL_SEQ_LEN, shipped.cfg.context)
         loss, windows = loss_on_every_window(shipped, val, seq_len)
         info["val_loss_training_windows"] = info.get("val_loss")  # float32, the windows this run evaluated on
@@ -70,7 +70,7 @@ def ship(preset: str, run: str | Path | None = None, data: str | Path | None = N
 
 @input_errors_exit
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("preset", choices=SHIPPED)
     p.add_argument("--run", default=None)
     p.add_argument("--data", default=None)
@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="write the folder here instead of model/checkpoints: a candidate to measure (sprout_model.info, "
                         "the analyses' --models) before it replaces what ships")
     a = p.parse_args(argv)
+    writable_folder(a.to or SHIPPED_DIR, "--to")
     info = ship(a.preset, a.run, a.data, root=Path(a.to) if a.to else SHIPPED_DIR, last=a.last)
     what = f"wrote {a.preset} to {a.to}" if a.to else f"shipped {a.preset}"
     print(f"{what}: {info['tokens_seen']:,} tokens, validation loss {info['val_loss']} nats/token "

@@ -21,7 +21,6 @@ Block numbers are 1-based (the chapter's count; ``layer`` = block - 1 in the tab
 """
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -29,7 +28,7 @@ import torch
 from torch import Tensor
 
 from .checkpoint import load_folder, save_checkpoint, tokenizer_path
-from .cli import input_errors_exit
+from .cli import ArgumentParser, input_errors_exit, numbers, writable_folder
 from .evaluation import first_val_windows
 from .model import GPT
 
@@ -92,17 +91,18 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m sprout_model.stack CHECKPOINT --blocks 5-8 --copies-of 1-4 --out FOLDER``: write the stacked
     checkpoint folder (float32, its train.json the source's plus ``stacked``) and print both models' validation
     loss (nats/token) on the same held-out windows."""
-    p = argparse.ArgumentParser(description=main.__doc__)
+    p = ArgumentParser(description=main.__doc__)
     p.add_argument("source", help="a checkpoint folder (model.safetensors + config.json)")
     p.add_argument("--blocks", default="5-8", help="the blocks to overwrite, 1-based (default 5-8)")
     p.add_argument("--copies-of", default="1-4", help="the blocks whose weights they get, in the same order (default 1-4)")
     p.add_argument("--out", required=True, help="the checkpoint folder to write (train --init-from reads it)")
-    p.add_argument("--out-scales", default=None,
+    p.add_argument("--out-scales", default=None, type=numbers,
                    help="comma-separated factors for each filled block's output matrices, in --blocks order (default: all 1)")
     p.add_argument("--data", default="data/default", help="a prepared corpus whose val.bin measures the loss")
     p.add_argument("--rows", type=int, default=16)
     p.add_argument("--seq-len", type=int, default=256)
     a = p.parse_args(argv)
+    writable_folder(a.out, "--out")
     src = Path(a.source)
     model, info = load_folder(src)
     n = model.cfg.n_layer
@@ -111,10 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     sd = stacked_state(model.state_dict(), targets, sources)
     scales = [1.0] * len(targets)
     if a.out_scales is not None:
-        try:
-            scales = [float(v) for v in a.out_scales.split(",")]
-        except ValueError:
-            raise ValueError(f"--out-scales {a.out_scales!r}: expected numbers such as '0.9,0.1,0.7,0.3'") from None
+        scales = a.out_scales
         sd = output_scaled(sd, targets, scales)
     stacked.load_state_dict(sd)
     record = {**info, "stacked": {"from": str(src), "blocks": [t + 1 for t in targets], "copies_of": [s + 1 for s in sources],
@@ -124,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     if not val_file.is_file():
         print(f"wrote {a.out}; no {val_file} to measure the loss on (prepare the corpus, or pass --data)")
         return
-    x = first_val_windows(a.data, a.rows, a.seq_len)
+    x = first_val_windows(a.data, a.rows, a.seq_len, model.cfg.vocab_size)
     print(json.dumps({"source": str(src), "out": a.out, "blocks": [t + 1 for t in targets],
                       "copies_of": [s + 1 for s in sources], "out_scales": scales, "rows": a.rows, "seq_len": a.seq_len,
                       "val_loss_source": round(_loss(model, x), 5), "val_loss_stacked": round(_loss(stacked, x), 5)}))

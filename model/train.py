@@ -15,11 +15,12 @@ machine reads them. ``sprout_model.device`` runs the whole recipe on a lent GPU 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
+import os
 import signal
 import time
+from argparse import RawDescriptionHelpFormatter
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -29,8 +30,9 @@ import torch
 from tqdm import tqdm
 
 from .augment import repeated_random_row, repeated_text_row
-from .checkpoint import save_checkpoint
-from .cli import input_errors_exit
+from .checkpoint import config_problem, parameter_count, save_checkpoint
+from .cli import FRACTION, NON_NEGATIVE, POSITIVE, ArgumentParser, Number, input_errors_exit, writable_folder
+from .corpus import open_tokens
 from .evaluation import NAME_TEXTS, name_copying, repeated_tokens_loss_ratio
 from .grow import load_grown, read_source
 from .model import GPT, Config
@@ -104,6 +106,16 @@ class TrainArgsError(ValueError):
     """Training options that cannot work together or with the run folder being resumed."""
 
 
+MAX_TOKENS = 1e12  # --tokens: a thousand times what Sprout was trained on; a bigger number is a typo (1e30 would
+# set a schedule of 1e28 steps)
+#: the range of every float option, checked on the command line (an argparse type) and in check_args alike
+FLOATS: dict[str, Number] = {
+    "tokens": Number(0.0, MAX_TOKENS, above=True), "lr": NON_NEGATIVE, "min_lr_frac": FRACTION,
+    "cooldown_tokens": NON_NEGATIVE, "weight_decay": NON_NEGATIVE, "beta2": Number(0.0, 1.0, below=True),
+    "grad_clip": POSITIVE, "max_minutes": POSITIVE, "copy_rows": FRACTION, "qk_gain_lr": NON_NEGATIVE,
+    "embed_lr": NON_NEGATIVE, "embed_mean": NON_NEGATIVE, "real_rows": FRACTION, "fit_minutes": POSITIVE,
+    "stop_copy_ratio": POSITIVE,
+}
 DTYPES = ("fp32", "bf16")
 SCHEDULES = ("cosine", "wsd")
 SAMPLERS = ("auto", "numpy", "torch")
@@ -162,31 +174,32 @@ def check_args(a: TrainArgs) -> None:
     for name in ("batch_size", "seq_len", "eval_every", "eval_batches", "save_every"):
         v = getattr(a, name)
         need(v >= 1, f"--{name.replace('_', '-')} must be 1 or more, got {v}")
-    need(math.isfinite(a.tokens) and a.tokens > 0, f"--tokens must be a number above 0 (such as 8e6), got {a.tokens:g}")
-    need(math.isfinite(a.lr) and a.lr >= 0, f"--lr must be a finite number of 0 or more, got {a.lr}")
-    need(a.warmup >= 0, f"--warmup must be 0 or more, got {a.warmup}")
-    need(math.isfinite(a.grad_clip) and a.grad_clip > 0, f"--grad-clip must be above 0, got {a.grad_clip}")
-    for name in ("min_lr_frac", "copy_rows", "real_rows"):
+    for name, kind in FLOATS.items():
         v = getattr(a, name)
-        need(0.0 <= v <= 1.0, f"--{name.replace('_', '-')} must be between 0 and 1, got {v}")
-    need(0.0 <= a.beta2 < 1.0, f"--beta2 must be at least 0 and below 1, got {a.beta2}")
+        problem = None if v is None else kind.problem(v)
+        need(problem is None, f"--{name.replace('_', '-')} {problem}")
+    need(a.warmup >= 0, f"--warmup must be 0 or more, got {a.warmup}")
     need(a.n_layer is None or a.n_layer >= 1, f"--n-layer must be 1 or more, got {a.n_layer}")
-    need(a.threads is None or a.threads >= 1, f"--threads must be 1 or more, got {a.threads}")
+    cpus = os.cpu_count() or 1
+    need(a.threads is None or 1 <= a.threads <= cpus, f"--threads must be from 1 to this machine's {cpus} CPUs, got {a.threads}")
     need(a.max_steps is None or a.max_steps >= 0, f"--max-steps must be 0 or more, got {a.max_steps}")
     need(a.schedule in SCHEDULES, f"--schedule must be one of {', '.join(SCHEDULES)}, got {a.schedule!r}")
     need(a.schedule != "wsd" or 0 < a.cooldown_tokens <= a.tokens,
          f"--schedule wsd needs --cooldown-tokens above 0 and at most --tokens ({a.tokens:g}), got {a.cooldown_tokens:g}")
+    need(a.schedule == "wsd" or not a.cooldown_tokens,
+         f"--cooldown-tokens is the decay of --schedule wsd; the {a.schedule} schedule has none: pass --schedule wsd or drop it")
     need(not (a.branch_from and a.init_from), "--branch-from continues a run and --init-from starts a new one: pass one")
     need(a.dtype in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}, got {a.dtype!r}")
     need(a.sampler in SAMPLERS, f"--sampler must be one of {', '.join(SAMPLERS)}, got {a.sampler!r}")
-    for name in ("fit_minutes", "stop_copy_ratio"):
-        v = getattr(a, name)
-        need(v is None or (math.isfinite(v) and v > 0), f"--{name.replace('_', '-')} must be a number above 0, got {v}")
     need(a.preset in PRESETS, f"--preset {a.preset!r} is not one of {', '.join(sorted(PRESETS))}")
+    problem = config_problem(a.model_config())  # the loader's limits: a model it would refuse is never allocated
+    need(problem is None, f"{f'--n-layer {a.n_layer}' if a.n_layer is not None else f'--preset {a.preset}'}: {problem} "
+                          "(the largest model the loaders build)")
     context = a.model_config().context
     need(a.seq_len <= context, f"--seq-len {a.seq_len} is longer than the {a.preset} model's context of {context} "
                                f"tokens; pass --seq-len {context} or less")
     resolve_device(a)
+    writable_folder(a.out or f"runs/{a.preset}", "--out")  # a probe: nothing is left there
 
 
 RESUME_MUST_MATCH = ("preset", "n_layer", "batch_size", "seq_len")  # a resumed run keeps its shapes and batches
@@ -491,15 +504,16 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
         if s.get("fit") and a.fit_minutes:
             a.tokens = s["fit"]["tokens"]  # the schedule it was fitted to (without --fit-minutes, --tokens rules)
     out.mkdir(parents=True, exist_ok=True)
-    train_tokens = real_tokens = np.memmap(data / "train.bin", dtype=np.uint16, mode="r")
+    vocab = meta["vocab_size"]
+    train_tokens = real_tokens = open_tokens(data / "train.bin", vocab)
     if a.real_rows and not a.name_views:
         raise ValueError("--real-rows mixes the real text into --name-views training; without --name-views every row is real")
     if a.name_views:
         files = sorted(data.glob("train_names*.bin"))
         if not files:
             raise FileNotFoundError(f"no train_names*.bin in {data}: run `python -m sprout_model.prepare --name-views 4` first")
-        train_tokens = [np.memmap(f, dtype=np.uint16, mode="r") for f in files]
-    val_tokens = np.memmap(data / "val.bin", dtype=np.uint16, mode="r")
+        train_tokens = [open_tokens(f, vocab) for f in files]
+    val_tokens = open_tokens(data / "val.bin", vocab)
     # the invented-name copying probe of info.py, tracked at every evaluation: copying is what the shipped models must keep
     tokenizer = load_tokenizer(data / "tokenizer.json")
     if len(val_tokens) < a.seq_len + 1:  # evaluate() would divide by zero at the first validation
@@ -509,7 +523,11 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
         )
 
     cfg = a.model_config()
-    cfg.vocab_size = meta["vocab_size"]
+    cfg.vocab_size = vocab
+    problem = config_problem(cfg)
+    if problem:
+        raise TrainArgsError(f"{data / 'meta.json'}: vocab_size {vocab:,} gives a model no loader builds ({problem}); "
+                             "run sprout_model.prepare again")
     if tokenizer is not None and max(len(tokenizer.encode(t).ids) for _, t in NAME_TEXTS) > cfg.context:
         tokenizer = None  # the probe's texts do not fit this model's context: history records None
     torch.manual_seed(a.seed)
@@ -666,7 +684,7 @@ def _fit_schedule(a: TrainArgs, step: int, s_per_step: float, measure, t_start: 
 
 @input_errors_exit
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=RawDescriptionHelpFormatter)
     for f, default in asdict(TrainArgs()).items():
         flag = "--" + f.replace("_", "-")
         if f == "preset":
@@ -675,15 +693,16 @@ def main(argv: list[str] | None = None) -> None:
             p.add_argument(flag, default=default, choices={"dtype": DTYPES, "sampler": SAMPLERS, "schedule": SCHEDULES}[f])
         elif isinstance(default, bool):
             p.add_argument(flag, action="store_true")
+        elif f in FLOATS:
+            p.add_argument(flag, type=FLOATS[f], default=default)
         elif default is None:
-            p.add_argument(flag, default=None, type=float if f in ("max_minutes", "fit_minutes", "stop_copy_ratio")
-                           else (str if f in ("out", "init_from", "branch_from") else int))
+            p.add_argument(flag, default=None, type=str if f in ("out", "init_from", "branch_from") else int)
         else:
             p.add_argument(flag, type=type(default), default=default)
     a = TrainArgs(**vars(p.parse_args(argv)))
     check_args(a)
     cfg = a.model_config()
-    print(f"{a.preset} ({cfg.n_layer} blocks): {GPT(cfg).num_params():,} parameters, {a.total_steps:,} steps of "
+    print(f"{a.preset} ({cfg.n_layer} blocks): {parameter_count(cfg):,} parameters, {a.total_steps:,} steps of "
           f"{a.batch_size}x{a.seq_len} tokens")
     print(json.dumps(train(a)))
 

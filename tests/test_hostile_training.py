@@ -144,11 +144,37 @@ def train_cli(data: Path, out: Path, *extra: str) -> list[str]:
     (["--seq-len", "1000"], ["--seq-len 1000 is longer than", "context of 64", "--seq-len 64 or less"]),
     (["--eval-every", "0"], ["--eval-every must be 1 or more"]),
     (["--save-every", "0"], ["--save-every must be 1 or more"]),
-    (["--tokens", "0"], ["--tokens must be a number above 0"]),
-    (["--tokens", "nan"], ["--tokens"]),
-    (["--lr", "-1"], ["--lr"]),
+    (["--tokens", "0"], ["--tokens must be above 0 and at most 1e+12, got 0"]),
+    (["--tokens", "nan"], ["--tokens must be above 0"]),
+    (["--tokens", "1e30"], ["--tokens must be above 0 and at most 1e+12, got 1e30"]),
+    (["--lr", "-1"], ["--lr must be a number of at least 0 (finite), got -1"]),
+    (["--lr", "nan"], ["--lr must be a number of at least 0"]),
     (["--copy-rows", "2"], ["--copy-rows must be between 0 and 1"]),
     (["--n-layer", "0"], ["--n-layer must be 1 or more"]),
+    # NaN and infinity in any float option (these trained to a state.pt of NaN weights, exit 0)
+    (["--weight-decay", "nan"], ["--weight-decay must be a number of at least 0 (finite), got nan"]),
+    (["--qk-gain-lr", "nan"], ["--qk-gain-lr must be", "got nan"]),
+    (["--embed-mean", "inf"], ["--embed-mean must be", "got inf"]),
+    (["--embed-lr=-inf"], ["--embed-lr must be", "got -inf"]),
+    (["--min-lr-frac", "nan"], ["--min-lr-frac must be between 0 and 1, got nan"]),
+    (["--beta2", "nan"], ["--beta2 must be at least 0 and below 1, got nan"]),
+    (["--grad-clip", "inf"], ["--grad-clip must be a number above 0 (finite), got inf"]),
+    (["--real-rows", "nan"], ["--real-rows must be between 0 and 1"]),
+    (["--fit-minutes", "nan"], ["--fit-minutes must be a number above 0"]),
+    (["--stop-copy-ratio", "inf"], ["--stop-copy-ratio must be"]),
+    (["--lr", "ten"], ["--lr must be", "got 'ten'"]),
+    # accepted and ignored, or accepted to stop at once
+    (["--max-minutes", "-1"], ["--max-minutes must be a number above 0 (finite), got -1"]),
+    (["--cooldown-tokens", "-1"], ["--cooldown-tokens must be a number of at least 0 (finite), got -1"]),
+    (["--cooldown-tokens", "8"], ["--cooldown-tokens is the decay of --schedule wsd", "cosine schedule has none"]),
+    # sizes: the loaders' limits before anything is allocated (--n-layer 1000 allocated 7.9 GB, unbounded --threads
+    # crashed in the allocator)
+    (["--n-layer", "1000"], ["--n-layer 1000: n_layer is 1000", "at most 256"]),
+    (["--threads", "100000"], ["--threads must be from 1 to this machine's", "got 100000"]),
+    (["--threads", "0"], ["--threads must be from 1"]),
+    (["--preset", "bogus"], ["argument --preset: invalid choice: 'bogus'"]),
+    (["--out", "/proc/self"], ["--out /proc/self: nothing can be written in /proc/self"]),
+    (["--out", "/proc/self/run"], ["--out /proc/self/run: nothing can be written in /proc/self"]),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) and v and v[0].startswith("--") else None)
 def test_train_options_that_cannot_work(data, tmp_path, capsys, flags, words):
     from sprout_model.train import main
@@ -156,6 +182,19 @@ def test_train_options_that_cannot_work(data, tmp_path, capsys, flags, words):
     err = cli_error(main, train_cli(data, tmp_path / "run") + flags, capsys)
     assert all(w in err for w in words), err
     assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize("field, value", [("weight_decay", float("nan")), ("qk_gain_lr", float("nan")),
+                                          ("embed_mean", float("inf")), ("embed_lr", float("nan")),
+                                          ("max_minutes", -1.0), ("cooldown_tokens", -1.0), ("tokens", 1e30),
+                                          ("lr", True), ("threads", 10 ** 6), ("n_layer", 1000)])
+def test_train_refuses_the_same_options_given_in_code(data, tmp_path, field, value):
+    """TrainArgs built in code meet the command line's rules (check_args), before anything is written."""
+    from sprout_model.train import TrainArgsError
+
+    with pytest.raises(TrainArgsError, match="--" + field.replace("_", "-")):
+        train(args(data, tmp_path / "run", **{field: value}), progress=False)
+    assert not (tmp_path / "run").exists()
 
 
 def test_train_without_a_prepared_corpus(tmp_path, capsys):
@@ -213,8 +252,98 @@ def test_grow_ship_info_prepare_command_lines(data, tmp_path, capsys, marker):
     assert "--val-fraction must be between 0 and 1" in err
     bad = save_checkpoint(GPT(TINY), tmp_path / "bad", None, {})
     (bad / "config.json").write_text(json.dumps({**TINY.to_dict(), "n_layer": 10 ** 9}))
-    assert info.main([str(bad)]) == 0  # info reports a damaged folder in its table and goes on
-    assert "n_layer" in capsys.readouterr().out
+    good = save_checkpoint(GPT(Config(**{**TINY.to_dict(), "context": 128})), tmp_path / "good", None, {})
+    assert info.main([str(good), str(bad)]) == 0  # info reports a damaged folder in its table and goes on
+    out = capsys.readouterr().out
+    assert "| " + str(good) in out and f"- {bad}: cannot load" in out and "n_layer" in out
+
+
+def cli_case(cli: str, argv: str, *words: str):
+    """One refusal: the tool, its arguments (``{ckpt}``, ``{data}``, ``{tmp}`` filled in), the words of its error."""
+    return pytest.param(cli, argv.split(), list(words), id=f"{cli} {argv}".replace("{tmp}/", "").replace("{", "").replace("}", ""))
+
+
+@pytest.mark.parametrize("cli, argv, words", [
+    cli_case("grow", "{ckpt} --preset bogus --data {data}", "argument --preset: invalid choice: 'bogus'"),
+    cli_case("grow", "{ckpt} --rows 0 --data {data}", "--rows and --seq-len must be 1 or more"),
+    cli_case("stack", "{ckpt} --blocks 2 --copies-of 1 --out {tmp}/out --out-scales 0.5,nan",
+             "--out-scales must be a finite number, got nan"),
+    cli_case("stack", "{ckpt} --blocks 2 --copies-of 1 --out {tmp}/out --out-scales inf",
+             "--out-scales must be a finite number, got inf"),
+    cli_case("stack", "{ckpt} --blocks 2 --copies-of 1 --out /proc/self/stacked",
+             "--out /proc/self/stacked: nothing can be written in /proc/self"),
+    cli_case("info", "{tmp}/nowhere {tmp}/nor-here", "no checkpoint to describe", "nowhere", "nor-here"),
+    cli_case("info", "{tmp}/nowhere --bogus", "unrecognized arguments: --bogus"),
+    cli_case("ship", "gpt-1 --run {tmp}/run --to /proc/self", "--to /proc/self: nothing can be written"),
+    cli_case("prepare", "--corpus {tmp} --out {tmp}/out --full-name-share 0.5",
+             "--full-name-share shapes the names of the --name-views versions", "pass --name-views K"),
+    cli_case("prepare", "--corpus {tmp} --out {tmp}/out --splice-share 0.5", "--splice-share shapes", "--name-views"),
+    cli_case("prepare", "--corpus {tmp} --out {tmp}/out --val-fraction nan",
+             "--val-fraction must be between 0 and 1, both excluded, got nan"),
+    cli_case("prepare", "--corpus {tmp} --out {tmp}/out --full-name-share inf --name-views 2",
+             "--full-name-share must be between 0 and 1, got inf"),
+    cli_case("prepare", "--corpus {tmp} --out /proc/self", "--out /proc/self: nothing can be written"),
+])
+def test_other_command_lines_refuse_with_one_line(data, tmp_path, capsys, cli, argv, words):
+    import importlib
+
+    main = importlib.import_module(f"sprout_model.{cli}").main
+    ckpt = save_checkpoint(GPT(Config(**{**TINY.to_dict(), "n_layer": 2})), tmp_path / "ckpt", None, {})
+    argv = [a.format(ckpt=ckpt, data=data, tmp=tmp_path) for a in argv]
+    err = cli_error(main, argv, capsys)
+    assert all(w in err for w in words), err
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def hostile_data(data: Path, folder: Path, **files: np.ndarray) -> Path:
+    """A copy of the prepared corpus ``data`` in ``folder`` with the token files in ``files`` (name: ids) replaced."""
+    import shutil
+
+    shutil.copytree(data, folder)
+    for name, ids in files.items():
+        ids.astype(np.uint16).tofile(folder / f"{name}.bin")
+    return folder
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_token_ids_past_the_vocabulary_are_refused_when_the_file_is_opened(data, tmp_path, capsys, monkeypatch, split):
+    """An id the model has no row for stopped training with an IndexError at the first batch that drew it (or the
+    first evaluation): now the file is refused when it is opened, read a chunk at a time, naming the id and where."""
+    from sprout_model import corpus
+    from sprout_model.train import main
+
+    monkeypatch.setattr(corpus, "TOKEN_CHUNK", 1000, raising=False)  # the bad id sits in the third chunk
+    ids = np.fromfile(data / f"{split}.bin", dtype=np.uint16)
+    ids[2345 if split == "train" else 345] = TINY.vocab_size  # one past the last id
+    bad = hostile_data(data, tmp_path / "bad", **{split: ids})
+    err = cli_error(main, train_cli(bad, tmp_path / "run"), capsys)
+    at = 2345 if split == "train" else 345
+    assert f"{bad / (split + '.bin')} holds token id 300 at position {at:,}" in err, err
+    assert "vocabulary has 300 ids (0 to 299)" in err and "sprout_model.prepare" in err
+    assert not (tmp_path / "run" / "state.pt").exists()
+
+
+def test_open_tokens_checks_every_chunk_and_the_file_size(tmp_path, monkeypatch):
+    from sprout_model import corpus
+    from sprout_model.corpus import CorpusError, open_tokens
+    from sprout_model.evaluation import first_val_windows
+
+    monkeypatch.setattr(corpus, "TOKEN_CHUNK", 7)
+    ids = np.arange(50, dtype=np.uint16) % 40
+    ids.tofile(tmp_path / "ok.bin")
+    assert open_tokens(tmp_path / "ok.bin", 40).tolist() == ids.tolist()  # ids 0..39 all fit 40
+    with pytest.raises(CorpusError, match=r"holds token id 39 at position 39,"):
+        open_tokens(tmp_path / "ok.bin", 39)  # the last full chunk's last id
+    (tmp_path / "odd.bin").write_bytes(b"\x01\x00\x02")
+    with pytest.raises(CorpusError, match="3 bytes, not a whole number of uint16 token ids"):
+        open_tokens(tmp_path / "odd.bin", 40)
+    (tmp_path / "empty.bin").write_bytes(b"")
+    with pytest.raises(CorpusError, match="holds no tokens"):
+        open_tokens(tmp_path / "empty.bin", 40)
+    (tmp_path / "d").mkdir()
+    np.full(100, 65535, dtype=np.uint16).tofile(tmp_path / "d" / "val.bin")
+    with pytest.raises(CorpusError, match="token id 65,535 at position 0"):  # grow and stack read it so too
+        first_val_windows(tmp_path / "d", 2, 8, 300)
 
 
 def test_python_dash_m_prints_one_line_and_exits_2(data, tmp_path):
@@ -278,7 +407,8 @@ def test_load_folder_checks_the_config_against_the_weights(tmp_path):
     from sprout_model.checkpoint import CheckpointFolderError, load_folder
 
     f = save_checkpoint(GPT(TINY), tmp_path / "c", None, {})
-    for bad, words in [({"n_layer": 10 ** 9}, "n_layer"), ({"d_ff": 10 ** 6}, "parameters"), ({"d_model": "16"}, "d_model"),
+    for bad, words in [({"n_layer": 10 ** 9}, "n_layer"), ({"d_ff": 60_000}, "parameters"), ({"d_model": "16"}, "d_model"),
+                       ({"n_layer": 1000}, "n_layer is 1000; it must be a positive whole number of at most 256"),
                        ({"rope_base": 0}, "rope_base"), ({"n_head": 3}, "head width"), ({"context": 10 ** 9}, "context")]:
         (f / "config.json").write_text(json.dumps({**TINY.to_dict(), **bad}))
         with pytest.raises(CheckpointFolderError, match=words):
@@ -351,3 +481,82 @@ def test_too_little_text_for_the_tokenizer_says_what_to_do(tmp_path):
         (tmp_path / "texts" / f"{i}.txt").write_text(PROSE)
     with pytest.raises(CorpusError, match="too little text.*Add more .txt files"):
         prepare(str(tmp_path / "texts"), tmp_path / "out")
+
+
+# --- a long document on one line ------------------------------------------------------------------------
+
+
+def one_line_text(n_words: int, seed: int = 0) -> str:
+    """Prose-like words on one line: no newline for a whole document."""
+    rng = np.random.default_rng(seed)
+    lexicon = ["".join(rng.choice(list("abcdefghijklmnoprstuvwy"), rng.integers(2, 9))) for _ in range(400)]
+    lexicon += ["o'clock", "isn't", "1897,", "harbour.", "«café»", "—", "漢字"]
+    return " ".join(rng.choice(lexicon, n_words))
+
+
+class RecordingTokenizer:
+    """A tokenizer that records the length of every text it is asked to encode, and otherwise is ``tok``."""
+
+    def __init__(self, tok):
+        self.tok, self.lengths = tok, []
+
+    def encode(self, text, *args, **kwargs):
+        self.lengths.append(len(text))
+        return self.tok.encode(text, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.tok, name)
+
+
+def test_prepare_encodes_a_one_line_document_a_piece_at_a_time(data, tmp_path, monkeypatch):
+    """A 20 MB document on one line was handed to the tokenizer whole (peak 3.2 GB; 4.3 GB where the tokenizer
+    was trained on it too); it now goes in pieces of about PIECE_CHARS characters, and the token files hold
+    exactly the whole documents' ids."""
+    from sprout_model import prepare as prep
+    from sprout_model import tokenizer as tk
+    from sprout_model.corpus import load_documents, split_corpus
+
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    (texts / "long.txt").write_text(one_line_text(8000))  # about 45,000 characters, no newline
+    for i in range(3):
+        (texts / f"{i}.txt").write_text(PROSE)
+    monkeypatch.setattr(tk, "PIECE_CHARS", 1000, raising=False)
+    real = prep.reuse_tokenizer(data / "tokenizer.json")
+    recording = RecordingTokenizer(real)
+    monkeypatch.setattr(prep, "reuse_tokenizer", lambda path: recording)
+    meta = prep.prepare(str(texts), tmp_path / "out", val_fraction=0.25, tokenizer=data / "tokenizer.json")
+    assert max(recording.lengths) <= 2000, max(recording.lengths)
+    eot = real.token_to_id(tk.EOT)
+    train_docs, val_docs = split_corpus(str(texts), load_documents(str(texts)), 0.25, 0)
+    assert max(len(d.text) for d in train_docs + val_docs) > 40_000
+    for split, docs in (("train", train_docs), ("val", val_docs)):
+        want = [i for d in docs for i in [*real.encode(d.text, add_special_tokens=False).ids, eot]]
+        assert np.fromfile(tmp_path / "out" / f"{split}.bin", dtype=np.uint16).tolist() == want
+        assert meta[f"{split}_tokens"] == len(want)
+
+
+def test_pieces_end_where_words_do(data):
+    from sprout_model.corpus import word_count
+    from sprout_model.tokenizer import encode, encode_pieces, load_tokenizer, pieces
+
+    tok = load_tokenizer(data / "tokenizer.json")
+    rng = np.random.default_rng(1)
+    parts = ["a", "bb", "'s", "1", ".", "é", "漢", "\n", "\t", "  ", " \n "]
+    text = "".join(rng.choice(parts) + ("" if k % 3 else " x") for k in range(3000))  # " x" at least every 3 parts
+    for size in (10, 17, 64, 500):
+        cut = list(pieces(text, size))
+        assert "".join(cut) == text and max(map(len, cut)) <= 2 * size
+        assert [i for ids in encode_pieces(tok, text, size) for i in ids] == encode(tok, text)
+    run = "x" * 5000  # no space at all: cut where it is, never more than twice the size
+    assert "".join(pieces(run, 100)) == run and max(map(len, pieces(run, 100))) <= 200
+    assert word_count(text, chunk=7) == len(text.split())
+
+
+def test_the_tokenizer_trained_in_pieces_is_the_one_trained_whole(monkeypatch):
+    from sprout_model import tokenizer as tk
+
+    docs = [one_line_text(6000, seed=2), PROSE]
+    whole = tk.train_tokenizer(docs, vocab_size=300).to_str()
+    monkeypatch.setattr(tk, "PIECE_CHARS", 300)
+    assert tk.train_tokenizer(docs, vocab_size=300).to_str() == whole

@@ -6,6 +6,8 @@ Module attributes, read at every load, so a test (or a user with a bigger model)
 """
 from __future__ import annotations
 
+from sprout_model.checkpoint import CONFIG_LIMITS
+
 __all__ = ["MAX_WEIGHTS_BYTES", "MAX_JSON_BYTES", "MAX_TOKENIZER_BYTES", "MAX_MODEL_BYTES", "MAX_PICKLE_BYTES",
            "PICKLE_OPS", "PICKLE_OPS_PER_TENSOR", "LIMITS", "SHOW"]
 
@@ -16,6 +18,5 @@ MAX_MODEL_BYTES = 8 << 30  # float32 parameters plus the RoPE tables of the mode
 MAX_PICKLE_BYTES = 64 << 20  # the pickle inside a .pt
 PICKLE_OPS = 200_000  # pickle opcodes allowed in a .pt, plus PICKLE_OPS_PER_TENSOR for each tensor in it
 PICKLE_OPS_PER_TENSOR = 200
-LIMITS = {"vocab_size": 1_000_000, "context": 65_536, "n_layer": 256, "n_head": 16_384, "d_model": 16_384,
-          "d_ff": 65_536}  # upper bounds of the config's whole-number fields
+LIMITS = dict(CONFIG_LIMITS)  # upper bounds of the config's whole-number fields (the training tools refuse the same)
 SHOW = 5  # how many keys or names an error message shows
