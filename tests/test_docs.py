@@ -89,6 +89,49 @@ def test_every_call_in_the_translation_table_exists():
     assert checked >= 30
 
 
+def test_sphinx_roles_become_links_where_the_object_has_a_page_and_code_elsewhere(monkeypatch):
+    """docs/griffe_roles.py: a role naming a rendered object (through an import, relative or by full path) becomes an
+    autorefs link, one naming an object no page renders becomes code, and nothing of the role is left."""
+    import importlib.util
+
+    import griffe
+
+    spec = importlib.util.spec_from_file_location("griffe_roles", DOCS / "griffe_roles.py")
+    roles = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(roles)
+    monkeypatch.setattr(roles, "rendered_identifiers", lambda: {"pkg.metrics.LogitDiff", "pkg.patching.patch"})
+    modules = {
+        "__init__.py": "",
+        "metrics.py": 'class LogitDiff:\n    """A metric."""\n\nclass Loss:\n    """Another."""\n',
+        "patching.py": ('from pkg.metrics import LogitDiff, Loss\n\n\ndef patch(metric):\n'
+                        '    """Take :class:`LogitDiff`, :class:`~pkg.metrics.Loss` or see :func:`patch` and :func:`.other`."""\n'),
+    }
+    with griffe.temporary_visited_package("pkg", modules, extensions=griffe.load_extensions(roles.SphinxRoles)) as pkg:
+        text = pkg["patching.patch"].docstring.value
+    assert text == ("Take [`LogitDiff`][pkg.metrics.LogitDiff], `Loss` or see [`patch`][pkg.patching.patch] and "
+                    "`other`.")
+
+
+@pytest.mark.acceptance
+def test_the_manual_builds_strictly_with_no_raw_roles_and_one_returns_entry(tmp_path):
+    """``mkdocs build --strict`` passes; no page shows a Sphinx role, and activation_patch's Returns is one entry whose
+    columns are a table (the Google parser made one bogus "DataFrame" row per line of it)."""
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    for html in site.glob("*/index.html"):
+        assert not re.search(r":(class|func|meth|attr|mod|exc):(`|<code)", html.read_text(encoding="utf-8")), html.parent.name
+    page = (site / "patching" / "index.html").read_text(encoding="utf-8")
+    one = page[page.index('id="sprout_interp.circuits.patching.activation_patch"'):]
+    returns = one[one.index("Returns:"):one.index('id="sprout_interp.circuits.patching.attribution_patch"')]
+    assert returns.count(">DataFrame<") == 1 and "<table>" in returns and "score" in returns
+    assert "module docstring" not in one[:one.index("Returns:")]  # every site and split is on the page
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("page", PAGES, ids=[p.stem for p in PAGES])
 def test_page_examples_run(page: Path):
