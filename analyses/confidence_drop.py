@@ -60,7 +60,7 @@ RIPE = "the right answer often appears before the last block"
 
 
 def parser() -> ArgumentParser:
-    """The script's arguments (the defaults are the README's settings)."""
+    """The script's arguments (the defaults are the claims table's settings)."""
     p = script_parser(SCRIPT, __doc__)
     p.add_argument("--n", type=int, default=16, help="held-out windows (0: skip the held-out sample)")
     p.add_argument("--length", type=int, default=256, help="tokens per held-out window")
@@ -76,7 +76,7 @@ def measure(models: list[NamedModel], args: Namespace, claims_only: bool = False
     tuned lens; "first_correct": counts of the block where the next token first becomes top-1; "grids": model ->
     (the texts' LogitLens, its token labeller, positions shown), for the report's figure}.
 
-    ``claims_only``: the three texts only (the README table's claims), not the held-out sample."""
+    ``claims_only``: the three texts only (the claims table's rows), not the held-out sample."""
     layers, claims, firsts, tuned, grids = [], [], [], [], {}
     for nm in models:
         t = time.time()
@@ -135,7 +135,7 @@ def judge(measured: dict[str, Any]) -> list[Claim]:
     """Per model and text set: the last block steps back (the confidence drops by at least FLAT; under FLAT either
     way: no clear change; "not applicable" with one block), the same through the tuned lens, the embedding row
     repeats the input token (REPRODUCED at ECHO_NEARLY_ALWAYS, PARTLY at 50%), the right answer often ripens before
-    the last block (REPRODUCED when at least half of the correct predictions do). The README table shows the three
+    the last block (REPRODUCED when at least half of the correct predictions do). The claims table shows the three
     texts; the held-out sample's are printed by the script."""
     out = []
     tuned = measured["tuned"].set_index(["model", "text_set"])

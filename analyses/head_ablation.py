@@ -67,7 +67,7 @@ SPEARMAN = "attribution patching ranks heads like the exact sweep (Spearman)"
 
 
 def parser() -> ArgumentParser:
-    """The script's arguments (the defaults are the README's settings)."""
+    """The script's arguments (the defaults are the claims table's settings)."""
     p = script_parser(SCRIPT, __doc__)
     p.add_argument("--kind", choices=["mean", "zero", "resample"], default="mean",
                    help="how a head is ablated (the circuit's ablations use mean for resample)")

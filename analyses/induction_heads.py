@@ -64,7 +64,7 @@ CIRCUIT_CHAPTER = "previous-token head in layer 2, induction head in layer 3 (gp
 
 
 def parser() -> ArgumentParser:
-    """The script's arguments (the defaults are the README's settings)."""
+    """The script's arguments (the defaults are the claims table's settings)."""
     p = script_parser(SCRIPT, __doc__)
     p.add_argument("--seq-len", type=int, default=64, help="random tokens per copy (each row is this, twice)")
     p.add_argument("--batch", type=int, default=16, help="rows of repeated random tokens")

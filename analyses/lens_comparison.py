@@ -30,7 +30,7 @@ CHAPTER = "Belrose et al. 2023, not the chapter"
 
 
 def parser() -> ArgumentParser:
-    """The script's arguments (the defaults are the README's settings)."""
+    """The script's arguments (the defaults are the claims table's settings)."""
     p = script_parser(SCRIPT, __doc__)
     p.add_argument("--n", type=int, default=8, help="held-out windows")
     p.add_argument("--length", type=int, default=128, help="tokens per held-out window")

@@ -59,7 +59,7 @@ DEEPER = ("deeper models copy more surely (over our five invented names, mean P 
 
 
 def parser() -> ArgumentParser:
-    """The script's arguments (the defaults are the README's settings)."""
+    """The script's arguments (the defaults are the claims table's settings)."""
     return script_parser(SCRIPT, __doc__)
 
 

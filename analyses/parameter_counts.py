@@ -32,7 +32,7 @@ CHAPTER = ("Sprout has 17,309,056 parameters (20,454,784 untied); per block 589,
 
 
 def parser() -> ArgumentParser:
-    """The script's arguments (the defaults are the README's settings)."""
+    """The script's arguments (the defaults are the claims table's settings)."""
     return script_parser(NAME, __doc__)
 
 
@@ -57,7 +57,7 @@ def measure(models: list[NamedModel], args: Namespace) -> dict[str, pd.DataFrame
 
 
 def judge(measured: dict[str, pd.DataFrame]) -> list[Claim]:
-    """Per model: the formula equals the counted tensors for every piece (REPRODUCED / DIFFERS; not in the README
+    """Per model: the formula equals the counted tensors for every piece (REPRODUCED / DIFFERS; not in the claims
     table); per figure the chapter gives: ours equals it (the vocabulary share within 2 points)."""
     out = []
     pieces = measured["pieces"]

@@ -61,7 +61,7 @@ def _band(ratio: float) -> str:
 
 
 def parser() -> ArgumentParser:
-    """The script's arguments (the defaults are the README's settings)."""
+    """The script's arguments (the defaults are the claims table's settings)."""
     p = script_parser(SCRIPT, __doc__)
     p.add_argument("--n", type=int, default=16, help="held-out windows (0: only the three texts)")
     p.add_argument("--length", type=int, default=256, help="tokens per held-out window")

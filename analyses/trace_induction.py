@@ -182,7 +182,7 @@ def judge_steps(model_label: str, t: dict, comp: pd.DataFrame, prevs, ind) -> li
 
 
 def parser() -> ArgumentParser:
-    """The script's arguments (the defaults are the README's settings)."""
+    """The script's arguments (the defaults are the claims table's settings)."""
     p = script_parser(SCRIPT, __doc__)
     p.set_defaults(models=DEFAULT_MODELS)
     p.add_argument("--texts", type=int, default=len(NAME_TEXTS), help="how many of the name texts to trace")

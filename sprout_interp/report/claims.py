@@ -1,6 +1,6 @@
 """The chapter's claims as data: a :class:`Claim` is one judgement a claim script makes (the chapter's words and
 figure, ours, a verdict, the numbers it rests on, the command that measures it), and :func:`claims_markdown`
-renders a list of them as the rows of the README's claims table.
+renders a list of them as the rows of the claims table (docs/claims.md).
 
 Each script in ``analyses/`` splits into ``measure(models, args)`` (DataFrames), ``judge(measured)`` (a list of
 claims) and a report (tables, figures, the verdict lines of :func:`verdict_line`); ``analyses/claims_table.py``
@@ -16,7 +16,7 @@ from typing import Any
 
 __all__ = ["BEGIN", "END", "HEADER", "Claim", "claims_markdown", "read_block", "replace_block", "verdict_line", "verdict_lines"]
 
-#: the marker comments around the generated claims table in the README
+#: the marker comments around the generated claims table in docs/claims.md
 BEGIN, END = "<!-- claims:begin -->", "<!-- claims:end -->"
 #: the table's first two lines
 HEADER = "| claim (chapter) | ours | command |\n|---|---|---|"
@@ -33,8 +33,8 @@ class Claim:
     the numbers the verdict rests on (DataFrames or dicts); ``command``: the script's command line.
     ``model``: the model measured ("" for a claim about several); ``part``: which part of the claim when a
     script judges several parts, each from its own measurement ("" otherwise). ``headline``: False for a
-    judgement the script prints but the README's table leaves out (held-out repeats, side figures).
-    ``brief``: what the README's table shows in place of ``ours`` when the console's line is too long for it
+    judgement the script prints but the claims table leaves out (held-out repeats, side figures).
+    ``brief``: what the claims table shows in place of ``ours`` when the console's line is too long for it
     ("" : ``ours``).
     """
 
@@ -72,7 +72,7 @@ def _cell(s: str) -> str:
 
 
 def claims_markdown(claims: Sequence[Claim]) -> str:
-    """The README's claims table in markdown: the header, then one row ``| claim (chapter) | ours | command |``
+    """The claims table of docs/claims.md in markdown: the header, then one row ``| claim (chapter) | ours | command |``
     per distinct (claim, chapter, command), in the order the claims come. A row's "ours" joins each of its
     claims as 'model, part: ours: **VERDICT**', so every model and every part keeps its own verdict. Claims
     with ``headline=False`` are left out. Returns the table, ending in a newline."""
