@@ -2,6 +2,7 @@
 
     python -m sprout_model.device run --minutes 8 --out $OUT          # on the GPU (scripts/train_on_device.sh)
     python -m sprout_model.device run --cpu --preset tiny --minutes 1  # the same recipe here, small
+    python -m sprout_model.device run --cpu --preset tiny --steps 20   # ... as a fixed number of steps a stage
     python -m sprout_model.device size --carry device                  # what a `run` call would send (64 MiB at most)
     python -m sprout_model.device join PARTS_FOLDER runs/device/checkpoint   # the parts back into a checkpoint folder
 
@@ -228,6 +229,8 @@ class Recipe:
 
     out: str = "out/device-run"  # the parts, train.json and device.json ($OUT on the device)
     minutes: float | None = None  # wall time of the whole run, start to the last file written
+    steps: int | None = None  # instead of fitting to the minutes: each stage at most this many steps (the copy stage
+    # fewer where its copying ratio reaches --copy-stop first), the same work on any machine, however long it takes
     cpu: bool = False  # train on the CPU at a small scale (the same recipe, checked here)
     preset: str = "sprout"  # or "tiny": gpt-4's width with 2 blocks, for the CPU check
     data: str | None = None  # a prepared corpus; default device/data (scripts/device_pack.sh), else data/large-names
@@ -346,6 +349,9 @@ def run_recipe(r: Recipe) -> dict:
     r = filled(r)
     if not (r.minutes and r.minutes > 0 and 0 < r.copy_share < 1):
         raise ValueError(f"--minutes must be above 0 and --copy-share between 0 and 1, got {r.minutes}, {r.copy_share}")
+    if r.steps is not None and (isinstance(r.steps, bool) or not isinstance(r.steps, int) or r.steps < 1):
+        raise ValueError(f"--steps must be a whole number above 0 (or left out, to fit the stages to --minutes), "
+                         f"got {r.steps!r}")
     if r.preset != "tiny" and r.preset not in PRESETS:
         raise ValueError(f"--preset {r.preset!r} is not tiny or one of {', '.join(sorted(PRESETS))}")
     deadline = t0 + r.minutes * 60
@@ -370,23 +376,28 @@ def run_recipe(r: Recipe) -> dict:
     compiled = {"on": bool(r.compile)}
 
     def copy_args(compile_: bool) -> TrainArgs | None:
-        left = (copy_end - time.time()) / 60
-        if left < 0.05:
-            return None
+        if r.steps is None:
+            left = (copy_end - time.time()) / 60
+            if left < 0.05:
+                return None
+        budget = dict(max_minutes=left) if r.steps is None else dict(max_steps=r.steps)
         return TrainArgs(**common, compile=compile_, out=str(copy_run), batch_size=r.copy_batch, seq_len=r.copy_seq,
                          lr=r.copy_lr, warmup=r.copy_warmup, tokens=float(COPY_SCHEDULE_STEPS * r.copy_batch * r.copy_seq),
-                         copy_rows=1.0, eval_every=r.copy_eval_every, eval_batches=1, max_minutes=left,
+                         copy_rows=1.0, eval_every=r.copy_eval_every, eval_batches=1, **budget,
                          stop_copy_ratio=r.copy_stop)
 
     def text_args(compile_: bool) -> TrainArgs | None:
-        left = (deadline - time.time() - r.margin_s) / 60
-        if left < 0.1:
-            return None
+        if r.steps is None:
+            left = (deadline - time.time() - r.margin_s) / 60
+            if left < 0.1:
+                return None
+        # fitted to the time left; or a whole schedule of --steps steps
+        budget = (dict(tokens=TEXT_TOKENS_CAP, fit_minutes=left, max_minutes=left) if r.steps is None
+                  else dict(tokens=float(r.steps * r.text_batch * r.text_seq)))
         init = str(copy_run) if (copy_run / "state.pt").is_file() else None
         return TrainArgs(**common, compile=compile_, out=str(text_run), init_from=init, batch_size=r.text_batch,
-                         seq_len=r.text_seq, lr=r.text_lr, warmup=r.text_warmup, tokens=TEXT_TOKENS_CAP,
-                         copy_rows=r.text_copy_rows, eval_every=r.text_eval_every, eval_batches=r.text_eval_batches,
-                         fit_minutes=left, max_minutes=left)
+                         seq_len=r.text_seq, lr=r.text_lr, warmup=r.text_warmup, copy_rows=r.text_copy_rows,
+                         eval_every=r.text_eval_every, eval_batches=r.text_eval_batches, **budget)
 
     def stage(name: str, build) -> None:
         """Train one stage; if compiled training fails, once more without compiling (and no later stage compiles)."""
@@ -395,8 +406,10 @@ def run_recipe(r: Recipe) -> dict:
             log(f"{name} stage: no time left")
             return
         log(f"{name} stage: {a.batch_size} x {a.seq_len} tokens a step, lr {a.lr:g}, copy rows {a.copy_rows:g}, "
-            f"{a.max_minutes:.2f} minutes at most" + (f", until the copying ratio is <= {a.stop_copy_ratio:g}"
-                                                      if a.stop_copy_ratio else ", schedule fitted to them")
+            + (f"{a.max_minutes:.2f} minutes at most" if a.max_minutes is not None
+               else f"{a.max_steps or a.total_steps:,} steps at most")
+            + (f", until the copying ratio is <= {a.stop_copy_ratio:g}" if a.stop_copy_ratio
+               else ", schedule fitted to them" if a.fit_minutes else "")
             + (f", from {a.init_from}" if a.init_from else ""))
         t = time.time()
         try:

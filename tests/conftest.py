@@ -1,11 +1,14 @@
-"""Shared fixtures: tiny random models for unit tests; the shipped checkpoints for integration tests."""
+"""Shared fixtures: tiny random models for unit tests; the shipped checkpoints for integration tests. Every test
+has one tier (tests/tiers.py, docs/testing.md)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -15,6 +18,12 @@ import torch
 
 from sprout_interp.core.hooked import HookedSprout
 from sprout_model import GPT, Config
+
+# tests/tiers.py gives every test exactly one tier (unit, integration, acceptance) and stops a run where one has
+# none; pytester runs the made-up suites of tests/test_tiers.py
+pytest_plugins = ["tiers", "pytester"]
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextlib.contextmanager
@@ -75,3 +84,46 @@ def tiny_model(tiny_cfg) -> GPT:
 def hooked(tiny_model) -> HookedSprout:
     """The tiny model inside the hook-instrumented wrapper (a module may override it)."""
     return HookedSprout(tiny_model)
+
+
+@functools.cache
+def _claims_table() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("_claims_table", ROOT / "analyses" / "claims_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def analysis_script(name: str) -> ModuleType:
+    """The script ``analyses/<name>.py`` as a fresh module (``analyses/claims_table.load_script``): a test may
+    replace its attributes without touching another test's copy."""
+    return _claims_table().load_script(name)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    """A saved checkpoint folder of a random 2-block model (context 1024) with a 300-token tokenizer trained on the
+    ready-made and the name-copying texts, for running the analysis scripts end to end; shared, so read only."""
+    from sprout_interp.core.texts import TEXTS
+    from sprout_model.checkpoint import save_checkpoint
+    from sprout_model.evaluation import NAME_TEXTS
+    from sprout_model.tokenizer import train_tokenizer
+
+    tmp = tmp_path_factory.mktemp("ckpt")
+    tok = train_tokenizer([*TEXTS.values(), *(t for _, t in NAME_TEXTS)] * 3, vocab_size=300)
+    tok.save(str(tmp / "tokenizer.json"))
+    torch.manual_seed(0)
+    g = GPT(tiny_config(vocab_size=300, context=1024)).eval()
+    return save_checkpoint(g, tmp / "tiny", tmp / "tokenizer.json", {"steps": 3, "init_from": {"steps": 4}})
+
+
+@pytest.fixture(scope="session")
+def gpt4():
+    """The shipped gpt-4, loaded once for the whole run (skips where it is not installed); shared, so a test must
+    leave it as it found it (hooks removed, weights untouched)."""
+    import sprout_interp as si
+    from sprout_interp.core import loading
+
+    if not (Path(loading.SHIPPED_DIR) / "gpt-4" / "model.safetensors").is_file():
+        pytest.skip("the shipped gpt-4 checkpoint is not installed")
+    return si.load("gpt-4")

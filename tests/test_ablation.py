@@ -28,6 +28,8 @@ from sprout_interp.core.errors import AblationError, SproutError
 from sprout_model import GPT
 from sprout_model.evaluation import repeated_tokens_batch
 
+pytestmark = pytest.mark.unit
+
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "model" / "checkpoints"
 ATOL = 1e-5
 

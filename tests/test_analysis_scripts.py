@@ -3,33 +3,21 @@ plotly.js) and the two circuit scripts end to end on a tiny checkpoint: each par
 own verdict line."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 
 import plotly.graph_objects as go
 import pytest
-import torch
-from conftest import tiny_config
+from conftest import analysis_script
 from plotly.offline import get_plotlyjs
 
-from sprout_interp.core.texts import TEXTS
 from sprout_interp.report import cli
 from sprout_interp.report.cli import PLOTLY_JS, NamedModel, load_models, plotly_js, save_figure
-from sprout_model import GPT
-from sprout_model.checkpoint import save_checkpoint
-from sprout_model.evaluation import NAME_TEXTS
 from sprout_model.info import total_steps
-from sprout_model.tokenizer import train_tokenizer
+
+pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(f"_analysis_{name}", ROOT / "analyses" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_describe_counts_the_steps_of_every_stage():
@@ -67,26 +55,17 @@ def test_figures_share_one_plotly_js(tmp_path):
     assert (tmp_path / "sub" / PLOTLY_JS).is_file()  # beside every figure that refers to it
 
 
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("ckpt")
-    tok = train_tokenizer([*TEXTS.values(), *(t for _, t in NAME_TEXTS)] * 3, vocab_size=300)
-    tok.save(str(tmp / "tokenizer.json"))
-    torch.manual_seed(0)
-    g = GPT(tiny_config(vocab_size=300, context=1024)).eval()
-    return save_checkpoint(g, tmp / "tiny", tmp / "tokenizer.json", {"steps": 3, "init_from": {"steps": 4}})
-
-
 @pytest.fixture
 def no_corpus(monkeypatch):
     """The scripts fall back to the three ready-made texts, as without the corpus packages (fast and offline)."""
     monkeypatch.setattr(cli, "held_out", lambda *a, **k: None)
 
 
+@pytest.mark.acceptance  # each script end to end
 @pytest.mark.parametrize("name, extra", [("head_ablation", ["--seq-len", "16", "--batch", "2"]),
                                          ("induction_heads", ["--seq-len", "16", "--batch", "2"])])
 def test_circuit_scripts_judge_each_part(name, extra, tiny_checkpoint, tmp_path, capsys, no_corpus):
-    mod = _script(name)
+    mod = analysis_script(name)
     mod.held_out = cli.held_out  # the script imported it by name
     out = tmp_path / "out"
     assert mod.main(["--models", str(tiny_checkpoint), "--out", str(out), *extra]) == 0
@@ -112,10 +91,10 @@ def test_scripts_print_the_steps_sprout_model_info_prints():
     assert total_steps(nm.model.info) != nm.model.info["steps"]  # gpt-4 was trained in stages
 
 
-@pytest.mark.integration
+@pytest.mark.acceptance  # the script end to end on the shipped checkpoints
 def test_trace_induction_judges_each_step_from_its_measurement(tmp_path, capsys):
     """The causal-tracing script on the shipped Sprout, two texts: four verdict lines, each from measured numbers."""
-    trace = _script("trace_induction")
+    trace = analysis_script("trace_induction")
     assert trace.main(["--models", "sprout", "--texts", "2", "--out", str(tmp_path)]) == 0
     import pandas as pd
 

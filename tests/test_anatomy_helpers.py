@@ -11,6 +11,8 @@ from sprout_interp.anatomy import params, rope
 from sprout_interp.core.errors import SproutError
 from sprout_model.model import apply_rope, rope_tables
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture
 def toks():

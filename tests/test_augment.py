@@ -13,6 +13,8 @@ from tokenizers import Tokenizer
 from sprout_model.augment import common_words, find_names, randomise_names, splice_name
 from sprout_model.prepare import prepare
 
+pytestmark = pytest.mark.unit
+
 STORY = ("Holmes looked at Watson. " * 6 + "the quiet garden was quiet and the garden gate was open. " * 25
          + "Holmes smiled, and Watson said nothing to Holmes.")
 WORDS = ["marsh", "pick", "velvet", "island", "strong", "bring", "remember", "quiet"]

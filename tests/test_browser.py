@@ -19,7 +19,7 @@ import browser  # noqa: E402  (scripts/browser.py)
 
 sys.path.remove(str(ROOT / "scripts"))
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.acceptance
 
 GRID_CSS = '[data-testid="stPlotlyChart"] .js-plotly-plot'
 

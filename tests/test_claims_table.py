@@ -3,12 +3,12 @@ script's judge() on hand-made measurements (so a wrong verdict fails here, fast)
 ``analyses/claims_table.py`` prints on the shipped checkpoints."""
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import analysis_script
 
 from sprout_interp.circuits.induction import InductionCircuit
 from sprout_interp.report.claims import (
@@ -22,15 +22,10 @@ from sprout_interp.report.claims import (
     verdict_line,
 )
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 NAN = math.nan
-
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(f"_claims_test_{name}", ROOT / "analyses" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _verdicts(claims: list[Claim], claim: str | None = None) -> dict[str, str]:
@@ -77,7 +72,7 @@ def test_the_block_between_the_markers_is_read_and_replaced(tmp_path):
 
 
 def test_confidence_drop_judges_the_step_back_by_a_one_point_threshold():
-    mod = _script("confidence_drop")
+    mod = analysis_script("confidence_drop")
     base = {"preset": "gpt-4", "text_set": "texts", "penultimate_row": "block 3", "final_row": "block 4", "penultimate": 0.34,
             "ratio": 0.8, "n_blocks": 4, "echo_rate": 1.0, "mean_first_correct_block": 2.3, "share_ripe_before_last": 0.7}
     rows = [dict(base, model="drops", final=0.30, drop=0.04), dict(base, model="flat", final=0.335, drop=0.005),
@@ -97,7 +92,7 @@ def test_confidence_drop_judges_the_step_back_by_a_one_point_threshold():
 
 
 def test_lens_comparison_needs_a_lower_kl_at_every_row_before_the_output():
-    mod = _script("lens_comparison")
+    mod = analysis_script("lens_comparison")
 
     def rows(model, tuned_kl, lens="tuned"):
         logit = [5.0, 1.0, 0.5, 0.0]
@@ -112,7 +107,7 @@ def test_lens_comparison_needs_a_lower_kl_at_every_row_before_the_output():
 
 
 def test_residual_growth_in_bands_of_the_chapters_figures():
-    mod = _script("residual_growth")
+    mod = analysis_script("residual_growth")
     models = pd.DataFrame({"model": ["gpt-4", "flat"], "preset": ["gpt-4", None], "n_blocks": [2, 2]})
     rms = pd.DataFrame({"model": ["gpt-4"] * 3 + ["flat"] * 3, "text_set": "held-out", "block": [0, 1, 2] * 2,
                         "rms": [0.2, 5.0, 20.0, 0.2, 5.0, 4.0], "growth": [1, 25, 100, 1, 25, 20]})
@@ -135,7 +130,7 @@ def test_residual_growth_in_bands_of_the_chapters_figures():
 
 
 def test_name_copying_by_the_chapters_figures_within_ten_points():
-    mod = _script("name_copying")
+    mod = analysis_script("name_copying")
     models = pd.DataFrame({"model": ["gpt-1", "gpt-4", "sprout"], "preset": ["gpt-1", "gpt-4", "sprout"], "n_blocks": [1, 4, 8]})
     probs = {"gpt-1": (0.005, 0.0, 0.0), "gpt-4": (0.90, 0.85, 0.2), "sprout": (0.95, 0.95, 0.4)}  # 'or', 'bin', 'Plax' (2nd)
     pieces = pd.DataFrame([{"model": m, "occurrence": occ, "piece": piece, "prob": p if occ == 2 else 0.004}
@@ -185,7 +180,7 @@ def _circuit(prev_removed: float, ind_removed: float, ind_specificity: float = 5
 ])
 def test_induction_heads_judges_each_part_by_its_own_ablation(prev_removed, ind_removed, ind_specificity, prev_word,
                                                               ind_word, whole):
-    mod = _script("induction_heads")
+    mod = analysis_script("induction_heads")
     measured = {"settings": {"threshold": 0.3}, "circuits": {"gpt-4": _circuit(prev_removed, ind_removed, ind_specificity)},
                 "models": pd.DataFrame({"model": ["gpt-4"], "preset": ["gpt-4"], "n_blocks": [4]}),
                 "scores": pd.DataFrame({"model": "gpt-4", "layer": [0, 1, 1], "head": [0, 0, 1],
@@ -203,7 +198,7 @@ def test_induction_heads_judges_each_part_by_its_own_ablation(prev_removed, ind_
 
 
 def test_induction_heads_one_block_has_no_induction_head():
-    mod = _script("induction_heads")
+    mod = analysis_script("induction_heads")
     c = _circuit(0.0, 0.0)
     c.induction_score = 0.01
     measured = {"settings": {"threshold": 0.3}, "circuits": {"gpt-1": c},
@@ -212,7 +207,7 @@ def test_induction_heads_one_block_has_no_induction_head():
 
 
 def test_head_ablation_leaves_out_heads_that_break_the_model():
-    mod = _script("head_ablation")
+    mod = analysis_script("head_ablation")
     c = _circuit(0.6, 0.99)
     # per head: (layer, head, copying-ratio change, share of the copying gain removed, held-out loss change, specificity)
     heads = [(0, 0, 0.30, 0.31, 0.1, 20.0), (1, 0, 0.50, 0.51, 0.08, 60.0), (0, 1, 0.90, 0.92, 4.5, 1.2), (0, 5, 0.01, 0.01, 0.0, 5.0)]
@@ -228,7 +223,7 @@ def test_head_ablation_leaves_out_heads_that_break_the_model():
 
 
 def test_trace_induction_turns_each_step_into_a_claim():
-    mod = _script("trace_induction")
+    mod = analysis_script("trace_induction")
     t = {"resid": pd.DataFrame({"layer": [0, 1, 2], "block": [1, 2, 3], "first occurrence": [0.9, 0.8, 0.1],
                                 "read position": [0.0, 0.1, 0.9], "other": [0.0, 0.0, 0.0]}),
          "heads": pd.DataFrame({"layer": [0, 1], "block": [1, 2], "head": [0, 0], "score": [0.1, 0.7]}),
@@ -250,15 +245,14 @@ def test_trace_induction_turns_each_step_into_a_claim():
 
 def test_the_claims_table_is_on_one_page_with_its_markers():
     """The generated table lives in docs/claims.md, the page --write and --check read by default, and nowhere else."""
-    table = _script("claims_table")
+    table = analysis_script("claims_table")
     assert table.CLAIMS_PAGE == ROOT / "docs" / "claims.md"
     page = (ROOT / "docs" / "claims.md").read_text(encoding="utf-8")
     assert page.count(BEGIN) == page.count(END) == 1 and read_block(page).startswith("| claim (chapter) | ours | command |")
     assert BEGIN not in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
-@pytest.mark.integration
-@pytest.mark.slow
+@pytest.mark.acceptance  # every claim script's measure on the shipped checkpoints
 def test_the_claims_table_is_what_the_command_prints():
     """Every claim script's measure and judge on the shipped checkpoints (minutes: each script's own sample sizes)."""
     from sprout_interp.core.loading import SHIPPED_DIR
@@ -266,7 +260,7 @@ def test_the_claims_table_is_what_the_command_prints():
 
     if not all((Path(SHIPPED_DIR) / name / "model.safetensors").is_file() for name in SHIPPED):
         pytest.skip("the shipped checkpoints are not installed")
-    table = _script("claims_table")
+    table = analysis_script("claims_table")
     got = claims_markdown(table.collect(load_models(list(SHIPPED))))
     page = read_block(table.CLAIMS_PAGE.read_text(encoding="utf-8"))
     assert page == got, "docs/claims.md's claims table is stale: run .venv/bin/python analyses/claims_table.py --write"

@@ -16,6 +16,8 @@ from sprout_model import GPT
 from sprout_model.evaluation import NAME_TEXTS, name_copying
 from sprout_model.tokenizer import train_tokenizer
 
+pytestmark = pytest.mark.unit
+
 VOCAB = 300
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "model" / "checkpoints"
 TEXT = "Zorbin Plax came home, and Zorbin Plax sat down."

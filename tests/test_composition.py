@@ -10,6 +10,8 @@ from sprout_interp import HookedSprout
 from sprout_interp.circuits import composition as C
 from sprout_model import GPT
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture
 def model(tiny_cfg) -> HookedSprout:

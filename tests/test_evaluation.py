@@ -14,6 +14,8 @@ from sprout_model import GPT, info
 from sprout_model.checkpoint import save_checkpoint
 from sprout_model.evaluation import CopyingLoss, repeated_tokens_batch, repeated_tokens_loss_ratio
 
+pytestmark = pytest.mark.unit
+
 BIG = 50.0  # a logit this far above the rest puts ~all mass on one token (exp(-50) ~ 2e-22)
 
 

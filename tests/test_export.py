@@ -19,6 +19,8 @@ from sprout_interp.core.export import ExportError, hf_config, hf_tokenizer, to_h
 from sprout_model import GPT
 from sprout_model.tokenizer import EOT, decode, encode, train_tokenizer
 
+pytestmark = pytest.mark.unit
+
 VOCAB = 300
 TEXTS = [
     "Zorbin Plax came home. The quick brown fox jumps over the lazy dog.",
@@ -315,8 +317,7 @@ def test_bridge_boot_time(bridge_and_time):
 # --------------------------------------------------------------------------------------- shipped checkpoint
 
 
-@pytest.mark.integration
-@pytest.mark.slow
+@pytest.mark.acceptance
 def test_shipped_gpt4_exports(no_network):
     folder = SHIPPED / "gpt-4"
     if not (folder / "model.safetensors").is_file():

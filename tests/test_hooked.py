@@ -26,6 +26,8 @@ from sprout_interp.core.hooked import HookedSprout, SproutCache, load_hooked
 from sprout_model import GPT, apply_rope
 from sprout_model.tokenizer import train_tokenizer
 
+pytestmark = pytest.mark.unit
+
 BLOCK_HOOKS = [
     "hook_resid_pre",
     "ln1.hook_scale",

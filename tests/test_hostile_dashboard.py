@@ -26,6 +26,8 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from sprout_interp.core import loading  # noqa: E402
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "dashboards" / "app.py"
 OWN_PATH = "a checkpoint folder or course .pt…"

@@ -33,6 +33,8 @@ from sprout_interp.core.loading import load_checkpoint
 from sprout_model import GPT
 from sprout_model.checkpoint import save_checkpoint
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

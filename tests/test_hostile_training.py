@@ -20,6 +20,8 @@ from sprout_model.run_state import RunStateError, write_state
 from sprout_model.tokenizer import train_tokenizer
 from sprout_model.train import TrainArgs, train
 
+pytestmark = pytest.mark.unit
+
 TINY = Config(vocab_size=300, context=64, n_layer=1, n_head=2, d_model=16, d_ff=32)
 B, T = 2, 16
 

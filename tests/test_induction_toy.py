@@ -5,6 +5,9 @@ import importlib.util
 from pathlib import Path
 
 import numpy as np
+import pytest
+
+pytestmark = pytest.mark.unit
 
 spec = importlib.util.spec_from_file_location("induction_toy", Path(__file__).parents[1] / "scripts" / "induction_toy.py")
 toy = importlib.util.module_from_spec(spec)

@@ -11,6 +11,8 @@ from sprout_interp.circuits import ablation, replacements
 from sprout_model import GPT
 from sprout_model.tokenizer import train_tokenizer
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def tokenizer300():

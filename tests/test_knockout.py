@@ -13,6 +13,8 @@ from sprout_interp.circuits.knockout import block_knockout
 from sprout_interp.core.errors import AblationError
 from sprout_model import GPT
 
+pytestmark = pytest.mark.unit
+
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "model" / "checkpoints"
 
 

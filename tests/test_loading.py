@@ -20,6 +20,8 @@ from sprout_model import GPT
 from sprout_model.checkpoint import SHIPPED_DIR as REAL_SHIPPED_DIR
 from sprout_model.checkpoint import save_checkpoint
 
+pytestmark = pytest.mark.unit
+
 TOKENS = torch.tensor([[1, 5, 9, 2, 33, 63, 0, 7, 7, 12]])
 
 

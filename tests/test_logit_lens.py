@@ -2,7 +2,6 @@
 the claim helpers; the confidence_drop script end to end on a tiny checkpoint; the shipped checkpoints."""
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_config
+from conftest import analysis_script, tiny_config
 
 from sprout_interp.core import loading
 from sprout_interp.core.hooked import HookedSprout
@@ -25,8 +24,9 @@ from sprout_interp.lens.logit_lens import (
     read_out,
 )
 from sprout_model import GPT
-from sprout_model.checkpoint import save_checkpoint
 from sprout_model.tokenizer import train_tokenizer
+
+pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_DIR = ROOT / "model" / "checkpoints"
@@ -235,25 +235,9 @@ def test_penultimate_vs_final():
 # --- the script ----------------------------------------------------------------------------------
 
 
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(f"_analysis_{name}", ROOT / "analyses" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.fixture
-def tiny_checkpoint(tmp_path) -> Path:
-    tok = train_tokenizer(list(TEXTS.values()) * 3, vocab_size=300)
-    tok.save(str(tmp_path / "tokenizer.json"))
-    torch.manual_seed(0)
-    g = GPT(tiny_config(vocab_size=300, context=1024)).eval()
-    return save_checkpoint(g, tmp_path / "tiny", tmp_path / "tokenizer.json", {"steps": 1})
-
-
 def test_confidence_drop_script_runs(tiny_checkpoint, tmp_path, capsys):
     out = tmp_path / "out"
-    rc = _script("confidence_drop").main(["--models", str(tiny_checkpoint), "--n", "0", "--out", str(out), "--no-png"])
+    rc = analysis_script("confidence_drop").main(["--models", str(tiny_checkpoint), "--n", "0", "--out", str(out), "--no-png"])
     assert rc == 0
     text = capsys.readouterr().out
     assert "penultimate vs final" in text and "== verdicts ==" in text and "77%" in text
@@ -265,7 +249,7 @@ def test_confidence_drop_script_runs(tiny_checkpoint, tmp_path, capsys):
 
 def test_confidence_drop_script_reports_a_missing_shipped_checkpoint(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(loading, "SHIPPED_DIR", tmp_path / "none")
-    rc = _script("confidence_drop").main(["--models", "sprout", "--out", str(tmp_path / "o")])
+    rc = analysis_script("confidence_drop").main(["--models", "sprout", "--out", str(tmp_path / "o")])
     assert rc == 2
     err = capsys.readouterr().err
     assert "skipping sprout" in err and "not installed" in err

@@ -13,6 +13,8 @@ from conftest import tiny_config
 from sprout_model import GPT, PRESETS, Config, RMSNorm, apply_rope, preset, rope_tables
 from sprout_model.model import Attention, Block, FeedForward
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def sprout_gpt() -> GPT:

@@ -3,7 +3,6 @@
 computation (a loop of full forwards for the validation loss, block_knockout on the same samples, info.describe)."""
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import analysis_script, tiny_config
 
 from sprout_interp.circuits.knockout import block_knockout
 from sprout_interp.core import texts
@@ -22,14 +21,9 @@ from sprout_model.checkpoint import load_folder, save_checkpoint
 from sprout_model.info import describe
 from sprout_model.tokenizer import train_tokenizer
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("_model_acceptance", ROOT / "analyses" / "model_acceptance.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _figures(late=0.4, least=0.05, late_train=0.44, val=3.8, ratio=0.05, names=0.9, heldout=0.85):
@@ -46,7 +40,7 @@ def _meets(df: pd.DataFrame, model: str) -> dict[str, bool]:
 
 
 def test_a_candidate_meeting_every_part_meets_the_bar():
-    mod = _script()
+    mod = analysis_script("model_acceptance")
     df = mod.judge({"base": _figures(late=0.1, val=4.0), "cand": _figures()}, "base", "cand")
     assert df[df["model"] == "cand"]["meets"].all()
     assert not df[df["model"] == "base"]["meets"].all()  # the baseline is judged too, against itself for the loss
@@ -62,7 +56,7 @@ def test_a_candidate_meeting_every_part_meets_the_bar():
     (dict(heldout=0.79), "invented-name copying"),
 ])
 def test_each_part_fails_on_its_own(change, part):
-    mod = _script()
+    mod = analysis_script("model_acceptance")
     df = mod.judge({"base": _figures(val=4.0), "cand": _figures(**change)}, "base", "cand")
     cand = df[df["model"] == "cand"]
     failed = cand[~cand["meets"]]["part"].tolist()
@@ -70,7 +64,7 @@ def test_each_part_fails_on_its_own(change, part):
 
 
 def test_the_validation_part_can_be_judged_against_another_model_by_another_margin():
-    mod = _script()
+    mod = analysis_script("model_acceptance")
     figs = {"base": _figures(val=3.9), "cand": _figures(val=3.92), "gpt-4": {"val_loss": 4.1}}
     assert not _meets(mod.judge(figs, "base", "cand"), "cand")["validation loss"]  # 0.10 below the baseline: no
     df = mod.judge(figs, "base", "cand", against="gpt-4", by=0.15)
@@ -81,7 +75,7 @@ def test_the_validation_part_can_be_judged_against_another_model_by_another_marg
 
 
 def test_the_fallback_rule_needs_a_lower_loss_and_no_copying_lost():
-    mod = _script()
+    mod = analysis_script("model_acceptance")
     base = _figures(val=3.9, names=0.65, heldout=0.68)
     ok = mod.fallback({"base": base, "cand": _figures(val=3.89, names=0.65, heldout=0.70, late=0.1)}, "base", "cand")
     assert ok["meets"].all()  # misses the bar (blocks, names < 80%) but meets the fallback
@@ -106,13 +100,14 @@ def two_checkpoints(tmp_path):
     return out, tmp_path / "val.bin"
 
 
+@pytest.mark.acceptance  # the script end to end
 def test_the_script_measures_both_models_as_independent_code_does(two_checkpoints, tmp_path, monkeypatch, capsys):
     (base, cand), val_path = two_checkpoints
     docs = tuple(" ".join(list(TEXTS.values())[i % 3].split()[j:] + ["end"]) for i, j in enumerate(range(0, 40, 5)))
     train_docs = tuple(" ".join(d.split()[::-1]) for d in docs)
     monkeypatch.setattr(texts, "validation_documents", lambda corpus="default": docs)
     monkeypatch.setattr(texts, "training_documents", lambda corpus="default": train_docs)
-    mod = _script()
+    mod = analysis_script("model_acceptance")
     monkeypatch.setattr(mod, "VAL_SEQ_LEN", 16)
     ref = shutil.copytree(base, tmp_path / "reference")  # the bar's reference: base's weights under another name
     try:

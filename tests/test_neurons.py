@@ -15,6 +15,8 @@ from sprout_interp.circuits.metrics import LogitDiff
 from sprout_interp.core.errors import SproutError
 from sprout_interp.features import neurons as N
 
+pytestmark = pytest.mark.unit
+
 TEXT = "Mr. Zorbin Plax walked in. Everyone looked at Mr. Zorbin"
 TEXTS = ["The cat sat on the mat, and the dog sat on the rug.", "She said that", "Once upon a time there was a king"]
 

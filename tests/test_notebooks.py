@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 try:  # the test extra installs them; without it the tests below skip
     import nbclient
     import nbformat
@@ -110,8 +112,7 @@ def test_saved_notebook_has_outputs(path: Path):
 
 
 @needs_executor
-@pytest.mark.integration
-@pytest.mark.slow
+@pytest.mark.acceptance  # runs each notebook top to bottom
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_and_matches_saved_outputs(path: Path):
     if not (ROOT / "model/checkpoints/gpt-4/model.safetensors").is_file():

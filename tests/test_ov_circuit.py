@@ -11,6 +11,8 @@ from sprout_interp import HookedSprout, SproutError
 from sprout_interp.circuits.ov_circuit import full_ov_circuit, ov_copying_scores
 from sprout_model import GPT
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def model() -> HookedSprout:

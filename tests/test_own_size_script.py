@@ -15,6 +15,8 @@ import pytest
 
 from sprout_model.run_state import write_state
 
+pytestmark = pytest.mark.unit
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "own_size_sprout.sh"
 
 

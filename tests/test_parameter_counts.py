@@ -10,6 +10,8 @@ from conftest import tiny_config
 from sprout_interp.anatomy.params import counted_breakdown, param_breakdown
 from sprout_model import GPT
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

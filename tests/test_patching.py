@@ -9,6 +9,8 @@ from sprout_interp import HookedSprout
 from sprout_interp import patching as P
 from sprout_model import GPT
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module")
 def model(request) -> HookedSprout:

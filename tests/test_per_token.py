@@ -16,6 +16,8 @@ from sprout_interp.core.errors import AblationError, ContextLengthError
 from sprout_interp.lens.residual import residual_rms
 from sprout_interp.plots import rms_position_chart, token_change_chart
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture
 def hooked(tiny_model):

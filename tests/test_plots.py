@@ -11,6 +11,8 @@ from sprout_interp.lens.logit_lens import CHAPTER_SPROUT_CONFIDENCE, logit_lens
 from sprout_interp.lens.residual import CHAPTER_GPT4_RMS, residual_rms
 from sprout_interp.plots import layer_metrics_chart, logit_lens_grid, rms_growth_chart, save_figure, show_token
 
+pytestmark = pytest.mark.unit
+
 
 def to_str(ids):
     return [f"t{i}" for i in ids]

@@ -20,6 +20,8 @@ from sprout_interp.plots.heads import (
     thinned_ticks,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def _scores():
     rows = [dict(layer=l, block=l + 1, head=h, induction_random=l * 0.1 + h * 0.01, prev_token_random=0.5,

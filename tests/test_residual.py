@@ -2,14 +2,13 @@
 residual_growth script end to end on a tiny checkpoint; the shipped checkpoints."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import analysis_script, tiny_config
 
 from sprout_interp.core import loading, texts
 from sprout_interp.core.hooked import HookedSprout
@@ -26,8 +25,9 @@ from sprout_interp.lens.residual import (
 )
 from sprout_interp.report.cli import load_models, preset_of
 from sprout_model import GPT
-from sprout_model.checkpoint import save_checkpoint
 from sprout_model.tokenizer import train_tokenizer
+
+pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_DIR = ROOT / "model" / "checkpoints"
@@ -147,22 +147,6 @@ def test_validation_sample_is_seeded_windows_of_documents(monkeypatch):
 # --- models in scripts ---------------------------------------------------------------------------
 
 
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(f"_analysis_{name}", ROOT / "analyses" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.fixture
-def tiny_checkpoint(tmp_path) -> Path:
-    tok = train_tokenizer(list(TEXTS.values()) * 3, vocab_size=300)
-    tok.save(str(tmp_path / "tokenizer.json"))
-    torch.manual_seed(0)
-    g = GPT(tiny_config(vocab_size=300, context=1024)).eval()
-    return save_checkpoint(g, tmp_path / "tiny", tmp_path / "tokenizer.json", {"steps": 1})
-
-
 def test_load_models_labels_and_skips(tiny_checkpoint, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(loading, "SHIPPED_DIR", tmp_path / "none")
     got = load_models(["gpt-4", str(tiny_checkpoint), str(tiny_checkpoint)])
@@ -173,7 +157,7 @@ def test_load_models_labels_and_skips(tiny_checkpoint, tmp_path, monkeypatch, ca
 
 def test_residual_growth_script_runs(tiny_checkpoint, tmp_path, capsys):
     out = tmp_path / "out"
-    rc = _script("residual_growth").main(["--models", str(tiny_checkpoint), "--n", "0", "--out", str(out), "--no-png"])
+    rc = analysis_script("residual_growth").main(["--models", str(tiny_checkpoint), "--n", "0", "--out", str(out), "--no-png"])
     assert rc == 0
     text = capsys.readouterr().out
     assert "chapter gpt-4" in text and "== verdicts ==" in text and "~0.18" in text
@@ -242,7 +226,7 @@ def test_residual_growth_script_with_a_held_out_sample(tiny_checkpoint, tmp_path
     argv = ["--models", str(tiny_checkpoint), "--n", "3", "--train-n", "2", "--length", "16",
             "--out", str(tmp_path / "o"), "--no-png"] + (["--corpus", corpus] if corpus else [])
     try:
-        rc = _script("residual_growth").main(argv)
+        rc = analysis_script("residual_growth").main(argv)
     finally:
         texts._encoded.cache_clear()
     assert rc == 0

@@ -24,6 +24,8 @@ from sprout_interp.features.inputs import TruncatedTextWarning, feature_input
 from sprout_interp.features.sae import SparseAutoencoder, load_sae, read_sae, save_sae
 from sprout_model import GPT
 
+pytestmark = pytest.mark.unit
+
 SHIPPED = Path(loading.SHIPPED_DIR)
 
 
@@ -451,7 +453,7 @@ def test_claim_script_names_the_firing_candidate_whose_own_ablation_moves_copyin
     assert mod.named_second_feature(none_found, abl) == 10  # nothing fires as a name feature: the top-ranked one
 
 
-@pytest.mark.integration
+@pytest.mark.acceptance  # the claim script end to end
 @pytest.mark.skipif(not _shipped(1).is_dir(), reason="the shipped sprout SAEs are not installed")
 def test_claim_script_prints_the_quality_table_and_a_verdict_per_claim(tmp_path, capsys):
     mod = _sae_features_script()
@@ -463,7 +465,7 @@ def test_claim_script_prints_the_quality_table_and_a_verdict_per_claim(tmp_path,
     assert (tmp_path / "quality.csv").is_file() and list(tmp_path.glob("feature_L1_*_contexts.html"))
 
 
-@pytest.mark.integration
+@pytest.mark.acceptance  # a training run
 @needs
 def test_training_command_saves_a_folder_load_sae_accepts(tmp_path, capsys):
     from sprout_interp.core.texts import training_documents

@@ -13,6 +13,8 @@ from sprout_model.checkpoint import load_folder, save_checkpoint
 from sprout_model.stack import main as stack_main
 from sprout_model.stack import output_scaled, parse_blocks, stacked_state
 
+pytestmark = pytest.mark.unit
+
 CFG = Config(vocab_size=300, context=64, n_layer=4, n_head=2, d_model=32, d_ff=64)
 
 

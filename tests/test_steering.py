@@ -12,6 +12,8 @@ import sprout_interp as si
 from sprout_interp.circuits import steering as st
 from sprout_interp.circuits.metrics import LogitDiff, LogProb
 
+pytestmark = pytest.mark.unit
+
 POS = ["She said that", "She was tired, and", "Then she told them that", "She looked at the door and"]
 NEG = ["He said that", "He was tired, and", "Then he told them that", "He looked at the door and"]
 PROMPT = "When the doctor came in, the nurse said that"

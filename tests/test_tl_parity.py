@@ -14,6 +14,8 @@ import sprout_interp as si
 from sprout_interp import HookedSprout, HookOutputError
 from sprout_model import GPT
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture
 def gained(tiny_cfg) -> HookedSprout:

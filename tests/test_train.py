@@ -23,6 +23,8 @@ from sprout_model.run_state import RunStateError, read_state
 from sprout_model.tokenizer import EOT, load_tokenizer, train_tokenizer
 from sprout_model.train import Batches, TrainArgs, TrainArgsError, lr_at, train
 
+pytestmark = pytest.mark.unit
+
 TINY = Config(vocab_size=8192, context=64, n_layer=2, n_head=2, d_model=32, d_ff=64)
 VOCAB = 300
 B, T = 4, 32  # batch size, sequence length: 128 tokens a step
@@ -660,21 +662,41 @@ def test_torch_sampler_resumes_exactly_and_is_kept(data, tmp_path):
         train(args(data, split, sampler="numpy", tokens=16 * B * T), progress=False)
 
 
-def test_fit_minutes_ends_the_schedule_in_time(data, tmp_path):
-    import time
+class TickingClock:
+    """Stands in for ``sprout_model.train``'s ``time`` module: every reading is ``tick`` seconds after the one before,
+    so a step takes the same (made-up) time on any machine and a schedule fitted to it has a known length."""
 
+    def __init__(self, tick: float):
+        self.now, self.tick = 0.0, tick
+
+    def time(self) -> float:
+        self.now += self.tick
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch) -> TickingClock:
+    import sprout_model.train as train_mod
+
+    c = TickingClock(0.05)  # two readings a step (its start and end): 0.1 s a step
+    monkeypatch.setattr(train_mod, "time", c)
+    return c
+
+
+def test_fit_minutes_ends_the_schedule_in_time(data, tmp_path, clock):
     from sprout_model.train import FIT_AFTER
     out = tmp_path / "fit"
     cap = 100_000
-    t = time.time()
+    start = clock.now
     r = train(args(data, out, tokens=cap * B * T, fit_minutes=0.05, eval_every=10, save_every=50), progress=False)
-    took = time.time() - t
+    took = clock.now - start
     s = _state(out)
     fit = s["fit"]
     assert r["done"] and r["stopped"] == "done"  # the fitted schedule ran to its end ...
     assert fit["at_step"] == sum(FIT_AFTER) and sum(FIT_AFTER) < r["step"] == fit["steps"] < cap
+    assert fit["s_per_step"] == pytest.approx(0.1, abs=0.011)  # the clock's step, measured after the first few
     assert s["args"]["tokens"] == fit["tokens"] == r["step"] * B * T
-    assert took < 3 * 0.05 * 60 + 2  # ... in about the 3 s asked for
+    assert 0.05 * 60 - 0.3 < took < 0.05 * 60  # ... in the 3 s asked for, to within 3 of its 0.1 s steps
     assert s["history"][-1]["step"] == r["step"]  # and evaluated its last step
     # resuming keeps the fitted schedule rather than fitting again
     r2 = train(args(data, out, tokens=cap * B * T, fit_minutes=0.05, eval_every=10, save_every=50), progress=False)
@@ -755,9 +777,9 @@ def test_a_branch_continues_the_run_exactly_and_leaves_it_alone(data, tmp_path):
     _assert_same(_state(tmp_path / "main")["model"], _state(tmp_path / "branch7")["model"])
 
 
-def test_resuming_a_fitted_run_without_fit_minutes_follows_tokens(data, tmp_path):
+def test_resuming_a_fitted_run_without_fit_minutes_follows_tokens(data, tmp_path, clock):
     out = tmp_path / "fit"
-    train(args(data, out, tokens=100_000 * B * T, fit_minutes=0.02, eval_every=10, save_every=50), progress=False)
+    train(args(data, out, tokens=100_000 * B * T, fit_minutes=0.05, eval_every=10, save_every=50), progress=False)
     fitted = _state(out)["step"]
     r = train(args(data, out, tokens=(fitted + 3) * B * T, eval_every=10, save_every=50), progress=False)
     assert r["step"] == fitted + 3 and "fit" not in _state(out)

@@ -29,6 +29,8 @@ from sprout_interp.lens.tuned_lens import (
 )
 from sprout_model import GPT
 
+pytestmark = pytest.mark.unit
+
 
 def _toks(n=3, t=12, seed=1, vocab=64):
     return torch.randint(0, vocab, (n, t), generator=torch.Generator().manual_seed(seed))
