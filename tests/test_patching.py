@@ -134,7 +134,7 @@ def test_bad_inputs_get_clear_messages(model, pair):
         P.activation_patch(model, clean, corrupted, 3)
     with pytest.raises(P.PatchingError, match="one per row of the batch"):
         P.activation_patch(model, clean, corrupted, P.LogitDiff(answer=[1, 2, 3], wrong=4))
-    with pytest.raises(P.PatchingError, match="outside inputs"):
+    with pytest.raises(P.PatchingError, match=r"pos=99\) is outside row 0, which has 20 real tokens"):
         P.activation_patch(model, clean, corrupted, P.LogProb(target=1, pos=99))
 
 
