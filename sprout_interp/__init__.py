@@ -7,8 +7,10 @@ from sprout_interp.circuits import (
 from sprout_interp.circuits.ablation import ablate, ablation_sweep, attribution_sweep
 from sprout_interp.circuits.attention import attention_patterns, head_scores
 from sprout_interp.circuits.attribution import direct_logit_attribution, head_token_effects
+from sprout_interp.circuits.attribution_graph import attribution_graph
 from sprout_interp.circuits.compare import compare_models
 from sprout_interp.circuits.composition import composition_scores, composition_table
+from sprout_interp.circuits.graphs import AttributionGraph, graph_scores, load_graph, prune_graph
 from sprout_interp.circuits.induction import find_induction_circuit
 from sprout_interp.circuits.knockout import block_knockout
 from sprout_interp.circuits.ov_circuit import full_ov_circuit, ov_copying_scores
@@ -23,6 +25,7 @@ from sprout_interp.circuits.steering import (
 from sprout_interp.core.errors import (
     AblationError,
     ArgumentError,
+    AttributionGraphError,
     CheckpointNotFoundError,
     ContextLengthError,
     ExportError,
@@ -68,6 +71,7 @@ __all__ = [
     "steering_vector", "steered", "steering_effect", "steering_layers", "steering_controls", "steered_generations",
     "residual_rms", "attention_patterns", "head_scores", "find_induction_circuit",
     "ablate", "ablation_sweep", "attribution_sweep", "block_knockout", "compare_models",
+    "attribution_graph", "AttributionGraph", "load_graph", "prune_graph", "graph_scores", "AttributionGraphError",
     "SproutError", "AblationError", "ArgumentError", "CheckpointNotFoundError", "NotACheckpointError", "UnsafeCheckpointError",
     "StateDictMismatchError", "VocabularyMismatchError", "ContextLengthError", "HookNameError", "TokenizationError",
     "HookOutputError", "NotAPathError", "UnreadablePathError", "InvalidConfigError", "InvalidWeightsError",

@@ -3,7 +3,10 @@ per-part verdicts (``attention``), head ablations and the exact fast sweep (``ab
 (``knockout``), per-token effects (``per_token``), model comparison (``compare``), direct logit attribution and
 the contribution graph (``attribution``), activation, path and attribution patching (``patching``), Q/K/V composition
 scores (``composition``), each head's full OV circuit (``ov_circuit``) and activation steering
-(``steering``). Tensors or text in, tensors or DataFrames out; no plotting.
+(``steering``), attribution graphs over transcoder features (``attribution_graph``; the graph object, its file,
+pruning and scores in ``graphs``; intervention checks in ``graph_interventions``). Tensors or text in, tensors or
+DataFrames out; no plotting.
 
-May import: ``sprout_interp.core``, ``sprout_interp.lens`` and modules of this package.
+May import: ``sprout_interp.core``, ``sprout_interp.lens``, ``sprout_interp.features.transcoder`` (the transcoders
+an attribution graph replaces the feed-forwards with) and modules of this package.
 """

@@ -1,0 +1,499 @@
+"""Attribution graphs: the direct effect of every active transcoder feature, error node and input token on every
+other feature and on the top logits, in the local replacement model of one prompt (Ameisen et al. 2025, "Circuit
+Tracing"; the library ``circuit-tracer``, whose node kinds, node order, logit choice and definitions this module
+follows).
+
+The local replacement model: each block's feed-forward is replaced by its transcoder
+(:mod:`sprout_interp.features.transcoder`), plus an error node per (layer, position) that holds what the
+transcoder misses on this prompt (``mlp_out - ŷ``), so it reproduces the real forward exactly; the attention
+patterns and every RMSNorm's scale (``hook_scale``: ln1, ln2 and ln_final) are frozen at their values on the
+prompt (the QK-norm only shapes the frozen patterns). The model is then linear in the residual stream: what a
+node reads is a sum of what the nodes before it wrote, carried by the frozen attention (values and outputs),
+the skip connections and the residual stream, plus constants (each transcoder's ``b_dec``; at a zeroed first
+position, its whole feed-forward output beyond the skip connection).
+
+Nodes, in circuit-tracer's order: the active features sorted by (layer, pos, feature), one error node per
+(layer, pos), one embedding node per position, then the logit nodes: the most probable next tokens at the last
+position until their probability reaches ``desired_logit_prob`` (at most ``max_n_logits``). What a node reads
+(its *input*): a feature, ``W_enc[f] · x`` at its position (its pre-activation without ``b_enc``; ``x`` the
+feed-forward's input); a logit node, its token's logit minus the mean logit over the vocabulary (circuit-tracer's
+demeaned unembedding). What a node writes: a feature, its activation times ``W_dec[f]``; an error node, its
+error vector; an embedding node, its token's embedding. ``adjacency[t, s]`` is the direct effect of ``s``'s
+write on ``t``'s input (rows = targets); error and embedding rows are zero. Exact: for every feature and logit
+node, ``input == adjacency[t].sum() + constant`` (:meth:`AttributionGraph.max_error`).
+
+With ``bos=True`` (circuit-tracer's convention) the prompt starts with ``<|endoftext|>`` (prepended when it
+does not) and position 0 has no feature or error nodes: its feed-forward output counts as a constant.
+
+Computed on the CPU by backward passes through the frozen linear model written out by hand, one batch of target
+rows at a time (as circuit-tracer does with autograd): rows of one layer, only over the positions up to the
+batch's last one (causal attention), only down through the layers below, the first attention step kept in
+factored form (one vector per head, spread over positions by the frozen pattern).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+import pandas as pd
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from sprout_interp.circuits.graphs import GRAPH_UNITS, AttributionGraph
+from sprout_interp.core.arguments import check_count, check_number
+from sprout_interp.core.errors import (
+    AttributionGraphError,
+    ContextLengthError,
+    TranscoderMismatchError,
+    TranscoderNotFoundError,
+)
+from sprout_interp.core.hook_points import act_name
+from sprout_interp.core.hooked import HookedSprout, as_hooked
+from sprout_interp.core.tokens import eot_id
+from sprout_interp.features.transcoder import Transcoder, TranscoderSet, fingerprint_mismatch, load_transcoders, mlp_input
+from sprout_interp.lens.tuned_lens import fingerprint
+
+__all__ = ["LocalReplacement", "check_transcoders", "prompt_tokens", "local_replacement", "salient_logits",
+           "attribution_graph", "random_transcoders", "graph_macs"]
+
+
+TranscodersLike = Union[TranscoderSet, dict, None]
+
+
+# -- the local replacement model on one prompt ----------------------------------------------------------------
+
+
+@dataclass
+class LocalReplacement:
+    """The frozen pieces of one prompt's local replacement model (one forward of the real model).
+
+    Attributes (L layers, T positions, H heads, d = d_model):
+        tokens (T,); bos: whether position 0 holds no feature or error nodes.
+        patterns (L, H, T, T) (query, key); scale1 / scale2 (L, T): ln1's and ln2's ``hook_scale``; scale_final (T,).
+        mlp_in (L, T, d): what each feed-forward read (ln2's output times its gain); mlp_out (L, T, d): what it wrote.
+        feat_layer / feat_pos / feat_index (n,): the active features, sorted by (layer, pos, feature);
+        feat_act (n,): their activations; feat_input (n,): ``W_enc[f] · x`` (pre-activation without ``b_enc``).
+        errors (L, T, d): ``mlp_out - ŷ`` (zero at position 0 with ``bos``); consts (L, T, d): the constant
+        writes (``b_dec``; at a zeroed position 0, ``mlp_out - skip``). logits (d_vocab,): at the last position.
+        transcoders: the transcoders, one per layer, float32 on the model's device.
+    """
+
+    tokens: Int[Tensor, " pos"]
+    bos: bool
+    patterns: Float[Tensor, "layer head pos pos"]
+    scale1: Float[Tensor, "layer pos"]
+    scale2: Float[Tensor, "layer pos"]
+    scale_final: Float[Tensor, " pos"]
+    mlp_in: Float[Tensor, "layer pos d_model"]
+    mlp_out: Float[Tensor, "layer pos d_model"]
+    feat_layer: Int[Tensor, " n"]
+    feat_pos: Int[Tensor, " n"]
+    feat_index: Int[Tensor, " n"]
+    feat_act: Float[Tensor, " n"]
+    feat_input: Float[Tensor, " n"]
+    errors: Float[Tensor, "layer pos d_model"]
+    consts: Float[Tensor, "layer pos d_model"]
+    logits: Float[Tensor, " vocab"]
+    transcoders: list = field(repr=False)
+
+    @property
+    def n_features(self) -> int:
+        return int(self.feat_layer.numel())
+
+    def layer_span(self, layer: int) -> tuple[int, int]:
+        """The node indices ``[start, stop)`` of layer ``layer``'s active features."""
+        lo = int(torch.searchsorted(self.feat_layer, layer))
+        return lo, int(torch.searchsorted(self.feat_layer, layer, right=True))
+
+
+def check_transcoders(model, transcoders: TranscodersLike) -> list[Transcoder]:
+    """One transcoder per layer of ``model`` (a TranscoderSet, ``{layer: Transcoder}``, or None: the shipped set,
+    :func:`~sprout_interp.features.transcoder.load_transcoders`), checked against the model.
+
+    Raises TranscoderNotFoundError when a layer has none (a graph replaces every feed-forward) and
+    TranscoderMismatchError for a transcoder of another width, layer or checkpoint.
+    """
+    m = as_hooked(model)
+    if transcoders is None:
+        transcoders = load_transcoders(m)
+    if isinstance(transcoders, TranscoderSet):
+        tcs = {tc.layer: tc for tc in transcoders}
+    elif isinstance(transcoders, dict):
+        tcs = dict(transcoders)
+    else:
+        raise AttributionGraphError(
+            f"transcoders must be a TranscoderSet (si.sae.load_transcoders(model)), a dict {{layer: Transcoder}} or "
+            f"None for the shipped set, got {type(transcoders).__name__}")
+    missing = [i for i in range(m.cfg.n_layers) if i not in tcs]
+    if missing:
+        raise TranscoderNotFoundError(
+            f"an attribution graph replaces every block's feed-forward, but transcoders has none for layer(s) "
+            f"{missing} of {m.name or 'the model'} (layers 0..{m.cfg.n_layers - 1}): train or load all of them")
+    fp = None
+    out = []
+    for layer in range(m.cfg.n_layers):
+        tc = tcs[layer]
+        if not isinstance(tc, Transcoder) or tc.layer != layer or tc.d_model != m.cfg.d_model:
+            raise TranscoderMismatchError(
+                f"transcoders[{layer}] must be a Transcoder of layer {layer} reading d_model {m.cfg.d_model}, got {tc!r}")
+        got = tc.info.get("fingerprint")
+        if got:
+            fp = fingerprint(m) if fp is None else fp
+            if fingerprint_mismatch(fp, got):
+                raise TranscoderMismatchError(
+                    f"the transcoder of layer {layer} was trained for another checkpoint: its "
+                    f"{', '.join(fingerprint_mismatch(fp, got))} differ from {m.name or 'this model'}'s. Load the "
+                    "transcoders of this model")
+        out.append(tc)
+    return out
+
+
+def prompt_tokens(model, text, bos: bool = True) -> Int[Tensor, " pos"]:
+    """The one prompt a graph is made for, as ids ``(pos,)``: a text or ids ``(pos,)`` / ``(1, pos)`` (through
+    ``prepare_input``); with ``bos``, ``<|endoftext|>`` put first when it is not there already.
+
+    Raises UnequalLengthsError for texts of different lengths and AttributionGraphError for a batch.
+    """
+    m = as_hooked(model)
+    if not isinstance(bos, bool):
+        raise AttributionGraphError(f"bos must be True or False, got {bos!r}")
+    toks, _ = m.prepare_input(text, padding=False, argument="text")
+    if toks.shape[0] != 1:
+        raise AttributionGraphError(
+            f"text holds {toks.shape[0]} rows: an attribution graph is made for one prompt; pass one text at a time")
+    toks = toks[0]
+    if bos:
+        start = eot_id(m.tokenizer)
+        if int(toks[0]) != start:
+            if toks.numel() + 1 > m.cfg.n_ctx:
+                raise ContextLengthError(
+                    f"the prompt has {toks.numel()} tokens and bos=True puts <|endoftext|> first, more than the "
+                    f"model's context of {m.cfg.n_ctx}: shorten it")
+            toks = torch.cat([toks.new_tensor([start]), toks])
+    return toks
+
+
+@torch.no_grad()
+def local_replacement(model, text, transcoders: TranscodersLike = None, bos: bool = True) -> LocalReplacement:
+    """One forward of the real model on the prompt, giving the frozen pieces and the nodes' values of its local
+    replacement model (see :class:`LocalReplacement`; ``text`` and ``bos`` as in :func:`attribution_graph`)."""
+    m = as_hooked(model)
+    tcs = check_transcoders(m, transcoders)
+    tokens = prompt_tokens(m, text, bos)
+    L = m.cfg.n_layers
+    names = [act_name("scale")]
+    for i in range(L):
+        names += [act_name("pattern", i), act_name("scale", i, "ln1"), act_name("scale", i, "ln2"),
+                  act_name("normalized", i, "ln2"), act_name("mlp_out", i)]
+    logits, cache = m.run_with_cache(tokens[None], names_filter=names)
+    f32 = dict(dtype=torch.float32)
+    patterns = torch.stack([cache[act_name("pattern", i)][0] for i in range(L)]).to(**f32)
+    scale1 = torch.stack([cache[act_name("scale", i, "ln1")][0, :, 0] for i in range(L)]).to(**f32)
+    scale2 = torch.stack([cache[act_name("scale", i, "ln2")][0, :, 0] for i in range(L)]).to(**f32)
+    mlp_in = torch.stack([mlp_input(m, i, cache[act_name("normalized", i, "ln2")][0]) for i in range(L)]).to(**f32)
+    mlp_out = torch.stack([cache[act_name("mlp_out", i)][0] for i in range(L)]).to(**f32)
+    errors, consts = torch.empty_like(mlp_out), torch.empty_like(mlp_out)
+    layers, poss, idxs, acts, inputs = [], [], [], [], []
+    for i, tc in enumerate(tcs):
+        x = mlp_in[i]
+        pre = tc.pre_acts(x).float()
+        vals, idx = tc.topk(pre)
+        dense = torch.zeros_like(pre).scatter_(-1, idx, vals)
+        recon = tc.decode_sparse(vals, idx, x).float()
+        errors[i] = mlp_out[i] - recon
+        consts[i] = tc.b_dec.float()
+        if bos:
+            dense[0] = 0
+            errors[i, 0] = 0
+            consts[i, 0] = mlp_out[i, 0] - tc.skip(x[:1]).float()[0]
+        pos, feat = dense.nonzero(as_tuple=True)  # row-major: sorted by (pos, feature)
+        layers.append(torch.full_like(pos, i))
+        poss.append(pos)
+        idxs.append(feat)
+        acts.append(dense[pos, feat])
+        inputs.append(pre[pos, feat] - tc.b_enc.float()[feat])
+    return LocalReplacement(
+        tokens=tokens, bos=bos, patterns=patterns, scale1=scale1, scale2=scale2,
+        scale_final=cache[act_name("scale")][0, :, 0].to(**f32), mlp_in=mlp_in, mlp_out=mlp_out,
+        feat_layer=torch.cat(layers), feat_pos=torch.cat(poss), feat_index=torch.cat(idxs), feat_act=torch.cat(acts),
+        feat_input=torch.cat(inputs), errors=errors, consts=consts, logits=logits[0, -1].float(), transcoders=tcs)
+
+
+def salient_logits(logits: Float[Tensor, " vocab"], max_n_logits: int = 10, desired_logit_prob: float = 0.95
+                   ) -> tuple[Int[Tensor, " k"], Float[Tensor, " k"]]:
+    """circuit-tracer's logit nodes: the most probable tokens, in order, until their summed probability reaches
+    ``desired_logit_prob`` (that token included), at most ``max_n_logits``. Returns (token ids, probabilities)."""
+    probs = torch.softmax(logits.float(), dim=-1)
+    top_p, top_idx = probs.topk(min(max_n_logits, probs.numel()))
+    n = int(torch.searchsorted(top_p.cumsum(0), torch.tensor(desired_logit_prob, dtype=top_p.dtype))) + 1
+    return top_idx[:n], top_p[:n]
+
+
+# -- the backward passes ---------------------------------------------------------------------------------------
+
+
+class _Backward:
+    """The transposed maps of the frozen linear model, for batches of target rows (row vectors, as gradients)."""
+
+    def __init__(self, m: HookedSprout, rep: LocalReplacement, n_cols: int):
+        L, T, d = m.cfg.n_layers, rep.tokens.numel(), m.cfg.d_model
+        self.H, self.dh = m.cfg.n_heads, m.cfg.d_head
+        f = torch.float32
+        self.WO, self.WV, self.WS, self.g2 = [], [], [], []
+        for blk in m.blocks:  # per head, contiguous: grad z_h = g @ WO[h] (d, dh); grad resid += grad v_h @ WV[h] / s1
+            W = blk.attn.module.qkv.weight.detach().to(f)[2 * d:] * blk.ln1.w.detach().to(f)[None, :]  # v = (x/s1) @ W.T
+            proj = blk.attn.module.proj.weight.detach().to(f)  # out = z_flat @ proj.T
+            self.WO.append([proj[:, h * self.dh:(h + 1) * self.dh].contiguous() for h in range(self.H)])
+            self.WV.append([W[h * self.dh:(h + 1) * self.dh].contiguous() for h in range(self.H)])
+            self.g2.append(blk.ln2.w.detach().to(f))
+        for tc in rep.transcoders:  # skip(x) = x @ W_skip.T with x = resid * g2 / s2: grad resid = g @ W_skip * g2 / s2
+            self.WS.append(None if tc.W_skip is None else tc.W_skip.detach().to(f) * self.g2[tc.layer][None, :])
+        self.A_T = rep.patterns.transpose(-1, -2).contiguous()  # (L, H, key, query)
+        self.A = rep.patterns
+        self.inv1, self.inv2 = 1.0 / rep.scale1, 1.0 / rep.scale2
+        # per layer, the vectors each position's sources write: K feature slots, the error, the constant
+        nF = rep.n_features
+        counts = torch.zeros(L, T, dtype=torch.long)
+        counts.index_put_((rep.feat_layer, rep.feat_pos), torch.ones_like(rep.feat_pos), accumulate=True)
+        K = int(counts.max()) if nF else 0
+        self.S = K + 2
+        self.src = torch.zeros(L, T, self.S, d)
+        self.cols = torch.full((L, T, self.S), -1, dtype=torch.long)
+        first = torch.cumsum(counts.flatten(), 0) - counts.flatten()  # node index of each (layer, pos)'s first feature
+        slot = torch.arange(nF) - first[rep.feat_layer * T + rep.feat_pos]
+        dec = torch.cat([tc.W_dec.detach().float()[rep.feat_index[slice(*rep.layer_span(tc.layer))]]
+                         for tc in rep.transcoders]) if nF else torch.zeros(0, d)
+        self.src[rep.feat_layer, rep.feat_pos, slot] = dec * rep.feat_act[:, None]
+        self.cols[rep.feat_layer, rep.feat_pos, slot] = torch.arange(nF)
+        self.src[:, :, K] = rep.errors
+        self.cols[:, :, K] = nF + torch.arange(L * T).view(L, T)
+        self.src[:, :, K + 1] = rep.consts
+        self.srcT = self.src.transpose(-1, -2).contiguous()  # (L, T, d, S)
+        del self.src
+        self.embed = m.model.embed.weight.detach().to(f)[rep.tokens]
+        self.tok_cols = nF + L * T + torch.arange(T)
+        self.adj = torch.zeros(n_cols, n_cols)
+        self.const = torch.zeros(n_cols)
+        self.macs = 0.0
+
+    def attention(self, layer: int, G: Float[Tensor, "p b d"]) -> Float[Tensor, "p b d"]:
+        """The gradient at ``resid_pre`` of block ``layer`` from the one at its ``resid_mid`` (frozen pattern):
+        per head, onto ``z`` (W_O), summed over the queries that read each key (the pattern), onto the stream (W_V)."""
+        P, B, d = G.shape
+        flat = G.view(P * B, d)
+        out = G.clone()
+        acc = out.view(P * B, d)
+        for h in range(self.H):
+            gz = (flat @ self.WO[layer][h]).view(P, B * self.dh)
+            gv = (self.A_T[layer, h, :P, :P] @ gz).mul_(self.inv1[layer, :P, None])  # key q: sum_p A[p, q] gz[p]
+            acc.addmm_(gv.view(P * B, self.dh), self.WV[layer][h])
+        self.macs += B * P * (2 * d * d + P * d)
+        return out
+
+    def skip(self, layer: int, G: Float[Tensor, "p b d"]) -> Float[Tensor, "p b d"]:
+        """The gradient at ``resid_mid`` of block ``layer`` from the one at its ``resid_post`` (skip connection)."""
+        if self.WS[layer] is None:
+            return G
+        P, B, d = G.shape
+        self.macs += B * P * d * d
+        out = (G.view(P * B, d) @ self.WS[layer]).view(P, B, d).mul_(self.inv2[layer, :P, None, None])
+        return out.add_(G)
+
+    def read(self, layer: int, G: Float[Tensor, "p b d"], r0: int, r1: int) -> None:
+        """Edges from the sources written at block ``layer``'s output (its features, errors, constants) into rows
+        ``r0:r1``, whose gradient at that ``resid_post`` is ``G``."""
+        P, B, d = G.shape
+        vals = torch.bmm(G, self.srcT[layer, :P])  # (P, B, S)
+        self.macs += B * P * self.S * d
+        cols = self.cols[layer, :P]
+        keep = cols >= 0
+        self.adj[r0:r1, cols[keep]] = vals.transpose(0, 1)[:, keep]
+        self.const[r0:r1] += vals[:, :, -1].sum(0)
+
+    def down(self, top: int, G: Float[Tensor, "p b d"], r0: int, r1: int) -> None:
+        """From the gradient at ``resid_post`` of block ``top - 1`` down to the embedding, reading every layer."""
+        for layer in range(top - 1, -1, -1):
+            self.read(layer, G, r0, r1)
+            G = self.attention(layer, self.skip(layer, G))
+        P = G.shape[0]
+        self.adj[r0:r1, self.tok_cols[:P]] = torch.bmm(G, self.embed[:P, :, None])[:, :, 0].T
+
+    def feature_rows(self, layer: int, pos: Int[Tensor, " b"], u: Float[Tensor, "b d"], r0: int, r1: int) -> None:
+        """Rows of features of block ``layer`` at positions ``pos`` reading direction ``u`` of its ``resid_mid``."""
+        B, d = u.shape
+        P = int(pos.max()) + 1
+        # the first attention step in factored form: one vector per head, spread over the keys by the pattern
+        w = torch.stack([(u @ self.WO[layer][h]) @ self.WV[layer][h] for h in range(self.H)], 1)  # (B, H, d)
+        coef = self.A[layer][:, pos, :P].permute(2, 1, 0) * self.inv1[layer, :P, None, None]  # (P, B, H)
+        G = torch.einsum("pbh,bhd->pbd", coef, w).contiguous()
+        G[pos, torch.arange(B)] += u
+        self.macs += B * (2 * d * d + P * self.H * d)
+        self.down(layer, G, r0, r1)
+
+
+def attribution_graph(model, text, transcoders: TranscodersLike = None, *, bos: bool = True,
+                      max_n_logits: int = 10, desired_logit_prob: float = 0.95, batch_size: int = 256,
+                      progress: bool = False) -> AttributionGraph:
+    """The attribution graph of ``model`` on one prompt (see the module docstring for its nodes and edges).
+
+    Args:
+        text: one text, or token ids ``(pos,)`` / ``(1, pos)``.
+        transcoders: one per block (a TranscoderSet, ``{layer: Transcoder}``; None: the shipped set).
+        bos: circuit-tracer's convention: ``<|endoftext|>`` first (prepended if missing), no feature or error
+            nodes at position 0; False: the ids as given, every position's features.
+        max_n_logits, desired_logit_prob: which logit nodes (circuit-tracer's defaults 10 and 0.95).
+        batch_size: target rows per backward pass (memory: about ``batch_size * pos * d_model * 16`` bytes).
+        progress: show a progress bar over the batches.
+
+    Returns an :class:`AttributionGraph`; ``graph.adjacency`` is ``(n, n)`` float32, rows = targets, in the
+    targets' units (see ``GRAPH_UNITS``). Raises AttributionGraphError (or UnequalLengthsError) for a batch of
+    texts, TranscoderNotFoundError / TranscoderMismatchError for transcoders that do not cover or fit the model.
+    """
+    m = as_hooked(model)
+    max_n_logits = check_count(max_n_logits, "max_n_logits", high=m.cfg.d_vocab, error=AttributionGraphError)
+    desired_logit_prob = check_number(desired_logit_prob, "desired_logit_prob", low=0.0, high=1.0,
+                                      error=AttributionGraphError)
+    batch_size = check_count(batch_size, "batch_size", high=1 << 20, error=AttributionGraphError)
+    with m.lock:
+        rep = local_replacement(m, text, transcoders, bos)
+    return _graph(m, rep, max_n_logits, desired_logit_prob, batch_size, progress)
+
+
+@torch.no_grad()
+def _graph(m: HookedSprout, rep: LocalReplacement, max_n_logits: int, desired_logit_prob: float, batch_size: int,
+           progress: bool) -> AttributionGraph:
+    from tqdm.auto import tqdm
+
+    L, T = m.cfg.n_layers, rep.tokens.numel()
+    logit_ids, logit_p = salient_logits(rep.logits, max_n_logits, desired_logit_prob)
+    nF, nL = rep.n_features, logit_ids.numel()
+    n = nF + L * T + T + nL
+    bw = _Backward(m, rep, n)
+    W_U = m.model.head.weight.detach().float()
+    gf = m.ln_final.w.detach().float()
+    logit_vecs = (W_U[logit_ids] - W_U.mean(0)) * gf / rep.scale_final[-1]  # read at the last resid_post
+    with tqdm(total=nF + nL, disable=not progress, desc="attribution graph rows", unit="row") as bar:
+        for r in range(0, nL, batch_size):
+            k = min(nL - r, batch_size)
+            G = torch.zeros(T, k, m.cfg.d_model)
+            G[-1] = logit_vecs[r:r + k]
+            bw.down(L, G, n - nL + r, n - nL + r + k)
+            bar.update(k)
+        for layer, tc in enumerate(rep.transcoders):
+            lo, hi = rep.layer_span(layer)
+            g2 = m.blocks[layer].ln2.w.detach().float()
+            for a in range(lo, hi, batch_size):
+                b = min(a + batch_size, hi)
+                pos = rep.feat_pos[a:b]
+                u = tc.W_enc.detach().float()[rep.feat_index[a:b]] * g2 * bw.inv2[layer, pos, None]
+                bw.feature_rows(layer, pos, u, a, b)
+                bar.update(b - a)
+    inputs = torch.full((n,), math.nan)
+    inputs[:nF] = rep.feat_input
+    inputs[n - nL:] = rep.logits[logit_ids] - rep.logits.mean()
+    const = torch.where(torch.isnan(inputs), torch.full_like(inputs, math.nan), bw.const)
+    return AttributionGraph(adjacency=bw.adj, nodes=_node_table(m, rep, logit_ids, logit_p, inputs, const),
+                            tokens=rep.tokens.cpu(), n_layers=L,
+                            info={"model_name": m.name or "", "bos": rep.bos, "max_n_logits": max_n_logits,
+                                  "desired_logit_prob": desired_logit_prob, "macs": bw.macs,
+                                  "transcoders": rep.transcoders[0].info.get("model_name", "") or "",
+                                  "k": rep.transcoders[0].k, "d_transcoder": rep.transcoders[0].d_transcoder,
+                                  "skip": rep.transcoders[0].has_skip})
+
+
+def _labels(m: HookedSprout, ids: Tensor) -> list[str]:
+    if m.tokenizer is None:  # ids-only model: labels show the ids
+        return [f"#{int(i)}" for i in ids]
+    return list(m.to_str_tokens(ids.reshape(-1).cpu()))
+
+
+def _node_table(m: HookedSprout, rep: LocalReplacement, logit_ids: Tensor, logit_p: Tensor, inputs: Tensor,
+                const: Tensor) -> pd.DataFrame:
+    L, T, nF, nL = m.cfg.n_layers, rep.tokens.numel(), rep.n_features, logit_ids.numel()
+    toks = _labels(m, rep.tokens)
+    nan = math.nan
+    dec_norm = torch.cat([tc.W_dec.detach().float().norm(dim=-1)[rep.feat_index[slice(*rep.layer_span(tc.layer))]]
+                          for tc in rep.transcoders]) if nF else torch.zeros(0)
+    ep = torch.arange(L * T)
+    cols = {
+        "kind": ["feature"] * nF + ["error"] * (L * T) + ["embedding"] * T + ["logit"] * nL,
+        "layer": torch.cat([rep.feat_layer, ep // T, torch.full((T,), -1), torch.full((nL,), L)]).tolist(),
+        "pos": torch.cat([rep.feat_pos, ep % T, torch.arange(T), torch.full((nL,), T - 1)]).tolist(),
+        "feature": torch.cat([rep.feat_index, torch.full((L * T + T + nL,), -1)]).tolist(),
+    }
+    tok_ids = torch.cat([rep.tokens[rep.feat_pos], rep.tokens.repeat(L), rep.tokens, logit_ids]).tolist()
+    labels = [toks[p] for p in cols["pos"][:nF + L * T + T]] + _labels(m, logit_ids)
+    df = pd.DataFrame({"node": range(len(tok_ids)), **cols, "token_id": tok_ids, "token": labels})
+    df.insert(3, "block", df["layer"] + 1)
+    df["activation"] = rep.feat_act.tolist() + [nan] * (L * T + T + nL)
+    df["logit_prob"] = [nan] * (nF + L * T + T) + logit_p.tolist()
+    df["input"], df["constant"] = inputs.tolist(), const.tolist()
+    emb = m.model.embed.weight.detach().float()[rep.tokens].norm(dim=-1)
+    df["norm"] = torch.cat([rep.feat_act.abs() * dec_norm, rep.errors.norm(dim=-1).flatten(), emb,
+                            torch.full((nL,), nan)]).tolist()
+    df.attrs["units"] = GRAPH_UNITS
+    return df
+
+
+@torch.no_grad()
+def random_transcoders(model, k: int = 32, d_transcoder: Optional[int] = None, skip: bool = True,
+                       seed: int = 0) -> TranscoderSet:
+    """Seeded random TopK transcoders, one per block of ``model``, scaled to its own feed-forward inputs and outputs
+    (on seeded random token ids): a baseline set. A graph is exact for any transcoders, so tests, benchmarks and
+    comparisons use these where trained ones are not there.
+
+    Encoder rows are Gaussian over the inputs' mean norm (pre-activations of order 1), ``b_enc`` small; decoder
+    rows unit vectors times the outputs' mean norm over ``sqrt(k)``; ``b_dec`` and ``W_skip`` (with ``skip``)
+    small random parts of the output. ``d_transcoder`` defaults to ``4 * d_model``.
+    """
+    m = as_hooked(model)
+    d = m.cfg.d_model
+    d_transcoder = check_count(4 * d if d_transcoder is None else d_transcoder, "d_transcoder", high=1 << 20,
+                               error=AttributionGraphError)
+    k = check_count(k, "k", high=d_transcoder, what="active features per token, at most d_transcoder",
+                    error=AttributionGraphError)
+    seed = check_count(seed, "seed", low=0, error=AttributionGraphError)
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, m.cfg.d_vocab, (4, min(64, m.cfg.n_ctx)), generator=g)
+    names = [n for i in range(m.cfg.n_layers) for n in (act_name("normalized", i, "ln2"), act_name("mlp_out", i))]
+    with m.lock:
+        _, cache = m.run_with_cache(tokens.to(m.device), names_filter=names)
+    out = {}
+    for i in range(m.cfg.n_layers):
+        xn = mlp_input(m, i, cache[names[2 * i]]).norm(dim=-1).mean().item()
+        yn = cache[names[2 * i + 1]].norm(dim=-1).mean().item()
+        tc = Transcoder.for_model(m, i, d_transcoder, k, skip, seed=seed + i)
+        tc.W_enc.copy_(torch.randn(d_transcoder, d, generator=g) / max(xn, 1e-6))
+        tc.b_enc.copy_(torch.randn(d_transcoder, generator=g) * 0.1)
+        tc.W_dec.mul_(yn / k ** 0.5)
+        tc.b_dec.copy_(torch.randn(d, generator=g) * (0.3 * yn / d ** 0.5))
+        if skip:
+            tc.W_skip.copy_(torch.randn(d, d, generator=g) * (0.5 * yn / max(xn, 1e-6) / d ** 0.5))
+        out[i] = tc.eval()
+    return TranscoderSet(out, {"model_name": m.name or "", "random_seed": seed}).to(m.device)
+
+
+def graph_macs(n_layers: int, d_model: int, n_heads: int, n_pos: int, n_features_per_pos: Union[int, float],
+               skip: bool = True, n_logits: int = 10) -> dict[str, float]:
+    """Multiply-adds of this module's backward passes for a prompt of ``n_pos`` positions (position 0 without
+    features, as with ``bos``) with ``n_features_per_pos`` active features at each other (layer, position) (k for
+    TopK), batches of one position's rows, against circuit-tracer's: every batch through every position of every
+    layer up to its own, its first attention step dense (its forward pass, the padding of its batches and the
+    edge reads of error and token nodes not counted, so its count is a lower bound). The ratio ``ours /
+    circuit_tracer`` is the floor a timing ratio can approach.
+    """
+    L, d, H, T, k = n_layers, d_model, n_heads, n_pos, n_features_per_pos
+    per_pos = 2 * d * d + (d * d if skip else 0)
+    ours = ct = 0.0
+    for layer in range(L + 1):  # the features of each layer, then the logit nodes (read after the last block)
+        rows, positions = (k, range(1, T)) if layer < L else (n_logits, [T - 1])
+        for p in positions:
+            P = p + 1 if layer < L else T
+            if layer < L:  # the first attention step, factored
+                ours += rows * (2 * d * d + P * H * d)
+                ct += rows * T * (2 * d * d + T * d)
+            ours += rows * layer * P * (per_pos + P * d + (k + 2) * d)
+            ct += rows * layer * T * (per_pos + T * d + k * d)
+    return {"ours": ours, "circuit_tracer": ct, "ratio": ours / ct}

@@ -1,0 +1,307 @@
+"""The attribution graph object (:func:`sprout_interp.circuits.attribution_graph.attribution_graph` makes it): its
+file, pruning by influence on the logits and its replacement and completeness scores, as circuit-tracer defines them.
+
+Influence (circuit-tracer's ``compute_node_influence``): the adjacency's absolute values, each row scaled to sum
+1 (``normalized``); the logit nodes weighted by their probabilities; a node's influence is the weighted sum over
+every path from it to the logits of the product of normalized edges, ``w @ (N + N² + ...)``.
+
+:func:`prune_graph` keeps the nodes that carry ``node_threshold`` of the total influence (tokens and logits
+always), then the edges that carry ``edge_threshold`` of the edge influence among them, then drops feature and
+error nodes left without an outgoing edge and features without an incoming one, until nothing changes.
+:func:`graph_scores`: the replacement score, the share of the tokens' and errors' influence that starts at
+tokens (features explain everything: 1); the completeness score, the share of each node's normalized input
+that comes from non-error nodes, weighted by influence plus logit weight.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple, Union
+
+import pandas as pd
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from sprout_interp.core import limits
+from sprout_interp.core.arguments import check_number
+from sprout_interp.core.configs import check_finite
+from sprout_interp.core.errors import AttributionGraphError, NotACheckpointError, SproutError
+from sprout_interp.core.files import as_path
+from sprout_interp.core.loading import read_safetensors
+
+__all__ = ["KINDS", "GRAPH_UNITS", "AttributionGraph", "save_graph", "load_graph", "normalized_adjacency",
+           "node_influence", "PrunedGraph", "prune_graph", "graph_scores"]
+
+KINDS = ("feature", "error", "embedding", "logit")
+GRAPH_UNITS = ("adjacency[t, s]: the direct effect of node s's write on node t's input, in t's units (a feature's "
+               "pre-activation, a logit node's logit minus the mean logit), rows = targets; layer 0-indexed (embedding "
+               "nodes -1, logit nodes n_layers), block = layer + 1; pos 0-based")
+_FORMAT = "sprout-interp attribution graph"
+_COLUMNS = ("layer", "pos", "feature", "token_id", "activation", "logit_prob", "input", "constant", "norm")
+
+
+@dataclass
+class AttributionGraph:
+    """An attribution graph (see the module docstring).
+
+    Attributes:
+        adjacency (n, n) float32: direct effects, rows = targets, columns = sources, in circuit-tracer's node order.
+        nodes: one row per node: ``node``, ``kind`` (feature / error / embedding / logit), ``layer`` (-1 for
+            embeddings, n_layers for logits), ``block`` (layer + 1), ``pos``, ``feature`` (-1 unless a feature),
+            ``token_id`` and ``token`` (the token at ``pos``; a logit node's own token), ``activation``
+            (features), ``logit_prob`` (logits), ``input`` and ``constant`` (features and logits: what the node
+            reads, and the part no node writes), ``norm`` (the size of what the node writes; NaN for logits).
+        tokens (pos,): the prompt; n_layers: the model's blocks; info: model name, bos, logit choice, transcoders.
+    """
+
+    adjacency: Float[Tensor, "n n"]
+    nodes: pd.DataFrame
+    tokens: Int[Tensor, " pos"]
+    n_layers: int
+    info: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return (f"AttributionGraph({self.info.get('model_name') or 'model'}, {self.n_pos} positions: {self.n_features} "
+                f"features, {self.n_errors} errors, {self.n_pos} embeddings, {self.n_logits} logits)")
+
+    @property
+    def n_pos(self) -> int:
+        return int(self.tokens.numel())
+
+    @property
+    def n_features(self) -> int:
+        return int((self.nodes["kind"] == "feature").sum())
+
+    @property
+    def n_errors(self) -> int:
+        return self.n_layers * self.n_pos
+
+    @property
+    def n_logits(self) -> int:
+        return int((self.nodes["kind"] == "logit").sum())
+
+    @property
+    def logit_probs(self) -> Float[Tensor, " k"]:
+        """The logit nodes' probabilities, in node order."""
+        return torch.tensor(self.nodes["logit_prob"].values[-self.n_logits:], dtype=torch.float32)
+
+    def max_error(self) -> float:
+        """The largest ``|input - (sum of incoming edges + constant)|`` over the feature and logit nodes: how exact
+        the graph is (float32 rounding only)."""
+        rows = torch.tensor((self.nodes["kind"].isin(["feature", "logit"])).values)
+        got = self.adjacency[rows].double().sum(1) + torch.tensor(self.nodes["constant"].values)[rows]
+        return float((torch.tensor(self.nodes["input"].values)[rows] - got).abs().max()) if bool(rows.any()) else 0.0
+
+    def save(self, path: Union[str, Path]) -> Path:
+        """Write the graph to ``path`` (a ``.safetensors`` file, reopened by :func:`load_graph`)."""
+        return save_graph(self, path)
+
+
+def save_graph(graph: AttributionGraph, path: Union[str, Path]) -> Path:
+    """Write ``graph`` to one ``.safetensors`` file: the adjacency and the node table's numbers as float32
+    tensors, the rest (kinds, token strings, info) as JSON in its metadata. Returns the path."""
+    from safetensors.torch import save_file
+
+    p = as_path(path, "path", "a .safetensors file to write")
+    if p.suffix != ".safetensors":
+        raise AttributionGraphError(f"path must end in .safetensors, got {p.name!r}")
+    df = graph.nodes
+    tensors = {"adjacency": graph.adjacency.float().contiguous(), "tokens": graph.tokens.float()}
+    tensors.update({c: torch.tensor(df[c].values, dtype=torch.float32) for c in _COLUMNS})
+    meta = {"format": _FORMAT, "version": 1, "n_layers": graph.n_layers,
+            "counts": [graph.n_features, graph.n_errors, graph.n_pos, graph.n_logits],
+            "tokens": list(df["token"].values[graph.n_features + graph.n_errors:graph.n_features + graph.n_errors
+                                              + graph.n_pos]),
+            "logit_tokens": list(df["token"].values[len(df) - graph.n_logits:]), "info": graph.info}
+    p.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(p), metadata={"sprout_interp": json.dumps(meta, default=str)})
+    return p
+
+
+def load_graph(path: Union[str, Path]) -> AttributionGraph:
+    """A graph written by :func:`save_graph`; everything is checked before it is used (sizes from the header
+    before reading, finite values, whole numbers where the table has them, counts that add up).
+
+    Raises NotAPathError for a path that is not one, AttributionGraphError for a file that is not a graph.
+    """
+    from safetensors import safe_open
+
+    p = as_path(path, "path", "a .safetensors graph file")
+
+    def bad(why: str) -> AttributionGraphError:
+        return AttributionGraphError(f"{p} is not an attribution graph file ({why}): write it with "
+                                     "graph.save(path) (sprout_interp.circuits.attribution_graph.save_graph)")
+
+    def check_shapes(shapes: dict) -> None:
+        want = {"adjacency", "tokens", *_COLUMNS}
+        if set(shapes) != want:
+            raise bad(f"tensors {sorted(shapes)[:12]}, expected {sorted(want)}")
+        n = shapes["layer"][0] if len(shapes["layer"]) == 1 else -1
+        if shapes["adjacency"] != (n, n) or any(shapes[c] != (n,) for c in _COLUMNS) or len(shapes["tokens"]) != 1:
+            raise bad("the adjacency is not (n, n) for n nodes, or a column is not (n,)")
+
+    try:
+        sd = read_safetensors(p, str(p), check_shapes)
+        with safe_open(str(p), "pt") as f:
+            meta = json.loads((f.metadata() or {}).get("sprout_interp", "null"))
+    except NotACheckpointError as e:
+        raise bad(str(e).split(" (", 1)[-1][:200]) from None
+    except (ValueError, RecursionError):
+        raise bad("its metadata is not JSON") from None
+    except SproutError as e:
+        raise bad(str(e)[:200]) from None
+    if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+        raise bad("no sprout-interp graph metadata")
+    counts, L = meta.get("counts"), meta.get("n_layers")
+    T = sd["tokens"].numel()
+    ok = (isinstance(counts, list) and len(counts) == 4 and all(isinstance(c, int) and c >= 0 for c in counts)
+          and isinstance(L, int) and 0 < L <= limits.LIMITS["n_layer"] and sum(counts) == sd["layer"].numel()
+          and counts[1] == L * T and counts[2] == T and isinstance(meta.get("tokens"), list)
+          and len(meta["tokens"]) == T and isinstance(meta.get("logit_tokens"), list)
+          and len(meta["logit_tokens"]) == counts[3] and isinstance(meta.get("info", {}), dict))
+    if not ok:
+        raise bad("its node counts, layers or token lists do not add up")
+    try:
+        check_finite({"adjacency": sd["adjacency"], "tokens": sd["tokens"], "layer": sd["layer"]}, str(p))
+    except SproutError as e:
+        raise bad(str(e)[:200]) from None
+    ints = {c: sd[c] for c in ("layer", "pos", "feature", "token_id")}
+    ints["tokens"] = sd["tokens"]
+    for c, t in ints.items():
+        if not bool(torch.isfinite(t).all()) or not bool((t == t.round()).all()) or bool((t.abs() > 1 << 24).any()):
+            raise bad(f"column {c!r} does not hold whole numbers")
+    nF, nE, nT, nL = counts
+    kinds = ["feature"] * nF + ["error"] * nE + ["embedding"] * nT + ["logit"] * nL
+    pos = sd["pos"].long()
+    if bool(((pos < 0) | (pos >= T)).any()):
+        raise bad("a node's position is outside the prompt")
+    toks = [str(s) for s in meta["tokens"]]
+    labels = [toks[p] for p in pos[:nF + nE + nT].tolist()] + [str(s) for s in meta["logit_tokens"]]
+    df = pd.DataFrame({"node": range(len(kinds)), "kind": kinds, "layer": sd["layer"].long().tolist()})
+    df["block"] = df["layer"] + 1
+    df["pos"], df["feature"] = pos.tolist(), sd["feature"].long().tolist()
+    df["token_id"], df["token"] = sd["token_id"].long().tolist(), labels
+    for c in ("activation", "logit_prob", "input", "constant", "norm"):
+        df[c] = sd[c].double().tolist()
+    df.attrs["units"] = GRAPH_UNITS
+    return AttributionGraph(adjacency=sd["adjacency"].float(), nodes=df, tokens=sd["tokens"].long(), n_layers=L,
+                            info=dict(meta.get("info") or {}))
+
+
+
+
+# -- influence, pruning and scores ----------------------------------------------------------------------------
+
+
+def normalized_adjacency(adjacency: Float[Tensor, "n n"]) -> Float[Tensor, "n n"]:
+    """``|adjacency|`` with each row scaled to sum 1 (rows that sum to 0 stay 0): each target's inputs as shares."""
+    a = adjacency.abs()
+    return a.div_(a.sum(dim=1, keepdim=True).clamp(min=1e-10))
+
+
+def _influence(normalized: Float[Tensor, "n n"], weights: Float[Tensor, " n"], max_iter: int = 1000) -> Tensor:
+    """``weights @ (N + N² + ...)``; the graph has no cycle, so the powers reach zero after its depth."""
+    cur = weights @ normalized
+    total = cur.clone()
+    for _ in range(max_iter):
+        if not bool(cur.any()):
+            return total
+        cur = cur @ normalized
+        total += cur
+    raise AttributionGraphError(f"influence did not settle after {max_iter} steps: the adjacency has a cycle, so it "
+                                "is not an attribution graph")
+
+
+def _logit_weights(graph: AttributionGraph) -> Float[Tensor, " n"]:
+    w = torch.zeros(graph.adjacency.shape[0], dtype=graph.adjacency.dtype)
+    if graph.n_logits:
+        w[-graph.n_logits:] = graph.logit_probs.to(w.dtype)
+    return w
+
+
+def node_influence(graph: AttributionGraph) -> Float[Tensor, " n"]:
+    """Each node's influence on the logit nodes (see the module docstring), in node order; 0 for the logits."""
+    return _influence(normalized_adjacency(graph.adjacency), _logit_weights(graph))
+
+
+def _threshold(scores: Float[Tensor, " m"], fraction: float, zeros: int = 0) -> float:
+    """The score at which the scores sorted from the largest first carry ``fraction`` of their total (``zeros``:
+    how many more scores of 0 there are besides ``scores``)."""
+    vals = scores[scores != 0]
+    zeros += scores.numel() - vals.numel()
+    if vals.numel() == 0:
+        return 0.0
+    vals = vals.sort(descending=True).values
+    cum = vals.cumsum(0) / vals.sum()
+    i = int(torch.searchsorted(cum, torch.tensor([fraction], dtype=cum.dtype))[0])
+    if i < vals.numel():
+        return float(vals[i])
+    return 0.0 if zeros else float(vals[-1])
+
+
+class PrunedGraph(NamedTuple):
+    """What :func:`prune_graph` keeps: ``node_mask`` (n,), ``edge_mask`` (n, n) (rows = targets), and each node's
+    ``cumulative_scores`` (n,): the share of the total influence carried by it and every node above it."""
+
+    node_mask: Bool[Tensor, " n"]
+    edge_mask: Bool[Tensor, "n n"]
+    cumulative_scores: Float[Tensor, " n"]
+
+
+def prune_graph(graph: AttributionGraph, node_threshold: float = 0.8, edge_threshold: float = 0.98) -> PrunedGraph:
+    """circuit-tracer's pruning (see the module docstring): nodes carrying ``node_threshold`` of the influence
+    (embeddings and logits always kept), edges among them carrying ``edge_threshold`` of the edge influence, then
+    feature and error nodes left without an outgoing edge, and features without an incoming one, dropped (with
+    their edges) until nothing changes. Thresholds are fractions 0..1 (AttributionGraphError otherwise)."""
+    node_threshold = check_number(node_threshold, "node_threshold", low=0.0, high=1.0, error=AttributionGraphError)
+    edge_threshold = check_number(edge_threshold, "edge_threshold", low=0.0, high=1.0, error=AttributionGraphError)
+    nF, keep_always = graph.n_features, graph.n_pos + graph.n_logits
+    w = _logit_weights(graph)
+    infl = node_influence(graph)
+    node_mask = infl >= _threshold(infl, node_threshold)
+    node_mask[-keep_always:] = True
+    # edges among the kept nodes only (every other row and column of the pruned matrix is zero)
+    kept = node_mask.nonzero()[:, 0]
+    edge = graph.adjacency[kept][:, kept].abs()  # normalized, then scaled into edge scores, in place
+    edge.div_(edge.sum(dim=1, keepdim=True).clamp(min=1e-10))
+    edge.mul_((_influence(edge, w[kept]) + w[kept])[:, None])
+    n = graph.adjacency.shape[0]
+    sub = edge >= _threshold(edge.flatten(), edge_threshold, zeros=n * n - edge.numel())
+    del edge
+    on = node_mask[kept].clone()
+    inner = kept < n - keep_always  # features and errors
+    feats = kept < nF
+    while True:
+        before = on.clone()
+        on[inner] &= sub[:, inner].any(0)  # features and errors write into something kept
+        on[feats] &= sub[feats].any(1)  # features read something kept
+        sub[~on] = False
+        sub[:, ~on] = False
+        if torch.equal(before, on):
+            break
+    node_mask = torch.zeros_like(node_mask)
+    node_mask[kept[on]] = True
+    edge_mask = torch.zeros(n, n, dtype=torch.bool)
+    edge_mask[kept[:, None], kept[None, :]] = sub
+    order = infl.argsort(descending=True)
+    cumulative = torch.empty_like(infl)
+    cumulative[order] = infl[order].cumsum(0) / infl.sum().clamp(min=1e-30)
+    return PrunedGraph(node_mask, edge_mask, cumulative)
+
+
+def graph_scores(graph: AttributionGraph) -> tuple[float, float]:
+    """circuit-tracer's ``compute_graph_scores``: (replacement score, completeness score), each 0..1 (see the
+    module docstring); 1 means the features explain the logits with no help from the error nodes."""
+    nF, nE, nT = graph.n_features, graph.n_errors, graph.n_pos
+    errors, toks = slice(nF, nF + nE), slice(nF + nE, nF + nE + nT)
+    w = _logit_weights(graph)
+    normalized = normalized_adjacency(graph.adjacency)
+    infl = _influence(normalized, w)
+    token_infl, error_infl = infl[toks].sum(), infl[errors].sum()
+    replacement = token_infl / (token_infl + error_infl)
+    non_error = 1 - normalized[:, errors].sum(dim=-1)
+    out = infl + w
+    completeness = (non_error * out).sum() / out.sum()
+    return float(replacement), float(completeness)
