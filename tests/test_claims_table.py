@@ -243,6 +243,7 @@ def test_trace_induction_turns_each_step_into_a_claim():
 # the page's block is the command's output
 
 
+@pytest.mark.unit
 def test_the_claims_table_is_on_one_page_with_its_markers():
     """The generated table lives in docs/claims.md, the page --write and --check read by default, and nowhere else."""
     table = analysis_script("claims_table")

@@ -39,7 +39,7 @@ def test_the_readme_is_a_front_door():
     commands = [line for line in text.splitlines() if line.startswith("bash scripts/setup.sh")]
     assert [c.split("&&")[1].split()[0] for c in commands] == [".venv/bin/streamlit", ".venv/bin/python"]  # the two
     for target in ("notebooks/01_quickstart.ipynb", "docs/tutorial.md", "docs/dashboard.md", "docs/index.md",
-                   "docs/coming_from.md", "docs/ARCHITECTURE.md"):
+                   "docs/coming_from.md", "docs/testing.md", "docs/ARCHITECTURE.md"):
         assert f"]({target})" in text, target
     shots = re.findall(r"!\[[^\]]*\]\((docs/screenshots/[\w.]+\.png)\)", text)
     assert shots and all((ROOT / s).is_file() for s in shots)
