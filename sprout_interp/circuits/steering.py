@@ -46,6 +46,7 @@ from sprout_interp.circuits.metrics import (
     metric_from_resid,
     read_positions,
 )
+from sprout_interp.core.arguments import check_count, check_index, check_indices, integer
 from sprout_interp.core.errors import SteeringError
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import HookedSprout, as_hooked, is_hooked
@@ -80,10 +81,8 @@ _TOKENS_PER_FORWARD = 4096  # the steered copies of a batch run together up to a
 def _layer(model: HookedSprout, layer, site: str) -> int:
     if site not in SITES:
         raise SteeringError(f"site={site!r}: steering adds to the residual stream, one of {SITES}")
-    L = model.cfg.n_layers
-    if not isinstance(layer, int) or isinstance(layer, bool) or not -L <= layer < L:
-        raise SteeringError(f"layer={layer!r} is not a layer of this model (0..{L - 1}, or negative from the end)")
-    return layer % L
+    return check_index(layer, "layer", model.cfg.n_layers, negative=True, what="a block of this model, 0-indexed",
+                       error=SteeringError)
 
 
 def _vector(model: HookedSprout, vector) -> Tensor:
@@ -112,16 +111,10 @@ def _positions(positions, T: int) -> Optional[list[int]]:
     """``positions`` as sorted 0-based indices into an input of ``T`` tokens (None: every position)."""
     if positions is None:
         return None
-    if isinstance(positions, int):
-        positions = [positions]
-    out = set()
-    for p in positions:
-        if not isinstance(p, int) or isinstance(p, bool) or not -T <= p < T:
-            raise SteeringError(f"position {p!r} is outside the input of {T} tokens (0..{T - 1}, or negative)")
-        out.add(p % T)
-    if not out:
+    if integer(positions) is None and not isinstance(positions, str) and hasattr(positions, "__len__") and len(positions) == 0:
         raise SteeringError("positions is empty: pass None to steer at every position")
-    return sorted(out)
+    what = f"the input has {T} tokens: a position outside the input cannot be steered"
+    return sorted(set(check_indices(positions, "positions", T, negative=True, what=what, error=SteeringError)))
 
 
 def _read(x: Float[Tensor, "batch pos d_model"], mask: Optional[Tensor], read: str) -> Float[Tensor, "batch d_model"]:
@@ -216,7 +209,8 @@ def steered(
     v = _vector(model, vector)
     (c,) = _coeffs([coeff])
     if positions is not None:
-        if any(isinstance(p, int) and p < 0 for p in ([positions] if isinstance(positions, int) else positions)):
+        one = integer(positions) is not None or isinstance(positions, str) or not hasattr(positions, "__iter__")
+        if any((integer(p) or 0) < 0 for p in ([positions] if one else positions)):
             raise SteeringError("steered() positions count from 0 in each forward's input; a negative position would "
                                 "move with the input's length (generation): pass 0-based positions")
         positions = _positions(positions, model.cfg.n_ctx)
@@ -274,7 +268,7 @@ def _measure(model: HookedSprout, input, adds: dict[int, Tensor], site: str, met
         raise SteeringError(f"method={method!r}: 'fast' or 'naive'")
     toks, mask = model.prepare_input(input, attention_mask)
     pos = _positions(positions, toks.shape[1])
-    bound = bind_metric(metric, toks, mask)
+    bound = bind_metric(metric, toks, mask, model.cfg.d_vocab)
     names = {l: act_name(site, l) for l in adds}
     out = {}
     with model.lock:
@@ -413,8 +407,7 @@ def steering_controls(
     model = as_hooked(model)
     layer = _layer(model, layer, site)
     v = _vector(model, vector)
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise SteeringError(f"n={n!r}: at least one random direction")
+    n = check_count(n, "n", what="random directions drawn; at least one random direction", error=SteeringError)
     gen = torch.Generator().manual_seed(int(seed))
     draws = torch.randn(n, v.shape[0], generator=gen, dtype=torch.float64)
     draws = (draws / draws.norm(dim=1, keepdim=True) * float(v.float().norm())).to(v)

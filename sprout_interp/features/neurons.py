@@ -43,6 +43,7 @@ from torch import Tensor
 
 from sprout_interp.circuits.attribution import TokenLike, direct_logit_attribution
 from sprout_interp.circuits.metrics import MetricLike, bind_metric
+from sprout_interp.core.arguments import check_index
 from sprout_interp.core.errors import SproutError
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import as_hooked
@@ -62,16 +63,11 @@ Neuron = tuple[int, int]  # (layer, neuron), both 0-based
 
 
 def _check_layer(model, layer) -> int:
-    L = as_hooked(model).cfg.n_layers
-    if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer < L:
-        raise SproutError(f"layer {layer!r} is not a layer of this model: pick one of 0..{L - 1} (block = layer + 1)")
-    return layer
+    return check_index(layer, "layer", as_hooked(model).cfg.n_layers, what="a layer of this model; block = layer + 1")
 
 
 def _check_neuron(d_mlp: int, neuron) -> int:
-    if not isinstance(neuron, int) or isinstance(neuron, bool) or not 0 <= neuron < d_mlp:
-        raise SproutError(f"neuron {neuron!r} is not a neuron of this layer: pick one of 0..{d_mlp - 1}")
-    return neuron
+    return check_index(neuron, "neuron", d_mlp, what="a neuron of this layer's feed-forward")
 
 
 @dataclass
@@ -404,7 +400,7 @@ def ablate_neurons(
     if kind not in ("zero", "mean"):
         raise SproutError(f"kind must be 'zero' or 'mean', got {kind!r}")
     toks, mask = m.prepare_input(tokens, attention_mask)
-    bound = bind_metric(metric, toks, mask)
+    bound = bind_metric(metric, toks, mask, m.cfg.d_vocab)
     by_layer: dict[int, list[int]] = {}
     for layer, n in chosen:
         by_layer.setdefault(layer, []).append(n)

@@ -26,6 +26,8 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from sprout_interp.core.arguments import check_count
+from sprout_interp.core.errors import ArgumentError
 from sprout_interp.core.hooked import as_hooked
 from sprout_interp.lens.residual import residual_stack, row_labels
 from sprout_interp.lens.tuned_lens import TunedLens, find_tuned_lens, read_out
@@ -240,10 +242,10 @@ def logit_lens(
     Args:
         model: a :class:`~sprout_interp.HookedSprout` (a plain ``sprout_model.GPT`` is wrapped).
         tokens: ids ``(batch, pos)`` or ``(pos,)``; a batch of texts may be right-padded.
-        k: how many top candidates to keep per cell.
+        k: how many top candidates to keep per cell, 1..d_vocab.
         attention_mask: True at real tokens (``model.to_tokens_with_mask`` gives it); padding is left
             out of every mean, and a token followed by padding has no next token.
-        chunk: positions (over batch × pos) read out at a time, bounding memory at about
+        chunk: positions (over batch × pos) read out at a time (at least 1), bounding memory at about
             ``chunk × vocab`` floats per row; None reads all positions at once.
         lens: ``"logit"`` (the stream as it is), ``"tuned"`` (through the tuned lens saved beside the
             checkpoint; without one, the logit lens, a :class:`~sprout_interp.lens.tuned_lens.MissingTunedLensWarning`
@@ -251,20 +253,21 @@ def logit_lens(
             checkpoint raises :class:`~sprout_interp.core.errors.TunedLensMismatchError`.
     """
     model, tokens, mask = _prep(model, tokens, attention_mask)
+    k = check_count(k, "k", high=model.cfg.d_vocab, what="top candidates kept per cell, at most the vocabulary")
+    if chunk is not None:
+        chunk = check_count(chunk, "chunk", what="positions read out at a time; None reads all at once")
     tuned, notice = find_tuned_lens(model, lens)
     stack = residual_stack(model, tokens)  # (R, B, T, d)
     if tuned is not None:
         stack = tuned.translate(stack)
     R, B, T, d = stack.shape
-    V = model.cfg.d_vocab
-    k = min(k, V)
     has_next = _has_next(mask)
     nxt = torch.zeros_like(tokens)
     nxt[:, :-1] = tokens[:, 1:]  # last column: a dummy, masked out by has_next
     nxt = nxt.reshape(-1)
     flat = stack.reshape(R, B * T, d)
     N = B * T
-    step = N if chunk is None else max(1, int(chunk))
+    step = N if chunk is None else chunk
     out = {n: torch.empty(R, N, *shape, dtype=dt, device=stack.device) for n, shape, dt in (
         ("ids", (k,), torch.long), ("probs", (k,), torch.float32), ("nprob", (), torch.float32),
         ("rank", (), torch.long), ("ent", (), torch.float32), ("kl", (), torch.float32))}
@@ -314,9 +317,10 @@ def trajectories(model, text, lenses: Sequence[str | TunedLens] = LENSES, k: int
     ``top1_prob``. ``text`` is a text or ids ``(pos,)`` / ``(1, pos)``.
     """
     model = as_hooked(model)
+    k = check_count(k, "k", high=model.cfg.d_vocab, what="top candidates kept per cell, at most the vocabulary")
     tokens, _ = model.prepare_input(text)
     if tokens.shape[0] != 1:
-        raise ValueError(f"trajectories reads one text; got a batch of {tokens.shape[0]}")
+        raise ArgumentError(f"trajectories reads one text; got a batch of {tokens.shape[0]}")
     frames, notices = [], []
     for which in lenses:
         ll = logit_lens(model, tokens, k=k, lens=which)
