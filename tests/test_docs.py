@@ -132,6 +132,32 @@ def test_the_manual_builds_strictly_with_no_raw_roles_and_one_returns_entry(tmp_
     assert "module docstring" not in one[:one.index("Returns:")]  # every site and split is on the page
 
 
+def _dashboard_links() -> list[tuple[str, str, str]]:
+    """Every link into the running dashboard (``http://localhost:8501/<page>?<query>``) in the README and the manual."""
+    found = []
+    for page in [ROOT / "README.md", *PAGES]:
+        for view, query in re.findall(r"\(http://localhost:8501/(\w+)\?([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            found.append((page.name, view, query))
+    return found
+
+
+@pytest.mark.acceptance
+@pytest.mark.parametrize("where, view, query", _dashboard_links(), ids=lambda v: v[:40])
+def test_a_dashboard_link_in_the_docs_opens_its_view(where, view, query):
+    """The page exists, runs without an error, and takes every value of the link (none refused with a warning)."""
+    from urllib.parse import parse_qs
+
+    from streamlit.testing.v1 import AppTest
+
+    assert (ROOT / "dashboards" / "views" / f"{view}.py").is_file(), f"{where}: no dashboard page {view}"
+    at = AppTest.from_file(str(ROOT / "dashboards" / "app.py"), default_timeout=600)
+    at.query_params.update({k: v if len(v) > 1 else v[0] for k, v in parse_qs(query, keep_blank_values=True).items()})
+    at.switch_page(f"views/{view}.py").run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    refused = [w.value for w in at.warning if "cannot be shown" in w.value]
+    assert not refused, f"{where}: {refused}"
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("page", PAGES, ids=[p.stem for p in PAGES])
 def test_page_examples_run(page: Path):
