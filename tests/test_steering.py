@@ -10,18 +10,13 @@ import torch.nn.functional as F
 
 import sprout_interp as si
 from sprout_interp.circuits import steering as st
-from sprout_interp.circuits.metrics import LogitDiff, LogProb
+from sprout_interp.circuits.metrics import LogitDiff, LogProb, MetricError
 
 pytestmark = pytest.mark.unit
 
 POS = ["She said that", "She was tired, and", "Then she told them that", "She looked at the door and"]
 NEG = ["He said that", "He was tired, and", "Then he told them that", "He looked at the door and"]
 PROMPT = "When the doctor came in, the nurse said that"
-
-
-@pytest.fixture(scope="module")
-def gpt4():
-    return si.load("gpt-4")
 
 
 @pytest.fixture(scope="module")
@@ -111,12 +106,22 @@ def test_fast_equals_naive_on_a_padded_batch_with_every_metric_kind(gpt4):
     texts = [PROMPT, "The old man and the sea", "Once upon a time there was a"]
     v = st.steering_vector(gpt4, POS, NEG, 2)
     she = gpt4.to_single_token(" she")
-    metrics = ["loss", LogProb(she), lambda logits: float(logits[:, -1].logsumexp(-1).mean())]
+    metrics = ["loss", LogProb(she), LogitDiff(she, gpt4.to_single_token(" he"))]
     for metric in metrics:
         a = st.steering_effect(gpt4, texts, v, 2, (-2.0, 0.0, 3.0), metric, method="fast")
         b = st.steering_effect(gpt4, texts, v, 2, (-2.0, 0.0, 3.0), metric, method="naive")
         assert a["value"].tolist() == pytest.approx(b["value"].tolist(), abs=1e-4)
         assert a.loc[a["coeff"] == 0, "change"].item() == pytest.approx(0.0, abs=1e-5)
+    # a function of the logits would see the padding (logits[:, -1] is padding in the shorter rows): refused
+    for method in ("fast", "naive"):
+        with pytest.raises(MetricError, match="padded logits"):
+            st.steering_effect(gpt4, texts, v, 2, (1.0,), lambda logits: float(logits[:, -1].logsumexp(-1).mean()),
+                               method=method)
+    ids = gpt4.to_tokens(texts[0])  # one text: the function metric runs, fast equal to naive
+    fn = lambda logits: float(logits[:, -1].logsumexp(-1).mean())  # noqa: E731
+    a = st.steering_effect(gpt4, ids, v, 2, (-2.0, 3.0), fn, method="fast")
+    b = st.steering_effect(gpt4, ids, v, 2, (-2.0, 3.0), fn, method="naive")
+    assert a["value"].tolist() == pytest.approx(b["value"].tolist(), abs=1e-4)
     # more coefficients than one forward takes: split into groups, still the same numbers
     many = [float(c) for c in range(-10, 11)]
     a = st.steering_effect(gpt4, texts * 30, v, 2, many, "loss")
@@ -245,7 +250,8 @@ def test_the_she_he_vector_moves_sprout_far_more_than_random_pushes_of_its_size(
     v = st.steering_vector(m, POS, NEG, 5)
     prompts = [PROMPT, "The teacher looked up and said that", "After a long silence the stranger said that"]
     df = st.steering_controls(m, prompts, v, 5, coeff=2.0, metric=metric, n=8)
-    assert df["change"].iloc[0] > 3 * df.attrs["random_abs_change_max"], df
+    # each prompt read at its own last token (the shorter prompts' padding was read before): 5.4 vs at most 1.9
+    assert df["change"].iloc[0] > 2.5 * df.attrs["random_abs_change_max"], df
 
 
 @torch.no_grad()
