@@ -292,9 +292,10 @@ def test_attention_choice_and_repeated_tokens():
     at.session_state["rep_open"] = True
     ok(at.run())
     chosen = next(c for c in charts(at) if "hook_pattern" in c["layout"]["title"]["text"])
-    assert "block 1 (layer 0), head 2" in chosen["layout"]["title"]["text"]
+    assert "block 1 (layer 0), head 2" in chosen["layout"]["title"]["text"].replace("<br>", " ")  # wrapped to fit
     assert len(at.metric) == 3  # copy 1, copy 2, ratio
-    assert any("head 2 on 32 random tokens repeated twice" in c["layout"]["title"]["text"] for c in charts(at))
+    assert any("head 2 on 32 random tokens repeated twice" in c["layout"]["title"]["text"].replace("<br>", " ")
+               for c in charts(at))
     assert at.query_params["repeated"] == "1"
     at.select_slider(key="rep_len").set_value(16)
     ok(at.run())
@@ -430,7 +431,7 @@ def test_patching_page_compares_attribution_patching_with_the_exact_scores():
     ok(at.run())
     specs = charts(at)
     assert len(specs) == 5  # layer x position, heads, the two agreement scatters, contribution graph
-    scatters = [sp for sp in specs if "attribution estimate vs exact" in sp["layout"]["title"]["text"]]
+    scatters = [sp for sp in specs if "attribution estimate vs exact" in sp["layout"]["title"]["text"].replace("<br>", " ")]
     assert len(scatters) == 2 and all(sp["data"][1]["mode"] == "markers" for sp in scatters)
     values = {m.label: m.value for m in at.metric}
     # the page's numbers are the library's, from the page's own pair and metric

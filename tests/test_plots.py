@@ -26,7 +26,8 @@ def lens(tiny_model):
 
 
 def test_show_token():
-    assert show_token("\n\n") == "↵↵" and show_token(" ") == "␣" and show_token(" the") == " the"
+    assert show_token("\n\n") == "↵↵" and show_token(" ") == "␣" and show_token(" the") == "␣the"
+    assert show_token("  x ") == "␣␣x " and show_token(" Jonathan", 6) == "␣Jona…"
     assert show_token("<|endoftext|>") == "&lt;|endoftext|&gt;"
 
 

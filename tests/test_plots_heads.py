@@ -63,8 +63,8 @@ def test_pattern_figure_data():
     p = torch.rand(2, 3, 4, 4)
     fig = pattern_figure(p, ["a", " b", "\n", " "], layer=1, head=2)
     np.testing.assert_allclose(np.array(fig.data[0].z), p[1, 2].numpy(), rtol=1e-6)
-    assert list(fig.data[0].x) == ["0:a", "1: b", "2:↵", "3:␣"]
-    assert "block 2 (layer 1), head 2" in fig.layout.title.text
+    assert list(fig.data[0].x) == ["0:a", "1:␣b", "2:↵", "3:␣"]  # a leading space drawn, not dropped
+    assert "block 2 (layer 1), head 2" in fig.layout.title.text.replace("<br>", " ")  # wrapped to half a page
     fig2 = pattern_figure(p[0, 0], ["a", "b", "c", "d"])
     np.testing.assert_allclose(np.array(fig2.data[0].z), p[0, 0].numpy(), rtol=1e-6)
     with pytest.raises(ValueError):
@@ -112,9 +112,18 @@ def test_all_heads_figure_draws_every_head():
     np.testing.assert_allclose(np.array(fig.data[1 * 4 + 2].z), p[1, 2, :6, :6].numpy(), rtol=1e-6)
     assert [a.text for a in fig.layout.annotations][:2] == ["block 1 head 0", "block 1 head 1"]
     assert "block 2 head 2" in fig.layout.annotations[6].text  # the chosen head, emphasised …
-    (frame,) = fig.layout.shapes  # … and framed around its own panel
-    xa, ya = fig.layout.xaxis7, fig.layout.yaxis7
-    assert (frame.x0, frame.x1, frame.y0, frame.y1) == (*xa.domain, *ya.domain)
+    (frame,) = fig.layout.shapes  # … and framed just outside its own pattern, on that pattern's axes as drawn
+    assert (frame.xref, frame.yref) == ("x7 domain", "y7 domain")
+    assert frame.x0 < 0 < 1 < frame.x1 and frame.y0 < 0 < 1 < frame.y1 and frame.x1 - frame.x0 < 1.1
+    for i in range(1, 13):  # every pattern: its own axes at one scale across and down, and no padding around it
+        sx, xa, ya = str(i) if i > 1 else "", fig.layout[f"xaxis{i if i > 1 else ''}"], fig.layout[f"yaxis{i if i > 1 else ''}"]
+        assert ya.scaleanchor == f"x{sx}" and ya.scaleratio == 1 and xa.constrain == ya.constrain == "domain"
+        assert tuple(xa.range) == (-0.5, 5.5) and tuple(ya.range) == (5.5, -0.5)
+    # square cells at the figure's own size: the panels' pixel width equals their pixel height
+    m = fig.layout.margin
+    w = (fig.layout.width - m.l - m.r) * (fig.layout.xaxis.domain[1] - fig.layout.xaxis.domain[0])
+    h = (fig.layout.height - m.t - m.b) * (fig.layout.yaxis.domain[1] - fig.layout.yaxis.domain[0])
+    assert w == pytest.approx(h, abs=1.0)
     with pytest.raises(ValueError):
         all_heads_figure(p[0], ["a"] * 10)
 

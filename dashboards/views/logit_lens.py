@@ -5,9 +5,11 @@ import hashlib
 
 import compute
 import pandas as pd
+import scrolling
 import state
 import streamlit as st
 
+from sprout_interp.features.search import repeated_names
 from sprout_interp.lens.logit_lens import CHAPTER_SPROUT_CONFIDENCE, penultimate_vs_final
 from sprout_interp.plots import layer_metrics_chart, logit_lens_grid
 from sprout_interp.plots.trajectories import TRAJECTORY_METRICS, trajectory_heatmaps
@@ -39,7 +41,7 @@ R = lens.n_rows
 # on the old grid, would otherwise leave the pickers and the detail panel naming different cells)
 text_id = hashlib.sha1(f"{key}\0{text}".encode("utf-8", "replace")).hexdigest()[:12]
 if st.session_state.get("lens_text_id") not in (None, text_id):
-    for k in ("lens_pos", "lens_row", "lens_start", "lens_applied"):
+    for k in ("lens_pos", "lens_row", "lens_start", "lens_applied", "lens_centred"):
         st.session_state.pop(k, None)
 st.session_state["lens_text_id"] = text_id
 grid_key = f"lens_grid_{text_id}"  # the grid's click selection belongs to this text only
@@ -53,9 +55,6 @@ state.bind("row", "lens_row", state.int_in(0, R - 1))
 st.session_state.setdefault("lens_width", 30)
 width = c[0].selectbox("tokens shown", widths, key="lens_width",
                        help="More than fit the page: scroll the grid sideways.")
-state.clamp_state("lens_start", 0, max(T - width, 0))
-start = c[1].slider("first token shown", 0, max(T - width, 0), key="lens_start") if T > width else 0
-end = min(start + width, T)
 
 # a click on the grid (previous run) picks the cell: apply it once, before the pickers are drawn
 try:
@@ -66,8 +65,21 @@ picked = next((tuple(int(v) for v in p["customdata"][:2]) for p in pts if p.get(
 if picked is not None and picked != st.session_state.get("lens_applied"):
     st.session_state["lens_applied"] = picked
     st.session_state["lens_pos"], st.session_state["lens_row"] = picked
-state.remember("lens_pos", start, 0, T - 1)
+# the position starts at the first token shown, but a typed text that repeats a name opens on the name's second
+# occurrence, where the model can copy it
+state.clamp_state("lens_start", 0, max(T - width, 0))
+again = repeated_names(compute.str_tokens(m, key, text)) if st.session_state.get("text_choice") == state.OWN_TEXT else None
+second = again[(again["occurrence"] == 2) & (again["piece"] == 0)] if again is not None else []
+state.remember("lens_pos", int(second["pos"].min()) if len(second) else st.session_state.get("lens_start", 0), 0, T - 1)
 state.remember("lens_row", R - 1, 0, R - 1)
+# the grid moves to a newly chosen position (typed, clicked, from a link) when it lies outside the tokens shown
+if st.session_state.get("lens_centred") != (st.session_state["lens_pos"], width):
+    st.session_state["lens_centred"] = (st.session_state["lens_pos"], width)
+    first = st.session_state.get("lens_start", 0)
+    if not first <= st.session_state["lens_pos"] < first + width:
+        st.session_state["lens_start"] = min(max(st.session_state["lens_pos"] - width // 2, 0), max(T - width, 0))
+start = c[1].slider("first token shown", 0, max(T - width, 0), key="lens_start") if T > width else 0
+end = min(start + width, T)
 pos = c[2].number_input("position", 0, T - 1, key="lens_pos")
 row = c[3].selectbox("row", list(range(R)), format_func=lambda r: lens.rows[r], key="lens_row")
 
@@ -75,12 +87,8 @@ row = c[3].selectbox("row", list(range(R)), format_func=lambda r: lens.rows[r], 
 fig = logit_lens_grid(lens, m.to_str_tokens, positions=range(start, end), clickable=True, selected=(pos, row),
                       title=f"{state.plain(m.name or key)}, {lens.lens} lens: top-1 guess after each block, "
                             f"tokens {start}–{end - 1} of {T}")
-grid_px = int(fig.layout.width)
-st.html(f"<style>.st-key-lens_grid_box {{ overflow-x: auto; }} .st-key-lens_grid_box [data-testid='stElementContainer'], "
-        f".st-key-lens_grid_box [data-testid='stPlotlyChart'] {{ min-width: {grid_px}px; }}</style>")
-with st.container(key="lens_grid_box"):  # scrolls sideways when the grid is wider than the page
-    state.chart(fig, "logit lens grid", on_select="rerun", selection_mode="points", key=grid_key,
-                width=grid_px)
+scrolling.chart(fig, "logit lens grid", "lens_grid_box", pos - start, on_select="rerun", selection_mode="points",
+                key=grid_key)
 st.caption("Click a cell (or set position and row above) to see its five candidates. Hover shows them too; a cell "
            "shows at most 8 characters of its token.")
 
@@ -142,7 +150,7 @@ with st.expander("each token through both lenses, block by block (entropy, cross
                               key="lens_traj_metric")
         with st.spinner("reading every block through both lenses…"), state.shown_errors("the trajectories"):
             traj = compute.lens_trajectories(m, key, text)
-            state.chart(trajectory_heatmaps(traj, metric, positions=range(start, end),
-                                            title=f"{state.plain(m.name or key)}: {TRAJECTORY_METRICS[metric][0]}, "
-                                                  f"tokens {start}–{end - 1} (text = top-1 token)"),
-                        "trajectories", key="lens_traj")
+            tfig = trajectory_heatmaps(traj, metric, positions=range(start, end),
+                                       title=f"{state.plain(m.name or key)}: {TRAJECTORY_METRICS[metric][0]}, "
+                                             f"tokens {start}–{end - 1} (text = top-1 token)")
+            scrolling.chart(tfig, "trajectories", "lens_traj_box", pos - start, key="lens_traj")

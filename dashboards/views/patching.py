@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import compute
+import scrolling
 import state
 import streamlit as st
 
 from sprout_interp.plots.patching import (
+    NODE_KINDS,
     contribution_graph_figure,
     head_patching_heatmap,
     patching_agreement_figure,
@@ -104,10 +106,26 @@ state.remember("patch_threshold_pct", 5, 1, 50)
 thr = c[1].slider("keep parts ≥ % of the largest", 1, 50, key="patch_threshold_pct")
 with st.spinner("attributing the prediction…"), state.shown_errors("the contribution graph"):
     nodes, edges = compute.graph(m, key, clean, pos, thr / 100)
-state.chart(contribution_graph_figure(nodes, edges, toks), "contribution graph", width="stretch")
+# a click on a node (previous run) opens that part's own page, on this text
+node = state.take_click("patch_graph", 3)
+if node is not None:
+    kind, layer, head = node
+    on_text = {"text": clean} if len(clean) <= state.MAX_URL_TEXT else {}
+    if kind == NODE_KINDS["head"]:
+        st.switch_page("views/attention.py", query_params={**on_text, "layer": str(layer), "head": str(head)})
+    elif kind == NODE_KINDS["mlp"]:
+        st.switch_page("views/neurons.py", query_params={**on_text, "pos": str(pos), "answer": nodes.attrs["token"],
+                                                         "how": "from the prediction above", "layer": str(layer + 1)})
+    elif kind == NODE_KINDS["embed"]:
+        st.switch_page("views/residual.py", query_params=on_text)
+scrolling.chart(contribution_graph_figure(nodes, edges, toks, m.cfg.n_layers, m.cfg.n_heads), "contribution graph",
+                "patch_graph_box", pos, on_select="rerun", selection_mode="points", key="patch_graph")
 st.caption(f"Predicted token at position {pos}: {state.md(nodes.attrs['token'])} (logit {nodes.attrs['logit']:.2f}). "
-           "Node size: how much that part pushes the token (blue for, red against), in logits through the final "
-           "norm; lines: the part of a head's push that comes from each earlier position it reads.")
+           "Every block has a row per head and one for its feed-forward, the embedding at the bottom. Node size: how "
+           "much that part pushes the token (blue for, red against), in logits through the final norm; lines: the "
+           "part of a head's push that comes from each earlier position it reads (grey dots: the stream entering "
+           "that head's block there). Hover a node for its name and value; **click it to open its page** (a head: "
+           "Attention heads; a feed-forward: its neurons).")
 if len(clean) <= state.MAX_URL_TEXT:  # a feed-forward node is a sum over its neurons: the Neurons page splits it
     st.page_link("views/neurons.py", label=f"split the feed-forward nodes into neurons (this text, position {pos}, "
                                            f"{nodes.attrs['token']!r}) on the Neurons page", icon="🔬",
@@ -121,6 +139,10 @@ if st.session_state.get("patch_head") not in choices:
     st.session_state.pop("patch_head", None)
 pick = st.selectbox("look at a head", choices, format_func=lambda lh: f"block {lh[0] + 1} head {lh[1]} (layer {lh[0]})",
                     key="patch_head")
+if len(clean) <= state.MAX_URL_TEXT:
+    st.page_link("views/attention.py", label=f"open block {pick[0] + 1} head {pick[1]} on the Attention heads page "
+                                           "(this text)", icon="🔍",
+                 query_params={"text": clean, "layer": str(pick[0]), "head": str(pick[1])})
 with state.shown_errors("the head's tokens"):
     eff, row = compute.head_effects(m, key, clean, pick[0], pick[1], pos)
 c = st.columns(2)

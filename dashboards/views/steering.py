@@ -7,7 +7,7 @@ import streamlit as st
 
 from sprout_interp.circuits.steering import EXAMPLE
 from sprout_interp.plots.heads import block_label
-from sprout_interp.plots.steering import steering_effect_figure, steering_layers_figure
+from sprout_interp.plots.steering import steering_effect_figure, steering_layers_figure, zero_vector_blocks
 
 COEFFS = tuple(float(c) for c in range(-8, 9))
 
@@ -58,6 +58,12 @@ st.caption(f"Each bar: the vector made from the contrast entering that block, ad
            f"change in the logit difference on the prompt (clean {float(layers['clean'].iloc[0]):.3f}). The vector is "
            "read from the stream at that block, so it grows with the stream and one coefficient is a comparable dose "
            "everywhere (hover: its norm beside the stream's). Blocks counted from 1; layer = block - 1.")
+zero = zero_vector_blocks(layers)
+if zero:
+    st.caption(f"No bar at block{'s' if len(zero) > 1 else ''} {', '.join(map(str, zero))}: the vector there is 0, so "
+               "adding it changes nothing. Both sets of texts give the same stream at their last token"
+               + (" (entering block 1 the stream is the last token's embedding alone, and both sets end on the "
+                  "same tokens)" if 1 in zero else "") + ".")
 
 best = int(layers.loc[layers["change"].abs().idxmax(), "layer"])
 state.bind("block", "steer_layer", state.block_in(L), state.fmt_block)

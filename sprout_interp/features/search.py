@@ -10,6 +10,7 @@
 - :func:`name_copying_with_features`: the chapter's name-copying measure with latents ablated (clamped to 0,
   error term kept) through :mod:`sprout_interp.features.splice`, beside a control of latents that fire as often.
 - :func:`rate_matched_controls`: that control: for each latent, the other latent whose firing rate is closest.
+- :func:`repeated_names`: the names any text repeats, found from its tokens alone (where a copy can be read).
 
 All tables: ``layer`` 0-indexed, ``block`` = layer + 1, ``feature``, ``pos`` 0-based.
 """
@@ -30,7 +31,7 @@ from sprout_interp.features.splice import spliced
 
 __all__ = [
     "name_texts", "name_positions", "second_name_features", "previous_token_features", "name_copying_with_features",
-    "rate_matched_controls",
+    "rate_matched_controls", "repeated_names",
 ]
 
 
@@ -227,3 +228,39 @@ def rate_matched_controls(table: pd.DataFrame, features: Sequence[int]) -> list[
         controls.append(pick)
         pool.remove(pick)
     return controls
+
+
+def repeated_names(str_tokens: Sequence[str]) -> pd.DataFrame:
+    """The names a typed text repeats, found from its tokens alone (no list of names needed, unlike
+    :func:`name_positions`): one row per token of each occurrence of a capitalised word of two or more tokens (an
+    invented name falls into pieces, so a copy of its later pieces can be measured) that appeared earlier in the
+    text. Columns as :func:`name_positions`'s, less ``text``: ``name, occurrence`` (1 = first), ``piece`` (0 = the
+    name's first token), ``pos`` (0-based index into ``str_tokens``), ``token``; names ordered by where they first
+    repeat. Empty (with those columns) when nothing repeats.
+
+    >>> df = repeated_names([" Old", " Z", "orbin", " came", ".", " Z", "orbin", " left"])
+    >>> df[df.occurrence == 2].pos.tolist()
+    [5, 6]
+    """
+    toks = [str(t) for t in str_tokens]
+    words: list[tuple[str, list[int]]] = []  # (word, its positions) for every capitalised word of 2+ tokens
+    i = 0
+    while i < len(toks):
+        head = toks[i].lstrip(" ")
+        if head[:1].isupper() and head.isalpha():
+            j = i + 1
+            while j < len(toks) and toks[j][:1].isalpha() and toks[j].islower():  # a piece glued on, no space
+                j += 1
+            if j - i >= 2:
+                words.append(("".join(toks[i:j]).strip(), list(range(i, j))))
+            i = j
+        else:
+            i += 1
+    seen: dict[str, list[list[int]]] = {}
+    for word, span in words:
+        seen.setdefault(word, []).append(span)
+    repeated = sorted((spans for spans in seen.values() if len(spans) > 1), key=lambda spans: spans[1][0])
+    rows = [dict(name=toks[spans[0][0]].lstrip(" ") + "".join(toks[p] for p in spans[0][1:]), occurrence=occ,
+                 piece=piece, pos=p, token=toks[p])
+            for spans in repeated for occ, span in enumerate(spans, 1) for piece, p in enumerate(span)]
+    return pd.DataFrame(rows, columns=["name", "occurrence", "piece", "pos", "token"])

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from sprout_interp.plots.common import show_token, title_below_toolbar
+from sprout_interp.plots.common import HALF_COLUMN, show_token, title_below_toolbar, top_margin
 
 __all__ = ["activation_histogram", "logit_effect_chart", "context_html", "contexts_html", "quality_chart"]
 
@@ -23,11 +23,12 @@ def activation_histogram(summary, title: Optional[str] = None) -> go.Figure:
     fig = go.Figure(go.Bar(x=[(a + b) / 2 for a, b in zip(h["left"], h["right"])], y=list(h["count"]),
                            width=[b - a for a, b in zip(h["left"], h["right"])], marker_color="#d95f02",
                            hovertemplate="activation %{x:.2f}<br>%{y} tokens<extra></extra>"))
+    heading = title_below_toolbar(title or (f"feature {summary.feature}, layer {summary.layer} (block {summary.block}): "
+                                            f"activations when on ({summary.frequency:.2%} of {summary.n_tokens:,} "
+                                            "tokens)"), width=HALF_COLUMN - 80)
     fig.update_layout(
-        title=title_below_toolbar(title or (f"feature {summary.feature}, layer {summary.layer} (block {summary.block}): activations "
-                               f"when on ({summary.frequency:.2%} of {summary.n_tokens:,} tokens)")),
-        xaxis_title="activation (SAE units)", yaxis_title="tokens", bargap=0, height=340,
-        margin=dict(l=50, r=20, t=70, b=40))
+        title=heading, xaxis_title="activation (SAE units)", yaxis_title="tokens", bargap=0,
+        height=270 + top_margin(heading), margin=dict(l=50, r=20, t=top_margin(heading), b=40))
     return fig
 
 
@@ -39,11 +40,13 @@ def logit_effect_chart(summary, title: Optional[str] = None) -> go.Figure:
     fig = go.Figure(go.Bar(x=vals, y=list(range(len(vals))), orientation="h",
                            marker_color=["#1b9e77" if v > 0 else "#7570b3" for v in vals],
                            customdata=toks, hovertemplate="%{customdata}: %{x:+.3f} logits<extra></extra>"))
+    heading = title_below_toolbar(title or f"feature {summary.feature} (layer {summary.layer}, block {summary.block}): "
+                                           "W_dec · W_U", width=HALF_COLUMN - 140)
     fig.update_layout(
-        title=title_below_toolbar(title or f"feature {summary.feature} (layer {summary.layer}, block {summary.block}): W_dec · W_U"),
-        xaxis_title="logit per unit of activation", height=max(320, 22 * len(vals) + 100),
+        title=heading, xaxis_title="logit per unit of activation",
+        height=max(320, 22 * len(vals) + 60 + top_margin(heading)),
         yaxis=dict(tickmode="array", tickvals=list(range(len(vals))), ticktext=toks),
-        margin=dict(l=110, r=20, t=70, b=40))
+        margin=dict(l=110, r=20, t=top_margin(heading), b=50))
     return fig
 
 

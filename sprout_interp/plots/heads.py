@@ -15,7 +15,14 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from sprout_interp.plots.common import escape_label
+from sprout_interp.plots.common import (
+    FULL_COLUMN,
+    HALF_COLUMN,
+    show_token,
+    title_below_toolbar,
+    top_margin,
+    wrap_text,
+)
 
 __all__ = [
     "block_label", "head_grid", "pattern_figure", "head_scores_heatmap", "head_scores_figure",
@@ -35,6 +42,7 @@ _SCORE_TITLES = {
 
 
 def _vis(s: str) -> str:
+    """A token for the HTML text view, where its own spaces show: newlines and tabs made visible."""
     s = str(s).replace("\n", "↵").replace("\t", "⇥")
     return "␣" if s == " " else s
 
@@ -58,12 +66,16 @@ def head_grid(df: pd.DataFrame, value: str) -> tuple[np.ndarray, list[int], list
 
 
 def pattern_figure(
-    pattern, str_tokens: Sequence[str], layer: Optional[int] = None, head: Optional[int] = None, title: Optional[str] = None
+    pattern, str_tokens: Sequence[str], layer: Optional[int] = None, head: Optional[int] = None, title: Optional[str] = None,
+    size: int = 600, narrowest: int = HALF_COLUMN,
 ) -> go.Figure:
-    """Heat-map of one head's pattern (query rows × key columns).
+    """Heat-map of one head's pattern (query rows × key columns), drawn square.
 
     ``pattern``: ``(query, key)``, or ``(layer, head, query, key)`` from ``attention_patterns`` with
-    ``layer``/``head`` picking the head (0-indexed).
+    ``layer``/``head`` picking the head (0-indexed). ``size``: the figure's width in pixels; a page may draw it
+    narrower (down to ``narrowest``, half the main column of a 1280-pixel window, which the title is wrapped to
+    fit): the axes are locked to one scale across and down, so the pattern stays square and fills its axes, and
+    at most 16 keys queries are labelled (every token is in the hover).
     """
     p = pattern.detach().cpu().float().numpy() if hasattr(pattern, "detach") else np.asarray(pattern, dtype=float)
     if p.ndim == 4:
@@ -73,16 +85,21 @@ def pattern_figure(
     if p.ndim != 2:
         raise ValueError(f"expected a (query, key) or (layer, head, query, key) pattern, got shape {p.shape}")
     n = p.shape[0]
-    toks = [f"{i}:{_vis(t)}" for i, t in enumerate(list(str_tokens)[:n])]
+    toks = [f"{i}:{show_token(str(t))}" for i, t in enumerate(list(str_tokens)[:n])]
     fig = go.Figure(go.Heatmap(
-        z=p, x=toks, y=toks, colorscale="Blues", zmin=0, zmax=1,
+        z=p, x=toks, y=toks, colorscale="Blues", zmin=0, zmax=1, colorbar=dict(thickness=14),
         hovertemplate="query %{y}<br>key %{x}<br>attention %{z:.3f}<extra></extra>",
     ))
     if title is None:
         title = "attention pattern" if layer is None else f"attention pattern, {block_label(layer)}, head {head}"
-    fig.update_layout(title=title, width=700, height=700)
-    fig.update_xaxes(title="key (attended to)", tickangle=-60)
-    fig.update_yaxes(title="query (attending)", autorange="reversed")
+    heading = title_below_toolbar(title, width=narrowest - 110, font=14)
+    fig.update_layout(title=heading, width=size, height=size + 40, margin=dict(l=10, r=10, t=top_margin(heading), b=10),
+                      plot_bgcolor="white")
+    fig.update_xaxes(title="key (attended to)", tickangle=-90, nticks=16, tickfont=dict(size=10), range=[-0.5, n - 0.5],
+                     constrain="domain", showgrid=False, automargin=True)
+    fig.update_yaxes(title="query (attending)", nticks=16, tickfont=dict(size=10), range=[n - 0.5, -0.5],
+                     scaleanchor="x", scaleratio=1, constrain="domain", constraintoward="top", showgrid=False,
+                     automargin=True)
     return fig
 
 
@@ -97,9 +114,18 @@ def head_scores_heatmap(
         zmin=zmin, zmax=zmax, text=np.round(grid, 2), texttemplate="%{text}",
         hovertemplate="%{y}, %{x}<br>" + value + " %{z:.3f}<extra></extra>",
     ))
-    fig.update_layout(title=title or _SCORE_TITLES.get(value, value), width=120 + 90 * len(heads), height=160 + 45 * len(layers))
-    fig.update_yaxes(autorange="reversed")
+    _grid_layout(fig, title or _SCORE_TITLES.get(value, value), len(heads), len(layers))
     return fig
+
+
+def _grid_layout(fig: go.Figure, title: str, n_heads: int, n_layers: int) -> None:
+    """A blocks × heads heat-map's size and title: 90 × 45 pixel cells (at least 480 pixels across, so the title
+    has room), the title wrapped to the figure's width, block 1 at the top."""
+    width = max(480, 170 + 90 * n_heads)
+    heading = title_below_toolbar(title, width=width - 40, font=15, ref="container")
+    fig.update_layout(title=heading, width=width, height=top_margin(heading) + 60 + 45 * n_layers,
+                      margin=dict(t=top_margin(heading), b=50))
+    fig.update_yaxes(autorange="reversed")
 
 
 def head_scores_figure(df: pd.DataFrame, columns: Optional[Sequence[str]] = None, title: Optional[str] = None) -> go.Figure:
@@ -113,8 +139,9 @@ def head_scores_figure(df: pd.DataFrame, columns: Optional[Sequence[str]] = None
     nrows = (len(columns) + ncols - 1) // ncols
     # the panels of a row share their y axis, so only the first carries the block labels: labels drawn on
     # every panel would overlap the last column of the panel to their left
-    fig = make_subplots(rows=nrows, cols=ncols, subplot_titles=[_SCORE_TITLES.get(c, c) for c in columns],
-                        shared_yaxes=True, horizontal_spacing=0.03, vertical_spacing=0.14)
+    # panels about 190 pixels across, so the figure fits the main column of a 1280-pixel window; their titles wrap
+    fig = make_subplots(rows=nrows, cols=ncols, subplot_titles=[wrap_text(_SCORE_TITLES.get(c, c), 180, 12) for c in columns],
+                        shared_yaxes=True, horizontal_spacing=0.03, vertical_spacing=0.16)
     for i, c in enumerate(columns):
         grid, layers, heads = head_grid(df, c)
         fig.add_trace(go.Heatmap(
@@ -128,19 +155,22 @@ def head_scores_figure(df: pd.DataFrame, columns: Optional[Sequence[str]] = None
             fig.update_yaxes(showticklabels=False, row=r, col=c)
     fig.update_annotations(font_size=12)
     fig.update_layout(title=title or "head scores (blocks counted from 1; layer = index in code)",
-                      width=140 + 340 * ncols, height=140 + 320 * nrows, margin=dict(l=140))
+                      width=min(800, 160 + 320 * ncols), height=140 + 320 * nrows, margin=dict(l=140))
     return fig
 
 
 def all_heads_figure(
     patterns, str_tokens: Sequence[str], selected: Optional[tuple[int, int]] = None, n: Optional[int] = None,
-    title: Optional[str] = None, panel: int = 170,
+    title: Optional[str] = None, panel: int = 170, max_width: int = FULL_COLUMN - 20,
 ) -> go.Figure:
     """Every head of every block at a glance: one small attention pattern per head (rows = blocks, counted
     from 1; columns = heads), one shared colour scale, the ``selected`` (layer, head) framed in red.
 
     ``patterns``: ``(layer, head, query, key)`` from ``attention_patterns`` (or a list of per-layer
-    ``(head, query, key)``); ``n``: only the first ``n`` tokens (queries and keys).
+    ``(head, query, key)``); ``n``: only the first ``n`` tokens (queries and keys). Each panel is a square of
+    ``panel`` pixels, smaller where the figure would be wider than ``max_width`` pixels (800: the main column of
+    a 1280-pixel window); each pattern's axes are locked to one scale across and down, so a pattern stays square
+    and fills its axes at whatever width the page draws it, and the frame is drawn on the pattern's own axes.
     """
     if isinstance(patterns, (list, tuple)):
         patterns = [p.detach().cpu().float().numpy() if hasattr(p, "detach") else np.asarray(p) for p in patterns]
@@ -152,9 +182,13 @@ def all_heads_figure(
     L, H = p.shape[:2]
     n = p.shape[-1] if n is None else max(1, min(int(n), p.shape[-1]))
     p = p[:, :, :n, :n].astype(np.float32)
-    toks = [f"{i}:{_vis(t)}" for i, t in enumerate(list(str_tokens)[:n])]
-    labels = [escape_label(t) for t in toks]
-    fig = make_subplots(rows=L, cols=H, horizontal_spacing=0.012, vertical_spacing=0.03 if L > 1 else 0.0,
+    labels = [f"{i}:{show_token(str(t))}" for i, t in enumerate(list(str_tokens)[:n])]
+    # pixels: margins, gaps (a row's gap holds the next row's panel titles), and the square panels
+    left, right, top, bottom, hgap, vgap = 20, 110, 80, 20, 10, 26
+    side = int(max(60, min(panel, (max_width - left - right - (H - 1) * hgap) // H)))
+    plot_w, plot_h = H * side + (H - 1) * hgap, L * side + (L - 1) * vgap
+    fig = make_subplots(rows=L, cols=H, horizontal_spacing=hgap / plot_w if H > 1 else 0.0,
+                        vertical_spacing=vgap / plot_h if L > 1 else 0.0,
                         subplot_titles=[f"block {l + 1} head {h}" for l in range(L) for h in range(H)])
     for l in range(L):
         for h in range(H):
@@ -163,23 +197,26 @@ def all_heads_figure(
                 hovertemplate=f"block {l + 1} head {h} (layer {l})<br>query %{{y}}<br>key %{{x}}<br>"
                               "attention %{z:.3f}<extra></extra>",
             ), row=l + 1, col=h + 1)
-    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
-    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, autorange="reversed")
+    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, range=[-0.5, n - 0.5], constrain="domain")
+    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False, range=[n - 0.5, -0.5], constrain="domain")
+    for i in range(L * H):  # one pixel across is one pixel down: the pattern stays square when the page narrows it
+        suffix = str(i + 1) if i else ""
+        fig.layout["yaxis" + suffix].update(scaleanchor="x" + suffix, scaleratio=1)
     fig.update_annotations(font_size=11)
     if selected is not None:
         sl, sh = int(selected[0]), int(selected[1])
         if 0 <= sl < L and 0 <= sh < H:
             i = sl * H + sh
-            xa = fig.layout["xaxis" + (str(i + 1) if i else "")]
-            ya = fig.layout["yaxis" + (str(i + 1) if i else "")]
-            fig.add_shape(type="rect", xref="paper", yref="paper", x0=xa.domain[0], x1=xa.domain[1],
-                          y0=ya.domain[0], y1=ya.domain[1], line=dict(color="#d62728", width=3))
+            suffix = str(i + 1) if i else ""
+            # on the pattern's own axes (their domain as drawn, after the square lock), just outside the pattern
+            fig.add_shape(type="rect", xref=f"x{suffix} domain", yref=f"y{suffix} domain", x0=-0.02, x1=1.02,
+                          y0=-0.02, y1=1.02, line=dict(color="#d62728", width=3))
             fig.layout.annotations[i].font = dict(color="#d62728", size=12)
             fig.layout.annotations[i].text = f"<b>block {sl + 1} head {sh}</b>"
     fig.update_layout(
         title=title or f"every head, first {n} tokens (queries down, keys across)",
-        coloraxis=dict(colorscale="Blues", cmin=0, cmax=1, colorbar=dict(title="attention")),
-        width=120 + panel * H, height=120 + int(panel * 1.05) * L, margin=dict(l=30, r=30, t=90, b=30),
+        coloraxis=dict(colorscale="Blues", cmin=0, cmax=1, colorbar=dict(title="attention", len=min(1.0, 400 / plot_h))),
+        width=left + right + plot_w, height=top + bottom + plot_h, margin=dict(l=left, r=right, t=top, b=bottom),
         plot_bgcolor="white",
     )
     return fig
@@ -214,7 +251,7 @@ _HOVER_TEMPLATE = """<div id="__UID__" class="sprout-attn" style="font-family: s
 <div class="sa-help" style="font-size: 13px; color: #555;">Hover over a token (click to keep it):
 <span style="background: rgba(31,119,180,0.55); padding: 0 4px;">blue</span> = what it attends to,
 <span style="border-bottom: 3px solid rgb(255,127,14); padding: 0 4px;">orange</span> = what attends to it.</div>
-<div class="sa-tokens" style="margin: 6px 0; max-height: 420px; overflow-y: auto;"></div>
+<div class="sa-tokens" style="margin: 6px 0; max-height: 420px; overflow-y: auto; overflow-x: hidden; position: relative;"></div>
 <div class="sa-info" style="font-size: 13px; color: #333; min-height: 3.2em; line-height: 1.5;"></div>
 </div>
 <script>
@@ -231,8 +268,10 @@ _HOVER_TEMPLATE = """<div id="__UID__" class="sprout-attn" style="font-family: s
     const s = document.createElement("span");
     s.textContent = D.tokens[i];
     s.dataset.pos = String(i);
-    s.style.cssText = "padding: 2px 1px; margin: 0 1px; border-radius: 3px; cursor: pointer; " +
-      "white-space: pre; border-bottom: 3px solid transparent;";
+    // inline blocks: the text wraps between tokens (plain inline spans with no space between them would not),
+    // and each token keeps its own spaces
+    s.style.cssText = "display: inline-block; max-width: 100%; padding: 0 1px; margin: 1px; border-radius: 3px; " +
+      "cursor: pointer; white-space: pre-wrap; overflow-wrap: anywhere; line-height: 1.6; border-bottom: 3px solid transparent;";
     s.addEventListener("mouseenter", () => { if (kept < 0) show(i); });
     s.addEventListener("click", () => { kept = (kept === i) ? -1 : i; show(i); });
     box.appendChild(s);
@@ -250,6 +289,9 @@ _HOVER_TEMPLATE = """<div id="__UID__" class="sprout-attn" style="font-family: s
       s.style.outline = j === i ? "2px solid #222" : "none";
       s.style.color = a > 0.6 ? "white" : "black";
     }
+    const t = spans[i];  // keep the token in view inside the box (it scrolls down when the text is long)
+    if (t.offsetTop < box.scrollTop || t.offsetTop + t.offsetHeight > box.scrollTop + box.clientHeight)
+      box.scrollTop = Math.max(0, t.offsetTop - box.clientHeight / 2);
     const to = [], from = [];
     for (let j = 0; j <= i; j++) to.push([j, P[i][j]]);
     for (let q = i + 1; q < n; q++) from.push([q, P[q][i]]);
@@ -282,8 +324,7 @@ def sweep_heatmap(df: pd.DataFrame, value: str = "change", title: Optional[str] 
     default = f"{kind}-ablating one head: {value} of {metric}"
     if "clean" in df and len(df):
         default += f" (clean {float(df['clean'].iloc[0]):.3f})"
-    fig.update_layout(title=title or default, width=120 + 90 * len(heads), height=160 + 45 * len(layers))
-    fig.update_yaxes(autorange="reversed")
+    _grid_layout(fig, title or default, len(heads), len(layers))
     return fig
 
 
@@ -292,7 +333,7 @@ def compare_models_figure(df: pd.DataFrame, models: Optional[Sequence[str]] = No
     """Grouped bars: P(actual next token) under each model, one group per token of a ``compare_models`` table."""
     models = list(models or df.attrs.get("models") or [c for c in df.columns if c not in ("pos", "context", "token")])
     d = df if positions is None else df[df["pos"].isin(list(positions))]
-    x = [f"{p}:{_vis(t)}" for p, t in zip(d["pos"], d["token"])]
+    x = [f"{p}:{show_token(str(t))}" for p, t in zip(d["pos"], d["token"])]
     fig = go.Figure([go.Bar(name=m, x=x, y=d[m], marker=model_style(i),
                             hovertemplate="%{x}<br>P = %{y:.3f}<extra>" + m + "</extra>") for i, m in enumerate(models)])
     fig.update_layout(barmode="group", title=title or "probability of the actual next token", yaxis_range=[0, 1],
@@ -329,7 +370,7 @@ def name_copying_figure(df: pd.DataFrame, title: Optional[str] = None) -> go.Fig
     d = df[df["occurrence"] == 2]
 
     def labels(x: pd.DataFrame) -> list[str]:
-        return [f"{n} {i}:{_vis(t)}" for n, i, t in zip(x["name"], x["index"], x["token"])]
+        return [f"{n} {i}:{show_token(str(t))}" for n, i, t in zip(x["name"], x["index"], x["token"])]
 
     x_order = list(dict.fromkeys(labels(d)))
     fig = go.Figure()

@@ -15,8 +15,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from sprout_interp.lens.logit_lens import LogitLens
+from sprout_interp.plots.common import FULL_COLUMN, show_token, wrap_text
 from sprout_interp.plots.common import escape_label as _esc
-from sprout_interp.plots.common import show_token
 
 __all__ = [
     "logit_lens_grid", "layer_metrics_chart", "rms_growth_chart", "rms_position_chart",
@@ -32,6 +32,8 @@ _METRIC_TITLES = {
     "kl_final": "KL(final ‖ row) (nats)",
 }
 _PERCENT = {"confidence", "accuracy"}
+#: the most characters of a token a grid cell shows (the hover has it whole)
+CELL_CHARS = 8
 
 
 def _str_tokens(to_str: Optional[Callable[[Sequence[int]], Sequence[str]]], ids: Iterable[int]) -> dict[int, str]:
@@ -39,11 +41,6 @@ def _str_tokens(to_str: Optional[Callable[[Sequence[int]], Sequence[str]]], ids:
     if to_str is None:
         return {i: f"#{i}" for i in ids}
     return dict(zip(ids, (str(s) for s in to_str(ids))))
-
-
-def _cut(s: str, most: int = 8) -> str:
-    """A token cut to ``most`` characters for a cell (with "…" where it was cut)."""
-    return s if len(s) <= most else s[: most - 1] + "…"
 
 
 def logit_lens_grid(
@@ -98,7 +95,7 @@ def logit_lens_grid(
         zr, tr, hr = [], [], []
         for p in positions:
             zr.append(float(probs[r, p, 0]))
-            tr.append(show_token(_cut(s[int(ids[r, p, 0])])))
+            tr.append(show_token(s[int(ids[r, p, 0])], CELL_CHARS))
             lines = [f"<b>{lens.rows[r]}</b>, position {p}: input {_esc(repr(s[int(tokens[p])]))}"]
             if nxt[p] >= 0:
                 lines.append(f"actual next {_esc(repr(s[int(nxt[p])]))}: p = {float(next_prob[r, p]):.1%}, "
@@ -134,10 +131,11 @@ def logit_lens_grid(
             selectedpoints=chosen, selected=dict(marker=dict(opacity=1.0)), unselected=dict(marker=dict(opacity=0.0)),
             hovertext=tips, hovertemplate="%{hovertext}<extra></extra>", showlegend=False, name="cells",
         ))
-    fig.update_xaxes(tickmode="array", tickvals=xs, ticktext=[show_token(_cut(s[int(tokens[p])])) for p in positions],
-                     title="input token", tickangle=-60, tickfont=dict(size=cell_font))
+    # fixed ranges: the cells fill the axes (the clickable markers would otherwise pad them by their size)
+    fig.update_xaxes(tickmode="array", tickvals=xs, ticktext=[show_token(s[int(tokens[p])], CELL_CHARS) for p in positions],
+                     title="input token", tickangle=-60, tickfont=dict(size=cell_font), range=[-0.5, len(xs) - 0.5])
     fig.update_yaxes(tickmode="array", tickvals=list(range(R)), ticktext=lens.rows,
-                     title="read after (blocks counted from 1)")
+                     title="read after (blocks counted from 1)", range=[-0.5, R - 0.5])
     fig.update_layout(
         title=title or "Logit lens: top-1 guess after each block (frame = the actual next token)",
         width=max(500, cell_width * len(positions) + 200), height=max(300, 40 * R + 200),
@@ -183,7 +181,11 @@ def layer_metrics_chart(
     confidence figures as markers in the "confidence" panel.
     """
     metrics = [m for m in metrics if m in summary.columns]
-    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[_METRIC_TITLES.get(m, m) for m in metrics],
+    # fits the main column of a 1280-pixel window: panels about 220 pixels across, their titles wrapped to fit
+    width = min(FULL_COLUMN - 20, max(700, 420 * len(metrics)))
+    panel = (width - 160) / max(len(metrics), 1) - 40
+    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[wrap_text(_METRIC_TITLES.get(m, m), panel, 13)
+                                                                   for m in metrics],
                         horizontal_spacing=0.08)
     colors, dashes = _styles(summary, color, _PALETTE), _styles(summary, dash, _DASHES)
     for keys, part in _series(summary, color, dash):
@@ -203,10 +205,11 @@ def layer_metrics_chart(
             textposition="top center", hovertemplate="chapter: block %{x}: %{y:.0%}<extra></extra>",
         ), row=1, col=col)
     for i, m in enumerate(metrics):
-        fig.update_xaxes(title_text=BLOCK_AXIS if i == 0 else "block", dtick=1, row=1, col=i + 1)
+        fig.update_xaxes(title_text=wrap_text(BLOCK_AXIS, panel, 14) if i == 0 else "block", dtick=1, row=1, col=i + 1)
         if m in _PERCENT:
             fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=i + 1)
-    fig.update_layout(title=title or "Logit lens by layer", width=max(700, 420 * len(metrics)), height=460)
+    fig.update_annotations(font_size=13)
+    fig.update_layout(title=title or "Logit lens by layer", width=width, height=480, margin=dict(t=110))
     return fig
 
 

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from sprout_interp.plots.common import title_below_toolbar
+from sprout_interp.plots.common import HALF_COLUMN, title_below_toolbar, top_margin, wrap_text
 from sprout_interp.plots.features import logit_effect_chart
 
 __all__ = ["neuron_attribution_chart", "neuron_histogram", "neuron_logit_effect_chart", "signed_context_html",
@@ -35,12 +35,13 @@ def neuron_attribution_chart(top: pd.DataFrame, title: Optional[str] = None) -> 
         hovertemplate="%{y} (layer %{customdata[0]})<br>activation %{customdata[2]:+.2f}<br>direct effect %{x:+.3f} "
                       "logits<br>promotes %{customdata[3]}<extra></extra>"))
     a = top.attrs
-    fig.update_layout(
-        title=title_below_toolbar(title or f"the neurons that push the prediction at pos {a.get('pos')} most (direct "
+    # plotly's default 700 pixels across, less the labels' margin: the title wraps to fit
+    heading = title_below_toolbar(title or f"the neurons that push the prediction at pos {a.get('pos')} most (direct "
                                            f"effect; all neurons together {a.get('neurons_total', 0):+.2f} of "
-                                           f"{a.get('logit_diff', 0):+.2f} logits)"),
-        xaxis_title="direct effect on the logit (difference), logits", height=max(320, 24 * len(rows) + 110),
-        margin=dict(l=150, r=20, t=70, b=40))
+                                           f"{a.get('logit_diff', 0):+.2f} logits)", width=520)
+    fig.update_layout(
+        title=heading, width=700, xaxis_title="direct effect on the logit (difference), logits",
+        height=max(320, 24 * len(rows) + 40 + top_margin(heading)), margin=dict(l=150, r=20, t=top_margin(heading), b=40))
     return fig
 
 
@@ -52,11 +53,11 @@ def neuron_histogram(summary, title: Optional[str] = None) -> go.Figure:
     fig = go.Figure(go.Bar(x=mids, y=list(h["count"]), width=[b - a for a, b in zip(h["left"], h["right"])],
                            marker_color=[f"rgb({POSITIVE})" if x >= 0 else f"rgb({NEGATIVE})" for x in mids],
                            hovertemplate="activation %{x:.2f}<br>%{y} tokens<extra></extra>"))
+    heading = title_below_toolbar(title or f"neuron {summary.neuron}, layer {summary.layer} (block {summary.block}): "
+                                           f"activations on {summary.n_tokens:,} tokens", width=HALF_COLUMN - 80)
     fig.update_layout(
-        title=title_below_toolbar(title or f"neuron {summary.neuron}, layer {summary.layer} (block {summary.block}): "
-                                           f"activations on {summary.n_tokens:,} tokens"),
-        xaxis_title="activation (hook_post)", yaxis_title="tokens", yaxis_type="log", bargap=0, height=340,
-        margin=dict(l=50, r=20, t=70, b=40))
+        title=heading, xaxis_title="activation (hook_post)", yaxis_title="tokens", yaxis_type="log", bargap=0,
+        height=270 + top_margin(heading), margin=dict(l=50, r=20, t=top_margin(heading), b=40))
     return fig
 
 
@@ -65,7 +66,8 @@ def neuron_logit_effect_chart(summary, title: Optional[str] = None) -> go.Figure
     (left), per unit of positive activation (the feature pages' chart, titled for a neuron)."""
     fig = logit_effect_chart(summary, title=title or f"neuron {summary.neuron} (layer {summary.layer}, block "
                                                       f"{summary.block}): W_out · W_U")
-    fig.update_layout(xaxis_title="logit per unit of activation (a negative activation turns it round)")
+    fig.update_layout(xaxis_title=wrap_text("logit per unit of activation (a negative activation turns it round)",
+                                            HALF_COLUMN - 140, 14))
     return fig
 
 

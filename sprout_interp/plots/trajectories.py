@@ -10,6 +10,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from sprout_interp.plots.common import show_token
+
 __all__ = ["TRAJECTORY_METRICS", "trajectory_heatmaps", "lens_comparison_chart"]
 
 #: metric column -> (axis / colour-bar label, colour scale)
@@ -27,11 +29,15 @@ def trajectory_heatmaps(
     positions: Optional[Sequence[int]] = None,
     title: Optional[str] = None,
     show_top1: bool = True,
+    cell_width: int = 58,
 ) -> go.Figure:
-    """One heatmap per lens, side by side: rows = stream rows (embedding, block 1 … block L, blocks counted
-    from 1), columns = token positions, colour = ``metric`` (a key of :data:`TRAJECTORY_METRICS`), text = the
-    lens's top-1 token. ``traj``: :func:`~sprout_interp.lens.logit_lens.trajectories`'s table; both panels share
-    one colour range so the lenses compare directly.
+    """One heatmap per lens, one above the other on a shared token axis (so a token's two trajectories line up):
+    rows = stream rows (embedding, block 1 … block L, blocks counted from 1), columns = token positions, colour =
+    ``metric`` (a key of :data:`TRAJECTORY_METRICS`), text = the lens's top-1 token (at most 7 characters, leading
+    space as ␣; the hover has it whole). ``traj``: :func:`~sprout_interp.lens.logit_lens.trajectories`'s table;
+    both panels share one colour range so the lenses compare directly. The figure is ``cell_width`` pixels a
+    token across (wider than a page for long texts: a page scrolls it sideways), so no cell's text runs into the
+    next.
     """
     if metric not in TRAJECTORY_METRICS:
         raise ValueError(f"metric must be one of {sorted(TRAJECTORY_METRICS)}, got {metric!r}")
@@ -41,7 +47,11 @@ def trajectory_heatmaps(
     key = "lens_asked" if "lens_asked" in df else "lens"
     used = {k: str(df[df[key] == k]["lens"].iloc[0]) for k in lenses}
     names = [f"{k} lens" + ("" if used[k] == k else f" (no tuned lens: showing the {used[k]} lens)") for k in lenses]
-    fig = make_subplots(rows=1, cols=len(lenses), subplot_titles=names, shared_yaxes=True, horizontal_spacing=0.03)
+    n_rows, n_pos = int(df["block"].nunique()), int(df["pos"].nunique())
+    row_px, gap_px, top_px, bottom_px = 26, 56, 90, 110
+    panels_px = len(lenses) * n_rows * row_px + (len(lenses) - 1) * gap_px
+    fig = make_subplots(rows=len(lenses), cols=1, subplot_titles=names, shared_xaxes=True,
+                        vertical_spacing=gap_px / panels_px if len(lenses) > 1 else 0.0)
     vals = df[metric].dropna()
     zmin, zmax = (float(vals.min()), float(vals.max())) if len(vals) else (0.0, 1.0)
     for i, k in enumerate(lenses, start=1):
@@ -51,17 +61,22 @@ def trajectory_heatmaps(
         z = d.pivot(index="block", columns="pos", values=metric).reindex(index=rows["block"], columns=pos)
         top1 = d.pivot(index="block", columns="pos", values="top1").reindex(index=rows["block"], columns=pos)
         tok = d.drop_duplicates("pos").set_index("pos")["token"].reindex(pos)
-        x = [f"{p}:{t!r}" for p, t in zip(pos, tok)]
+        x = [f"{p}:{show_token(str(t), 8)}" for p, t in zip(pos, tok)]
+        cells = [[show_token(str(v), 7) for v in row] for row in top1.values]
+        whole = [[show_token(str(v)) for v in row] for row in top1.values]
         fig.add_trace(go.Heatmap(
             z=z.values, x=x, y=list(rows["row"]), zmin=zmin, zmax=zmax, colorscale=scale,
-            text=top1.values if show_top1 else None, texttemplate="%{text}" if show_top1 and len(pos) <= 40 else None,
-            textfont={"size": 9}, showscale=i == len(lenses), colorbar={"title": label},
-            hovertemplate="%{y}, token %{x}<br>top-1 %{text}<br>" + label + " %{z:.3f}<extra>" + k + " lens</extra>",
-        ), row=1, col=i)
-    fig.update_yaxes(title_text="stream row (blocks from 1)", row=1, col=1)
-    fig.update_xaxes(title_text="pos:token (pos = 0-based input index)", tickangle=-60)
+            text=cells if show_top1 else None, texttemplate="%{text}" if show_top1 else None, customdata=whole,
+            textfont={"size": 10}, showscale=i == 1, colorbar={"title": label, "len": min(1.0, 300 / panels_px), "y": 1,
+                                                              "yanchor": "top"},
+            hovertemplate="%{y}, token %{x}<br>top-1 %{customdata}<br>" + label + " %{z:.3f}<extra>" + k + " lens</extra>",
+        ), row=i, col=1)
+        fig.update_yaxes(title_text="stream row (blocks from 1)", row=i, col=1)
+    fig.update_xaxes(tickangle=-60, tickfont={"size": 10})
+    fig.update_xaxes(title_text="pos:token (pos = 0-based input index)", row=len(lenses), col=1)
     fig.update_layout(title=title or f"{label} by row and token: " + " vs ".join(names),
-                      height=220 + 28 * df["block"].nunique(), width=max(700, 90 + 48 * df["pos"].nunique() * len(lenses)))
+                      height=top_px + bottom_px + panels_px, width=200 + cell_width * n_pos,
+                      margin=dict(t=top_px, b=bottom_px, l=130, r=110))
     return fig
 
 
