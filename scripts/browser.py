@@ -163,3 +163,178 @@ def full_page_screenshot(driver, path: Path, max_height: int = 9000) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(path))
     return path
+
+
+#: Every plotly figure on the page, measured as drawn (JS; returns ``{figures: [...], problems: [...]}``): the figure
+#: inside the page (or inside a box that scrolls sideways); each heat-map image filling its axes, a square pattern
+#: (same labels across and down) drawn square; scatter lines inside their axes; every text label (ticks, titles,
+#: annotations, cell text) inside the figure and no two overlapping (their drawn boxes, rotation included); and the
+#: attention text view wrapping inside its box. At most three problems of a kind per figure, then a count.
+LAYOUT_JS = r"""
+// Every plotly figure on the page, measured as drawn: returns {figures: [...], problems: [...]}.
+const TOL = 1.5;
+const out = {figures: [], problems: []};
+const vw = document.documentElement.clientWidth;
+const span = (a, b) => `${a.toFixed(0)}–${b.toFixed(0)}`;
+const where = (r) => `${span(r.left, r.right)} × ${span(r.top, r.bottom)}`;
+const size = (r) => `${(r.right - r.left).toFixed(0)}×${(r.bottom - r.top).toFixed(0)}`;
+function visible(el) {
+  for (let e = el; e && e.nodeType === 1; e = e.parentElement) {
+    const s = getComputedStyle(e);
+    if (s.display === 'none' || s.visibility === 'hidden' || parseFloat(s.opacity) === 0) return false;
+  }
+  return true;
+}
+function quad(el) {  // the text's box as drawn (rotation included): four corners in viewport pixels
+  const b = el.getBBox(), m = el.getScreenCTM();
+  if (!m || b.width === 0 || b.height === 0) return null;
+  return [[b.x, b.y], [b.x + b.width, b.y], [b.x + b.width, b.y + b.height], [b.x, b.y + b.height]]
+    .map(([x, y]) => [m.a * x + m.c * y + m.e, m.b * x + m.d * y + m.f]);
+}
+function bounds(q) {
+  const xs = q.map(p => p[0]), ys = q.map(p => p[1]);
+  return {left: Math.min(...xs), right: Math.max(...xs), top: Math.min(...ys), bottom: Math.max(...ys)};
+}
+function overlap(a, b) {  // separating-axis test of two convex quads, each shrunk by TOL px
+  for (const q of [a, b]) for (let i = 0; i < 4; i++) {
+    const p = q[i], r = q[(i + 1) % 4], nx = r[1] - p[1], ny = p[0] - r[0], len = Math.hypot(nx, ny) || 1;
+    const pa = a.map(v => (v[0] * nx + v[1] * ny) / len), pb = b.map(v => (v[0] * nx + v[1] * ny) / len);
+    if (Math.max(...pa) - TOL <= Math.min(...pb) + TOL || Math.max(...pb) - TOL <= Math.min(...pa) + TOL) return false;
+  }
+  return true;
+}
+function scroller(el) {  // the nearest ancestor that scrolls sideways, or the one that clips, or null
+  for (let e = el.parentElement; e && e !== document.body; e = e.parentElement) {
+    const o = getComputedStyle(e).overflowX;
+    if (o === 'auto' || o === 'scroll') return {scrolls: true, el: e};
+    if (o === 'hidden' || o === 'clip') return {scrolls: false, el: e};
+  }
+  return null;
+}
+const gds = Array.from(document.querySelectorAll('.js-plotly-plot')).filter(g => g._fullLayout && visible(g));
+gds.forEach((gd, k) => {
+  const L = gd._fullLayout, svg = gd.querySelector('.main-svg'), box = svg.getBoundingClientRect();
+  const title = ((gd.querySelector('.gtitle') || {}).textContent || '').trim();
+  const name = `figure ${k + 1} "${title.slice(0, 60) || '(untitled)'}"`;
+  const fig = {title: title, width: box.width, height: box.height, heatmaps: [], texts: 0};
+  const said = {};
+  const bad = (what, kind = 'other') => {  // at most 3 problems of a kind per figure, then a count
+    said[kind] = (said[kind] || 0) + 1;
+    if (said[kind] <= 3) out.problems.push(`${name}: ${what}`);
+  };
+  // the figure itself: inside the page, or inside a box that scrolls sideways
+  const sc = scroller(gd);
+  if (sc && !sc.scrolls) {
+    const r = sc.el.getBoundingClientRect();
+    if (box.left < r.left - TOL || box.right > r.right + TOL)
+      bad(`cut by its container: figure ${span(box.left, box.right)} px, container ${span(r.left, r.right)} px`);
+  } else if (!sc && (box.left < -TOL || box.right > vw + TOL)) {
+    bad(`runs off the page: ${box.left.toFixed(0)}–${box.right.toFixed(0)} px of a ${vw} px page`);
+  }
+  // heat-maps: each image fills its axes; a pattern (square z, the same labels across and down) is drawn square
+  for (const [id, plot] of Object.entries(L._plots || {})) {
+    const xa = plot.xaxis, ya = plot.yaxis;
+    if (!xa || !ya || !plot.plot) continue;
+    const traces = gd._fullData.filter(t => t.type === 'heatmap' && t.visible === true && t.xaxis === xa._id && t.yaxis === ya._id);
+    const imgs = Array.from(plot.plot.node().querySelectorAll('.hm image')).filter(visible);
+    if (!traces.length || !imgs.length) continue;
+    const ax = {left: box.left + xa._offset, right: box.left + xa._offset + xa._length,
+                top: box.top + ya._offset, bottom: box.top + ya._offset + ya._length};
+    traces.forEach((t, i) => {
+      const img = imgs[i]; if (!img) return;
+      const r = img.getBoundingClientRect();
+      const nz = t.z.length, nx = nz ? t.z[0].length : 0;
+      const pattern = nz === nx && nz > 1 && Array.isArray(t.x) && Array.isArray(t.y) && t.x.length === t.y.length
+        && t.x.every((v, j) => String(v) === String(t.y[j]));
+      const h = {subplot: id, name: t.name || '', z: [nz, nx], pattern: pattern,
+                 image: [r.left, r.top, r.width, r.height], axes: [ax.left, ax.top, ax.right - ax.left, ax.bottom - ax.top]};
+      fig.heatmaps.push(h);
+      const label = `heat-map ${t.name ? '"' + t.name + '" ' : ''}(${id})`;
+      const fillW = r.width / Math.max(ax.right - ax.left, 1), fillH = r.height / Math.max(ax.bottom - ax.top, 1);
+      if (r.left > ax.left + 2 || r.right < ax.right - 2 || r.top > ax.top + 2 || r.bottom < ax.bottom - 2)
+        bad(`${label} fills ${(100 * Math.min(fillW, 1)).toFixed(0)}% × ${(100 * Math.min(fillH, 1)).toFixed(0)}% of its axes `
+            + `(image ${r.width.toFixed(0)}×${r.height.toFixed(0)} px in ${size(ax)} px)`, 'fill');
+      if (pattern && Math.abs(r.width - r.height) > Math.max(2, 0.02 * Math.max(r.width, r.height)))
+        bad(`${label}: a ${nz}×${nx} pattern drawn ${r.width.toFixed(0)}×${r.height.toFixed(0)} px, not square`, 'square');
+    });
+  }
+  // the title: above every plot area, not over one
+  const head = gd.querySelector('.gtitle');
+  if (head && head.textContent.trim()) {
+    const t = head.getBoundingClientRect();
+    for (const [id, plot] of Object.entries(L._plots || {})) {
+      const xa = plot.xaxis, ya = plot.yaxis;
+      if (!xa || !ya) continue;
+      const ax = {left: box.left + xa._offset, right: box.left + xa._offset + xa._length,
+                  top: box.top + ya._offset, bottom: box.top + ya._offset + ya._length};
+      if (t.left < ax.right - TOL && t.right > ax.left + TOL && t.top < ax.bottom - TOL && t.bottom > ax.top + TOL)
+        bad(`the title (${where(t)} px) runs over the plot area ${id} (${where(ax)} px)`, 'title');
+    }
+  }
+  // lines of scatter traces: inside their axes (a line that leaves them is cut off where a reader cannot see it)
+  for (const [id, plot] of Object.entries(L._plots || {})) {
+    const xa = plot.xaxis, ya = plot.yaxis;
+    if (!xa || !ya || !plot.plot) continue;
+    const ax = {left: box.left + xa._offset, right: box.left + xa._offset + xa._length,
+                top: box.top + ya._offset, bottom: box.top + ya._offset + ya._length};
+    for (const ln of plot.plot.node().querySelectorAll('.scatterlayer .js-line')) {
+      if (!visible(ln)) continue;
+      const r = ln.getBoundingClientRect();
+      if (r.width + r.height === 0) continue;
+      if (r.left < ax.left - 3 || r.right > ax.right + 3 || r.top < ax.top - 3 || r.bottom > ax.bottom + 3)
+        bad(`a line runs outside its axes (${id}): ${where(r)} px, axes ${where(ax)}`, 'line');
+    }
+  }
+  // text: every label inside the figure, and no two labels overlapping
+  const texts = Array.from(svg.parentElement.querySelectorAll('svg.main-svg text'))
+    .filter(t => !t.closest('.hoverlayer') && t.textContent.trim() && visible(t))
+    .map(t => ({el: t, q: quad(t), s: t.textContent.trim()})).filter(t => t.q);
+  fig.texts = texts.length;
+  for (const t of texts) {
+    const b = bounds(t.q);
+    if (b.left < box.left - TOL || b.right > box.right + TOL || b.top < box.top - TOL || b.bottom > box.bottom + TOL)
+      bad(`text "${t.s.slice(0, 50)}" cut by the figure's edge (${where(b)} px; figure ${where(box)})`, 'cut');
+    else if (!sc && (b.left < -TOL || b.right > vw + TOL)) bad(`text "${t.s.slice(0, 50)}" off the page`, 'cut');
+  }
+  let pairs = 0;
+  for (let i = 0; i < texts.length; i++) {
+    const bi = bounds(texts[i].q);
+    for (let j = i + 1; j < texts.length; j++) {
+      const bj = bounds(texts[j].q);
+      if (bi.right < bj.left || bj.right < bi.left || bi.bottom < bj.top || bj.bottom < bi.top) continue;
+      if (overlap(texts[i].q, texts[j].q)) {
+        pairs++;
+        bad(`texts "${texts[i].s.slice(0, 40)}" and "${texts[j].s.slice(0, 40)}" overlap`, 'overlap');
+      }
+    }
+  }
+  for (const [kind, n] of Object.entries(said)) if (n > 3) out.problems.push(`${name}: ... and ${n - 3} more (${kind})`);
+  out.figures.push(fig);
+});
+// the attention text view: its tokens wrap inside their box
+for (const v of document.querySelectorAll('.sprout-attn .sa-tokens')) {
+  if (v.scrollWidth > v.clientWidth + 1)
+    out.problems.push(`the attention text view does not wrap: ${v.scrollWidth} px of tokens in a ${v.clientWidth} px box`);
+}
+return out;
+"""
+
+
+def layout_problems(driver) -> tuple[list[dict], list[str]]:
+    """(each figure's measurements, every problem found) by :data:`LAYOUT_JS` on the page as drawn now."""
+    out = driver.execute_script(LAYOUT_JS)
+    return out["figures"], out["problems"]
+
+
+def settle(driver, timeout: float = 20.0) -> None:
+    """Wait until every figure on the page keeps its drawn size for a second (after a resize Streamlit lays them
+    out again)."""
+    js = ("return Array.from(document.querySelectorAll('.js-plotly-plot .main-svg:first-child'))"
+          ".map(s => { const r = s.getBoundingClientRect(); return [r.width, r.height, r.left]; });")
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        now = driver.execute_script(js)
+        if now == last:
+            return
+        last = now
+        time.sleep(1.0)

@@ -1,12 +1,14 @@
-"""Save a PNG of every dashboard page, taken by headless Chromium, for the README.
+"""Save a PNG of every dashboard page, taken by headless Chromium, for the README and the docs.
 
     .venv/bin/python scripts/screenshots.py                 # the app's default model (the best installed)
-    .venv/bin/python scripts/screenshots.py --model gpt-4 --out docs/screenshots
+    .venv/bin/python scripts/screenshots.py --model gpt-4 --out docs/screenshots --widths 1920 1280
 
 Starts `streamlit run dashboards/app.py` on a free localhost port, opens each page, waits for its
 figures, presses the page's "run" button where it has one (the full ablation sweep, the copying
-sweep) and saves `<out>/<page>.png`. Needs Debian's chromium + chromium-driver and selenium (see
-scripts/browser.py).
+sweep) and saves `<out>/<page>.png` at the first of `--widths` (browser window widths in pixels) and
+`<out>/<width>/<page>.png` at each other one. It prints what `browser.LAYOUT_JS` finds wrong on each page at each
+width (overlapping or cut labels, squashed patterns; tests/test_layout_browser.py fails on the same). Needs Debian's
+chromium + chromium-driver and selenium (see scripts/browser.py).
 """
 from __future__ import annotations
 
@@ -55,7 +57,8 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=None, help="shipped name or checkpoint path (default: the app's default)")
     ap.add_argument("--out", type=Path, default=browser.ROOT / "docs" / "screenshots")
     ap.add_argument("--pages", nargs="*", default=list(PAGES), choices=list(PAGES))
-    ap.add_argument("--width", type=int, default=1500)
+    ap.add_argument("--widths", type=int, nargs="+", default=[1920, 1280],
+                    help="browser window widths (pixels); the first one's screenshots go straight into --out")
     args = ap.parse_args(argv)
 
     _, _, why = browser.find_chromium()
@@ -64,21 +67,24 @@ def main(argv=None) -> int:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     saved = []
-    with browser.serve(args.model, log=args.out / "streamlit.log") as url, browser.chrome(args.width, 1000) as d:
+    with browser.serve(args.model, log=args.out / "streamlit.log") as url, browser.chrome(args.widths[0], 1000) as d:
         for page in args.pages:
             path, n0, button, n1 = PAGES[page]
-            t = time.monotonic()
-            d.set_window_size(args.width, 1000)
-            d.get(url + path)
-            browser.wait_for_page(d, n_plots=n0, timeout=600)
-            if button:
-                press(d, button)
-                time.sleep(1.0)
-                browser.wait_for_page(d, n_plots=n1, timeout=600)
-            bad = browser.problems(d)
-            png = browser.full_page_screenshot(d, args.out / f"{page}.png")
-            saved.append(png)
-            print(f"{page:11s} {time.monotonic() - t:6.1f} s  {png}" + (f"  PROBLEMS: {bad}" if bad else ""))
+            for i, width in enumerate(args.widths):
+                t = time.monotonic()
+                d.set_window_size(width, 1000)
+                d.get(url + path)
+                browser.wait_for_page(d, n_plots=n0, timeout=600)
+                if button:
+                    press(d, button)
+                    time.sleep(1.0)
+                    browser.wait_for_page(d, n_plots=n1, timeout=600)
+                browser.settle(d)
+                bad = browser.problems(d) + browser.layout_problems(d)[1]
+                png = browser.full_page_screenshot(d, (args.out if i == 0 else args.out / str(width)) / f"{page}.png")
+                saved.append(png)
+                print(f"{page:11s} {width:5d} px {time.monotonic() - t:6.1f} s  {png}"
+                      + "".join(f"\n    PROBLEM: {b}" for b in bad))
     (args.out / "streamlit.log").unlink(missing_ok=True)
     print(f"saved {len(saved)} screenshots in {args.out}")
     return 0

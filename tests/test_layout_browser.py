@@ -1,0 +1,246 @@
+"""The dashboard's geometry in a real browser, at the window widths people use: every page at 1280, 1600, 1920 and
+2560 pixels, measured from the DOM as Chromium drew it (``scripts/browser.py``'s ``LAYOUT_JS``): square patterns
+drawn square and filling their axes, frames around the pattern they frame, no two text labels overlapping, none
+cut by a figure's or the page's edge, the attention text view wrapping. Then what a person came to see: the logit
+lens on the chosen position (and on a typed text, the name's second occurrence), and a contribution graph whose
+nodes never overlap and open their own page when clicked.
+
+One Streamlit server and one Chromium serve every test here (a module fixture stops both, even on failure); pages
+run on the shipped gpt-4, and on Sprout where its size matters (the every-head grid) or where only it ships the
+files (its SAEs). Skipped, with the reason, only where Chromium, its driver, selenium or those checkpoints are
+missing.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from urllib.parse import parse_qs, quote, urlparse
+
+import pytest
+
+from sprout_interp.core import loading
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import browser  # noqa: E402  (scripts/browser.py)
+
+sys.path.remove(str(ROOT / "scripts"))
+
+pytestmark = pytest.mark.acceptance
+
+WIDTHS = (1280, 1600, 1920, 2560)
+
+#: page -> (URL, figures drawn at first, a button to press or None, figures drawn after it)
+PAGES = {
+    "anatomy": ("/?model=gpt-4", 1, None, 1),
+    "logit_lens": ("/logit_lens?model=gpt-4&trajectories=1", 3, None, 3),
+    "residual": ("/residual?model=gpt-4", 2, None, 2),
+    "attention (gpt-4)": ("/attention?model=gpt-4", 4, None, 4),
+    "attention (Sprout)": ("/attention?model=sprout&repeated=1", 5, None, 5),
+    "ablations": ("/ablations?model=gpt-4", 1, "run the full sweep", 2),
+    "patching": ("/patching?model=gpt-4", 3, None, 3),
+    "steering": ("/steering?model=gpt-4", 2, None, 2),
+    "features (Sprout)": ("/features?model=sprout&layer=1&feature=2899", 2, None, 2),
+    "neurons": ("/neurons?model=gpt-4", 3, None, 3),
+    "compare": ("/compare?model=gpt-4", 2, None, 2),
+    "positions": ("/positions?model=gpt-4&qk=model", 3, None, 3),
+}
+#: a typed text whose invented name comes back after the first 30 tokens (the grid's first view)
+NAME_TEXT = ("Zorbin Plax came home late from the harbour, and his wife was waiting at the door with a lamp. The "
+             "sailors tied the ropes, and at last Zorbin Plax said hello to the children.")
+
+#: the frame of the every-head grid (a path drawn in the induction head's red) and the pattern inside it
+FRAME_JS = """
+const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
+  .find(g => ((g.querySelector('.gtitle') || {}).textContent || '').startsWith('every head'));
+if (!gd) return null;
+const frame = Array.from(gd.querySelectorAll('.shapelayer path'))
+  .find(p => (p.style.stroke || '').replace(/ /g, '') === 'rgb(214,39,40)');
+if (!frame) return [];
+const f = frame.getBoundingClientRect();
+const imgs = Array.from(gd.querySelectorAll('.hm image')).map(i => i.getBoundingClientRect());
+const inside = imgs.filter(r => r.left >= f.left - 1 && r.right <= f.right + 1 && r.top >= f.top - 1 && r.bottom <= f.bottom + 1);
+return [[f.left, f.top, f.width, f.height], inside.map(r => [r.left, r.top, r.width, r.height])];
+"""
+
+#: the attention text view: its box, and the token it shows at first (outlined)
+TEXT_VIEW_JS = """
+const v = document.querySelector('.sprout-attn .sa-tokens');
+if (!v) return null;
+const b = v.getBoundingClientRect();
+const shown = Array.from(v.querySelectorAll('span')).find(s => s.style.outlineStyle === 'solid');
+const r = shown ? shown.getBoundingClientRect() : null;
+return [[b.left, b.top, b.right, b.bottom], r && [r.left, r.top, r.right, r.bottom]];
+"""
+
+#: a figure found by its title's start: its x axis's range and the box that scrolls it, the chosen column's centre
+COLUMN_JS = """
+const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
+  .find(g => ((g.querySelector('.gtitle') || {}).textContent || '').includes(arguments[0]));
+if (!gd) return null;
+const xa = gd._fullLayout.xaxis, r = gd.getBoundingClientRect();
+const box = gd.closest('[class*="st-key-"]') || document.documentElement;
+const b = box.getBoundingClientRect();
+return {range: xa.range, ticks: Array.from(gd.querySelectorAll('.xtick text')).map(t => t.textContent),
+        x: r.left + xa._offset + xa.l2p(arguments[1]), box: [Math.max(b.left, 0), Math.min(b.right, window.innerWidth)]};
+"""
+
+#: the contribution graph: its row labels, and each node's drawn box with its customdata
+GRAPH_JS = """
+const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
+  .find(g => ((g.querySelector('.gtitle') || {}).textContent || '').startsWith('what pushes'));
+if (!gd) return null;
+const i = gd._fullData.findIndex(t => t.name === 'parts');
+const trace = gd.querySelectorAll('.scatterlayer .trace')[i];
+const pts = Array.from(trace.querySelectorAll('path.point')).map(p => p.getBoundingClientRect());
+return {rows: Array.from(gd.querySelectorAll('.ytick text')).map(t => t.textContent),
+        nodes: pts.map((r, k) => [r.left, r.top, r.right, r.bottom, gd._fullData[i].customdata[k]])};
+"""
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """(base URL, Chromium driver): one server and one browser for every test of this file, both stopped after."""
+    _, _, why = browser.find_chromium()
+    if why:
+        pytest.skip(f"no browser to test with: {why}")
+    for name in ("gpt-4", "sprout"):
+        if not (Path(loading.SHIPPED_DIR) / name / "model.safetensors").is_file():
+            pytest.skip(f"the shipped {name} checkpoint is not installed")
+    log = tmp_path_factory.mktemp("streamlit") / "streamlit.log"
+    with browser.serve("gpt-4", log=log, timeout=300) as url, browser.chrome(WIDTHS[0], 1000) as d:
+        yield url, d
+
+
+def _open(d, url: str, path: str, n: int, button: str | None = None, n_after: int = 0, width: int = WIDTHS[0]) -> None:
+    """Load a page at ``width`` and wait until it has drawn ``n`` figures (and, after pressing ``button``,
+    ``n_after``)."""
+    d.set_window_size(width, 1000)
+    d.get(url + path)
+    deadline = time.monotonic() + 600
+    while not [h for h in browser.texts(d, "h2") if h.strip()] and time.monotonic() < deadline:
+        time.sleep(0.3)
+    browser.wait_for_page(d, n_plots=n, timeout=600)
+    if button:
+        from selenium.webdriver.common.by import By
+
+        b = next(b for b in d.find_elements(By.CSS_SELECTOR, '[data-testid="stMain"] button') if button in b.text)
+        d.execute_script("arguments[0].scrollIntoView({block: 'center'});", b)
+        b.click()
+        time.sleep(1.0)
+        browser.wait_for_page(d, n_plots=n_after, timeout=600)
+    assert browser.problems(d) == [], path
+
+
+def _query(d) -> dict[str, list[str]]:
+    return parse_qs(urlparse(d.current_url).query)
+
+
+@pytest.mark.parametrize("page", list(PAGES))
+def test_every_page_holds_its_shape_at_every_width(site, page):
+    """At each width: no squashed or unfilled heat-map, no overlapping or cut label, no line outside its axes; on
+    the attention page the red frame hugs the induction head's pattern and the text view wraps with its first
+    token in view; on the steering page an empty bar says why."""
+    url, d = site
+    path, n, button, n_after = PAGES[page]
+    _open(d, url, path, n, button, n_after)
+    found = []
+    for w in WIDTHS:
+        d.set_window_size(w, 1000)
+        browser.settle(d)
+        figures, problems = browser.layout_problems(d)
+        assert len(figures) >= max(n, n_after), (page, w, len(figures))
+        found += [f"{w} px: {p}" for p in problems]
+        if page.startswith("attention"):
+            frame = d.execute_script(FRAME_JS)  # both models have an induction head, framed in red
+            assert frame, (w, frame)
+            (fx, fy, fw, fh), inside = frame  # around exactly one pattern, a few pixels from its edges
+            assert len(inside) == 1, (w, frame)
+            ix, iy, iw, ih = inside[0]
+            assert max(abs(fx - ix), abs(fy - iy), abs(fx + fw - ix - iw), abs(fy + fh - iy - ih)) <= 8, (w, frame)
+            assert abs(iw - ih) <= 2, (w, frame)  # the framed pattern is square
+            view, shown = d.execute_script(TEXT_VIEW_JS)
+            assert shown is not None and view[0] - 1 <= shown[0] and shown[2] <= view[2] + 1, (w, view, shown)
+            assert view[1] - 1 <= shown[1] and shown[3] <= view[3] + 1, (w, view, shown)  # the first query in view
+        if page == "steering":  # the contrast ends on the same token: block 1 has no vector, and its bar says so
+            assert "vector = 0" in browser.texts(d, ".js-plotly-plot .bartext", "textContent"), w
+    assert not found, f"{page}: {len(found)} layout problem(s):\n  " + "\n  ".join(found)
+
+
+def _column_in_view(d, title: str, column: int) -> dict:
+    info = d.execute_script(COLUMN_JS, title, column)
+    assert info is not None, title
+    lo, hi = info["range"]
+    assert lo < column < hi, info  # drawn
+    assert info["box"][0] <= info["x"] <= info["box"][1], info  # and scrolled into view
+    return info
+
+
+def test_the_logit_lens_opens_on_a_linked_position_and_on_the_repeated_name(site):
+    """A link's ``pos`` past the grid's first 30 tokens moves the grid to it, drawn and scrolled into view; a typed
+    text whose name comes back after the first 30 tokens opens on the second occurrence, its label showing the
+    token's leading space."""
+    url, d = site
+    _open(d, url, "/logit_lens?model=gpt-4&text=dialogue&pos=75", 2)
+    start = int(_query(d).get("start", ["0"])[0])
+    for w in (WIDTHS[0], WIDTHS[-1]):
+        d.set_window_size(w, 1000)
+        browser.settle(d)
+        _column_in_view(d, "top-1 guess after each block", 75 - start)
+    assert start <= 75 < start + 30
+
+    import sprout_interp as si
+    from sprout_interp.features.search import repeated_names
+
+    again = repeated_names(si.load("gpt-4").to_str_tokens(NAME_TEXT))
+    second = int(again[(again["occurrence"] == 2) & (again["piece"] == 0)]["pos"].min())
+    assert second >= 30  # the second "Zorbin", beyond the first 30 tokens
+    _open(d, url, f"/logit_lens?model=gpt-4&text={quote(NAME_TEXT)}", 2)
+    assert int(browser.texts(d, '[data-testid="stNumberInputField"]', "value")[0]) == second
+    start = int(_query(d)["start"][0])
+    for w in (WIDTHS[0], WIDTHS[-1]):
+        d.set_window_size(w, 1000)
+        browser.settle(d)
+        info = _column_in_view(d, "top-1 guess after each block", second - start)
+    assert any(t.startswith("␣") for t in info["ticks"])  # " Pl" is drawn "␣Pl", not "Pl"
+
+
+def test_the_contribution_graph_draws_every_block_and_a_click_opens_the_head(site):
+    """Every block's heads and feed-forward have a row, no two nodes overlap at any width, and a click on a head's
+    node opens that head on the attention page, on the patching page's text."""
+    from selenium.webdriver.common.actions.action_builder import ActionBuilder
+
+    url, d = site
+    _open(d, url, "/patching?model=gpt-4", 3)
+    for w in WIDTHS:
+        d.set_window_size(w, 1000)
+        browser.settle(d)
+        g = d.execute_script(GRAPH_JS)
+        assert {f"block {b} head {h}" for b in range(1, 5) for h in range(3)} <= set(g["rows"])
+        assert {f"block {b} feed-forward" for b in range(1, 5)} | {"embedding", "output"} <= set(g["rows"])
+        boxes = g["nodes"]
+        assert len(boxes) >= 3
+        for i, a in enumerate(boxes):
+            for b in boxes[i + 1:]:
+                assert a[2] <= b[0] + 0.5 or b[2] <= a[0] + 0.5 or a[3] <= b[1] + 0.5 or b[3] <= a[1] + 0.5, (w, a, b)
+    head = next(b for b in boxes if b[4][0] == 1)  # a head's node: customdata [kind, layer, head]
+    layer, h = int(head[4][1]), int(head[4][2])
+    d.execute_script("window.scrollTo(0, 0);")
+    d.execute_script("""const gd = Array.from(document.querySelectorAll('.js-plotly-plot')).find(g => ((g.querySelector(
+        '.gtitle') || {}).textContent || '').startsWith('what pushes')); gd.scrollIntoView({block: 'center'});""")
+    time.sleep(0.5)
+    x, y = next(((b[0] + b[2]) / 2, (b[1] + b[3]) / 2) for b in d.execute_script(GRAPH_JS)["nodes"]
+                if b[4][0] == 1 and int(b[4][1]) == layer and int(b[4][2]) == h)
+    actions = ActionBuilder(d)
+    actions.pointer_action.move_to_location(int(x), int(y)).pause(0.3).click()
+    actions.perform()
+    deadline = time.monotonic() + 120
+    while "/attention" not in d.current_url and time.monotonic() < deadline:
+        time.sleep(0.3)
+    browser.wait_for_page(d, n_plots=3, timeout=600)
+    q = _query(d)
+    assert urlparse(d.current_url).path.endswith("/attention"), d.current_url
+    assert q["layer"] == [str(layer)] and q["head"] == [str(h)], q
+    assert q["text"][0].startswith("When the boat came in"), q  # the patching page's own text
+    assert f"block {layer + 1} (layer {layer}), head {h}" in " ".join(browser.texts(d, "h3"))
