@@ -48,7 +48,7 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--transcoders", default=None, help="'random', or a folder (default: the shipped set, else random)")
     p.add_argument("--k", type=int, default=32, help="active features per token of random transcoders")
-    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=64)
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     m = si.load(a.model)

@@ -241,6 +241,7 @@ class _Backward:
         L, T, d = m.cfg.n_layers, rep.tokens.numel(), m.cfg.d_model
         self.H, self.dh = m.cfg.n_heads, m.cfg.d_head
         f = torch.float32
+        dev = dict(device=rep.patterns.device)  # the model's device; the graph comes back on the CPU
         self.WO, self.WV, self.WS, self.g2 = [], [], [], []
         for blk in m.blocks:  # per head, contiguous: grad z_h = g @ WO[h] (d, dh); grad resid += grad v_h @ WV[h] / s1
             W = blk.attn.module.qkv.weight.detach().to(f)[2 * d:] * blk.ln1.w.detach().to(f)[None, :]  # v = (x/s1) @ W.T
@@ -255,28 +256,42 @@ class _Backward:
         self.inv1, self.inv2 = 1.0 / rep.scale1, 1.0 / rep.scale2
         # per layer, the vectors each position's sources write: K feature slots, the error, the constant
         nF = rep.n_features
-        counts = torch.zeros(L, T, dtype=torch.long)
+        counts = torch.zeros(L, T, dtype=torch.long, **dev)
         counts.index_put_((rep.feat_layer, rep.feat_pos), torch.ones_like(rep.feat_pos), accumulate=True)
         K = int(counts.max()) if nF else 0
         self.S = K + 2
-        self.src = torch.zeros(L, T, self.S, d)
-        self.cols = torch.full((L, T, self.S), -1, dtype=torch.long)
+        self.src = torch.zeros(L, T, self.S, d, **dev)
+        self.cols = torch.full((L, T, self.S), -1, dtype=torch.long, **dev)
         first = torch.cumsum(counts.flatten(), 0) - counts.flatten()  # node index of each (layer, pos)'s first feature
-        slot = torch.arange(nF) - first[rep.feat_layer * T + rep.feat_pos]
+        slot = torch.arange(nF, **dev) - first[rep.feat_layer * T + rep.feat_pos]
         dec = torch.cat([tc.W_dec.detach().float()[rep.feat_index[slice(*rep.layer_span(tc.layer))]]
-                         for tc in rep.transcoders]) if nF else torch.zeros(0, d)
+                         for tc in rep.transcoders]) if nF else torch.zeros(0, d, **dev)
         self.src[rep.feat_layer, rep.feat_pos, slot] = dec * rep.feat_act[:, None]
-        self.cols[rep.feat_layer, rep.feat_pos, slot] = torch.arange(nF)
+        self.cols[rep.feat_layer, rep.feat_pos, slot] = torch.arange(nF, **dev)
         self.src[:, :, K] = rep.errors
-        self.cols[:, :, K] = nF + torch.arange(L * T).view(L, T)
+        self.cols[:, :, K] = nF + torch.arange(L * T, **dev).view(L, T)
         self.src[:, :, K + 1] = rep.consts
         self.srcT = self.src.transpose(-1, -2).contiguous()  # (L, T, d, S)
         del self.src
         self.embed = m.model.embed.weight.detach().to(f)[rep.tokens]
-        self.tok_cols = nF + L * T + torch.arange(T)
-        self.adj = torch.zeros(n_cols, n_cols)
-        self.const = torch.zeros(n_cols)
+        self.F1T = self._tokens_through_block0(rep).permute(1, 2, 0).contiguous()  # (pos, d, token)
+        self.tok_cols = nF + L * T + torch.arange(T, **dev)
+        self.adj = torch.zeros(n_cols, n_cols, **dev)
+        self.const = torch.zeros(n_cols, **dev)
         self.macs = 0.0
+
+    def _tokens_through_block0(self, rep: LocalReplacement) -> Float[Tensor, "tok pos d"]:
+        """Each token embedding carried forward through the frozen block 0 (attention, then the skip connection) to
+        ``resid_post`` of block 0: its image at every position. A row's token edges are then its gradient there
+        dotted with these images, so no row runs backward through block 0."""
+        T, d = self.embed.shape
+        F = torch.diag_embed(self.embed.T).permute(1, 2, 0)  # F[j, q] = embed[j] at q == j
+        for h in range(self.H):
+            o = ((self.embed * self.inv1[0, :, None]) @ self.WV[0][h].T) @ self.WO[0][h].T  # (token, d)
+            F += self.A[0, h].T[:, :, None] * o[:, None, :]  # from token j to query q: A[q, j]
+        if self.WS[0] is not None:
+            F += (F * self.inv2[0, None, :, None]) @ self.WS[0].T
+        return F
 
     def attention(self, layer: int, G: Float[Tensor, "p b d"]) -> Float[Tensor, "p b d"]:
         """The gradient at ``resid_pre`` of block ``layer`` from the one at its ``resid_mid`` (frozen pattern):
@@ -313,12 +328,18 @@ class _Backward:
         self.const[r0:r1] += vals[:, :, -1].sum(0)
 
     def down(self, top: int, G: Float[Tensor, "p b d"], r0: int, r1: int) -> None:
-        """From the gradient at ``resid_post`` of block ``top - 1`` down to the embedding, reading every layer."""
-        for layer in range(top - 1, -1, -1):
+        """From the gradient at ``resid_post`` of block ``top - 1`` (``resid_pre`` of block ``top``) down, reading
+        every layer's sources, to block 0's output, where the token edges are read off the tokens' images."""
+        P = G.shape[0]
+        if top == 0:
+            self.adj[r0:r1, self.tok_cols[:P]] = torch.bmm(G, self.embed[:P, :, None])[:, :, 0].T
+            return
+        for layer in range(top - 1, 0, -1):
             self.read(layer, G, r0, r1)
             G = self.attention(layer, self.skip(layer, G))
-        P = G.shape[0]
-        self.adj[r0:r1, self.tok_cols[:P]] = torch.bmm(G, self.embed[:P, :, None])[:, :, 0].T
+        self.read(0, G, r0, r1)
+        self.adj[r0:r1, self.tok_cols[:P]] = torch.bmm(G, self.F1T[:P, :, :P]).sum(0)
+        self.macs += G.shape[1] * P * P * G.shape[2]
 
     def feature_rows(self, layer: int, pos: Int[Tensor, " b"], u: Float[Tensor, "b d"], r0: int, r1: int) -> None:
         """Rows of features of block ``layer`` at positions ``pos`` reading direction ``u`` of its ``resid_mid``."""
@@ -328,13 +349,13 @@ class _Backward:
         w = torch.stack([(u @ self.WO[layer][h]) @ self.WV[layer][h] for h in range(self.H)], 1)  # (B, H, d)
         coef = self.A[layer][:, pos, :P].permute(2, 1, 0) * self.inv1[layer, :P, None, None]  # (P, B, H)
         G = torch.einsum("pbh,bhd->pbd", coef, w).contiguous()
-        G[pos, torch.arange(B)] += u
+        G[pos, torch.arange(B, device=u.device)] += u
         self.macs += B * (2 * d * d + P * self.H * d)
         self.down(layer, G, r0, r1)
 
 
 def attribution_graph(model, text, transcoders: TranscodersLike = None, *, bos: bool = True,
-                      max_n_logits: int = 10, desired_logit_prob: float = 0.95, batch_size: int = 256,
+                      max_n_logits: int = 10, desired_logit_prob: float = 0.95, batch_size: int = 64,
                       progress: bool = False) -> AttributionGraph:
     """The attribution graph of ``model`` on one prompt (see the module docstring for its nodes and edges).
 
@@ -377,7 +398,7 @@ def _graph(m: HookedSprout, rep: LocalReplacement, max_n_logits: int, desired_lo
     with tqdm(total=nF + nL, disable=not progress, desc="attribution graph rows", unit="row") as bar:
         for r in range(0, nL, batch_size):
             k = min(nL - r, batch_size)
-            G = torch.zeros(T, k, m.cfg.d_model)
+            G = torch.zeros(T, k, m.cfg.d_model, device=logit_vecs.device)
             G[-1] = logit_vecs[r:r + k]
             bw.down(L, G, n - nL + r, n - nL + r + k)
             bar.update(k)
@@ -391,10 +412,10 @@ def _graph(m: HookedSprout, rep: LocalReplacement, max_n_logits: int, desired_lo
                 bw.feature_rows(layer, pos, u, a, b)
                 bar.update(b - a)
     inputs = torch.full((n,), math.nan)
-    inputs[:nF] = rep.feat_input
-    inputs[n - nL:] = rep.logits[logit_ids] - rep.logits.mean()
-    const = torch.where(torch.isnan(inputs), torch.full_like(inputs, math.nan), bw.const)
-    return AttributionGraph(adjacency=bw.adj, nodes=_node_table(m, rep, logit_ids, logit_p, inputs, const),
+    inputs[:nF] = rep.feat_input.cpu()
+    inputs[n - nL:] = (rep.logits[logit_ids] - rep.logits.mean()).cpu()
+    const = torch.where(torch.isnan(inputs), torch.full_like(inputs, math.nan), bw.const.cpu())
+    return AttributionGraph(adjacency=bw.adj.cpu(), nodes=_node_table(m, rep, logit_ids, logit_p, inputs, const),
                             tokens=rep.tokens.cpu(), n_layers=L,
                             info={"model_name": m.name or "", "bos": rep.bos, "max_n_logits": max_n_logits,
                                   "desired_logit_prob": desired_logit_prob, "macs": bw.macs,
@@ -412,26 +433,28 @@ def _labels(m: HookedSprout, ids: Tensor) -> list[str]:
 def _node_table(m: HookedSprout, rep: LocalReplacement, logit_ids: Tensor, logit_p: Tensor, inputs: Tensor,
                 const: Tensor) -> pd.DataFrame:
     L, T, nF, nL = m.cfg.n_layers, rep.tokens.numel(), rep.n_features, logit_ids.numel()
-    toks = _labels(m, rep.tokens)
+    tokens, logit_ids, logit_p = rep.tokens.cpu(), logit_ids.cpu(), logit_p.cpu()
+    f_layer, f_pos, f_index, f_act = (t.cpu() for t in (rep.feat_layer, rep.feat_pos, rep.feat_index, rep.feat_act))
+    toks = _labels(m, tokens)
     nan = math.nan
-    dec_norm = torch.cat([tc.W_dec.detach().float().norm(dim=-1)[rep.feat_index[slice(*rep.layer_span(tc.layer))]]
+    dec_norm = torch.cat([tc.W_dec.detach().float().norm(dim=-1).cpu()[f_index[slice(*rep.layer_span(tc.layer))]]
                           for tc in rep.transcoders]) if nF else torch.zeros(0)
     ep = torch.arange(L * T)
     cols = {
         "kind": ["feature"] * nF + ["error"] * (L * T) + ["embedding"] * T + ["logit"] * nL,
-        "layer": torch.cat([rep.feat_layer, ep // T, torch.full((T,), -1), torch.full((nL,), L)]).tolist(),
-        "pos": torch.cat([rep.feat_pos, ep % T, torch.arange(T), torch.full((nL,), T - 1)]).tolist(),
-        "feature": torch.cat([rep.feat_index, torch.full((L * T + T + nL,), -1)]).tolist(),
+        "layer": torch.cat([f_layer, ep // T, torch.full((T,), -1), torch.full((nL,), L)]).tolist(),
+        "pos": torch.cat([f_pos, ep % T, torch.arange(T), torch.full((nL,), T - 1)]).tolist(),
+        "feature": torch.cat([f_index, torch.full((L * T + T + nL,), -1)]).tolist(),
     }
-    tok_ids = torch.cat([rep.tokens[rep.feat_pos], rep.tokens.repeat(L), rep.tokens, logit_ids]).tolist()
+    tok_ids = torch.cat([tokens[f_pos], tokens.repeat(L), tokens, logit_ids]).tolist()
     labels = [toks[p] for p in cols["pos"][:nF + L * T + T]] + _labels(m, logit_ids)
     df = pd.DataFrame({"node": range(len(tok_ids)), **cols, "token_id": tok_ids, "token": labels})
     df.insert(3, "block", df["layer"] + 1)
-    df["activation"] = rep.feat_act.tolist() + [nan] * (L * T + T + nL)
+    df["activation"] = f_act.tolist() + [nan] * (L * T + T + nL)
     df["logit_prob"] = [nan] * (nF + L * T + T) + logit_p.tolist()
     df["input"], df["constant"] = inputs.tolist(), const.tolist()
-    emb = m.model.embed.weight.detach().float()[rep.tokens].norm(dim=-1)
-    df["norm"] = torch.cat([rep.feat_act.abs() * dec_norm, rep.errors.norm(dim=-1).flatten(), emb,
+    emb = m.model.embed.weight.detach().float().cpu()[tokens].norm(dim=-1)
+    df["norm"] = torch.cat([f_act.abs() * dec_norm, rep.errors.norm(dim=-1).flatten().cpu(), emb,
                             torch.full((nL,), nan)]).tolist()
     df.attrs["units"] = GRAPH_UNITS
     return df
@@ -479,7 +502,8 @@ def graph_macs(n_layers: int, d_model: int, n_heads: int, n_pos: int, n_features
                skip: bool = True, n_logits: int = 10) -> dict[str, float]:
     """Multiply-adds of this module's backward passes for a prompt of ``n_pos`` positions (position 0 without
     features, as with ``bos``) with ``n_features_per_pos`` active features at each other (layer, position) (k for
-    TopK), batches of one position's rows, against circuit-tracer's: every batch through every position of every
+    TopK), batches of one position's rows (the tokens' images through block 0 not counted: ``n_pos²·d²``), against
+    circuit-tracer's: every batch through every position of every
     layer up to its own, its first attention step dense (its forward pass, the padding of its batches and the
     edge reads of error and token nodes not counted, so its count is a lower bound). The ratio ``ours /
     circuit_tracer`` is the floor a timing ratio can approach.
@@ -494,6 +518,7 @@ def graph_macs(n_layers: int, d_model: int, n_heads: int, n_pos: int, n_features
             if layer < L:  # the first attention step, factored
                 ours += rows * (2 * d * d + P * H * d)
                 ct += rows * T * (2 * d * d + T * d)
-            ours += rows * layer * P * (per_pos + P * d + (k + 2) * d)
+            if layer:  # blocks layer-1 .. 1 backward, block 0's sources read, the tokens' images dotted
+                ours += rows * ((layer - 1) * P * (per_pos + P * d + (k + 2) * d) + P * (k + 2) * d + P * P * d)
             ct += rows * layer * T * (per_pos + T * d + k * d)
     return {"ours": ours, "circuit_tracer": ct, "ratio": ours / ct}

@@ -40,7 +40,8 @@ __all__ = ["FrozenRun", "frozen_run", "intervention_check", "intervention_summar
 @dataclass
 class FrozenRun:
     """One run of the frozen replacement model: ``feature_inputs`` (n_features,): ``W_enc[f] · x`` at each feature
-    node; ``activations`` (n_features,): what each feature wrote; ``logits`` (d_vocab,): at the last position."""
+    node; ``activations`` (n_features,): what each feature wrote; ``logits`` (d_vocab,): at the last position (on
+    the CPU)."""
 
     feature_inputs: Float[Tensor, " n"]
     activations: Float[Tensor, " n"]
@@ -68,8 +69,8 @@ def frozen_run(model, rep: LocalReplacement, *, activations: Optional[Tensor] = 
                                     f"node), got {tuple(base.shape)}")
     clamp = dict(clamp or {})
     T = rep.tokens.numel()
-    emb_w = _weights(embed, (T,), "embed")
-    err_w = _weights(errors, (L, T), "errors")
+    emb_w = _weights(embed, (T,), "embed").to(rep.feat_act.device)
+    err_w = _weights(errors, (L, T), "errors").to(rep.feat_act.device)
     inputs = torch.zeros_like(rep.feat_act)
     acts = torch.zeros_like(rep.feat_act)
     seen: dict[int, Tensor] = {}
@@ -109,7 +110,7 @@ def frozen_run(model, rep: LocalReplacement, *, activations: Optional[Tensor] = 
                   (act_name("mlp_out", i), lambda act, hook, i=i: mlp_out(act, hook, i))]
     with torch.no_grad():
         logits = m.run_with_hooks(rep.tokens[None], fwd_hooks=hooks)
-    return FrozenRun(inputs, acts, logits[0, -1].float())
+    return FrozenRun(inputs.cpu(), acts.cpu(), logits[0, -1].float().cpu())
 
 
 def _weights(value, shape: tuple, name: str) -> Tensor:
@@ -149,7 +150,7 @@ def _real_run(m: HookedSprout, rep: LocalReplacement, node: Optional[int] = None
         hooks.append((act_name("mlp_out", layer), steer))
     with torch.no_grad():
         logits = m.run_with_hooks(rep.tokens[None], fwd_hooks=hooks)
-    return inputs, logits[0, -1].float()
+    return inputs.cpu(), logits[0, -1].float().cpu()
 
 
 def _total_prediction(graph: AttributionGraph, act: Tensor, node: int, delta: float) -> tuple[Tensor, Tensor]:
@@ -189,7 +190,7 @@ def intervention_check(model, graph: AttributionGraph, transcoders: TranscodersL
     with m.lock:
         rep = local_replacement(m, graph.tokens, transcoders, bos=bool(graph.info.get("bos", True)))
     nF = graph.n_features
-    if rep.n_features != nF or not torch.allclose(rep.feat_input, torch.tensor(graph.nodes["input"].values[:nF],
+    if rep.n_features != nF or not torch.allclose(rep.feat_input.cpu(), torch.tensor(graph.nodes["input"].values[:nF],
                                                                                  dtype=torch.float32), atol=1e-4):
         raise AttributionGraphError("the graph was not made with these transcoders on this model: pass the set it "
                                     "was made with")
@@ -198,7 +199,7 @@ def intervention_check(model, graph: AttributionGraph, transcoders: TranscodersL
         nodes = node_influence(graph)[:nF].argsort(descending=True)[:n].tolist()
     else:
         nodes = check_indices(nodes, "nodes", nF, what="feature nodes of the graph", error=AttributionGraphError)
-    act = rep.feat_act.double()
+    act = rep.feat_act.double().cpu()
     logit_ids = torch.tensor(graph.nodes["token_id"].values[-graph.n_logits:])
     base_fixed, base_linear = frozen_run(m, rep), frozen_run(m, rep, linear=True)
     with m.lock:
@@ -216,7 +217,7 @@ def intervention_check(model, graph: AttributionGraph, transcoders: TranscodersL
         with m.lock:
             real = _real_run(m, rep, s, delta)
         tot_in, tot_logit = _total_prediction(graph, act, s, delta)
-        later = (rep.feat_layer > layer).nonzero()[:, 0]
+        later = (rep.feat_layer > layer).nonzero()[:, 0].cpu()
         t_nodes = later.tolist() + list(range(len(graph.nodes) - graph.n_logits, len(graph.nodes)))
         pick = graph.nodes.iloc[t_nodes]
         frames.append(pd.DataFrame({
