@@ -239,7 +239,7 @@ class _Backward:
 
     def __init__(self, m: HookedSprout, rep: LocalReplacement, n_cols: int):
         L, T, d = m.cfg.n_layers, rep.tokens.numel(), m.cfg.d_model
-        self.H, self.dh = m.cfg.n_heads, m.cfg.d_head
+        self.H, self.dh, self.d = m.cfg.n_heads, m.cfg.d_head, d
         f = torch.float32
         dev = dict(device=rep.patterns.device)  # the model's device; the graph comes back on the CPU
         self.WO, self.WV, self.WS, self.g2 = [], [], [], []
@@ -342,16 +342,52 @@ class _Backward:
         self.macs += G.shape[1] * P * P * G.shape[2]
 
     def feature_rows(self, layer: int, pos: Int[Tensor, " b"], u: Float[Tensor, "b d"], r0: int, r1: int) -> None:
-        """Rows of features of block ``layer`` at positions ``pos`` reading direction ``u`` of its ``resid_mid``."""
+        """Rows of features of block ``layer`` at positions ``pos`` reading direction ``u`` of its ``resid_mid``.
+
+        Right after it, a row's gradient is a sum of few vectors each spread over the positions by a pattern (``u``
+        at its own position, one per head after block ``layer``'s attention): kept in that form through the next
+        skip connection and attention's W_O and W_V (a few vectors each instead of one per position) when that is
+        cheaper, then expanded to one vector per position for the rest of the way down."""
         B, d = u.shape
         P = int(pos.max()) + 1
-        # the first attention step in factored form: one vector per head, spread over the keys by the pattern
-        w = torch.stack([(u @ self.WO[layer][h]) @ self.WV[layer][h] for h in range(self.H)], 1)  # (B, H, d)
-        coef = self.A[layer][:, pos, :P].permute(2, 1, 0) * self.inv1[layer, :P, None, None]  # (P, B, H)
-        G = torch.einsum("pbh,bhd->pbd", coef, w).contiguous()
-        G[pos, torch.arange(B, device=u.device)] += u
-        self.macs += B * (2 * d * d + P * self.H * d)
-        self.down(layer, G, r0, r1)
+        rows = torch.arange(B, device=u.device)
+        V = torch.stack([u] + [(u @ self.WO[layer][h]) @ self.WV[layer][h] for h in range(self.H)], 1)  # (B, 1+H, d)
+        C = torch.zeros(B, 1 + self.H, P, device=u.device)  # each vector's weight at each position
+        C[rows, 0, pos] = 1.0
+        C[:, 1:] = self.A[layer][:, pos, :P].transpose(0, 1) * self.inv1[layer, :P]
+        self.macs += B * (2 * d * d + P * (1 + self.H) * d)
+        G = torch.einsum("biq,bid->qbd", C, V).contiguous()
+        if layer < 2 or not self.factored_pays(layer - 1, P):
+            self.down(layer, G, r0, r1)
+            return
+        m = layer - 1  # block m's skip connection and attention, on the vectors rather than the positions
+        self.read(m, G, r0, r1)
+        n = V.shape[1]
+        if self.WS[m] is not None:
+            V, C = torch.cat([V, V @ self.WS[m]], 1), torch.cat([C, C * self.inv2[m, :P]], 1)
+            self.macs += B * n * d * d
+        Vs, Cs = [V], [C]
+        for h in range(self.H):
+            Vs.append((V @ self.WO[m][h]) @ self.WV[m][h])  # (B, n, d)
+            Cs.append((C @ self.A[m, h, :P, :P]) * self.inv1[m, :P])  # key r: sum over queries q of A[q, r] C[q]
+        n = V.shape[1]
+        V, C = torch.cat(Vs, 1), torch.cat(Cs, 1)
+        self.macs += B * (2 * n * d * d + self.H * n * P * P + V.shape[1] * P * d)
+        self.down(m, torch.einsum("biq,bid->qbd", C, V).contiguous(), r0, r1)
+
+    def factored_pays(self, m: int, P: int) -> bool:
+        """Whether block ``m``'s skip connection and attention cost fewer multiply-adds on the 1 + H vectors of a
+        row's factored gradient than on its ``P`` positions."""
+        dense, factored = _hop_macs(self.d, self.H, self.WS[m] is not None, P)
+        return factored < dense
+
+
+def _hop_macs(d: int, H: int, skip: bool, P: int) -> tuple[int, int]:
+    """Multiply-adds per row of one block's skip connection and attention backward: on ``P`` positions, and on the
+    1 + H vectors of a factored gradient (then expanded to the positions)."""
+    n = (1 + H) * (2 if skip else 1)  # vectors after the skip connection
+    factored = (1 + H) * d * d * skip + 2 * n * d * d + H * n * P * P + n * (1 + H) * P * d
+    return P * ((3 if skip else 2) * d * d + P * d), factored
 
 
 def attribution_graph(model, text, transcoders: TranscodersLike = None, *, bos: bool = True,
@@ -503,22 +539,25 @@ def graph_macs(n_layers: int, d_model: int, n_heads: int, n_pos: int, n_features
     """Multiply-adds of this module's backward passes for a prompt of ``n_pos`` positions (position 0 without
     features, as with ``bos``) with ``n_features_per_pos`` active features at each other (layer, position) (k for
     TopK), batches of one position's rows (the tokens' images through block 0 not counted: ``n_pos²·d²``), against
-    circuit-tracer's: every batch through every position of every
-    layer up to its own, its first attention step dense (its forward pass, the padding of its batches and the
-    edge reads of error and token nodes not counted, so its count is a lower bound). The ratio ``ours /
-    circuit_tracer`` is the floor a timing ratio can approach.
+    circuit-tracer's: every batch through every position of every layer up to its own, its first attention step
+    dense (its forward pass, the padding of its batches and the edge reads of error and token nodes not counted,
+    so its count is a lower bound). The ratio ``ours / circuit_tracer`` is the floor a timing ratio can approach.
     """
     L, d, H, T, k = n_layers, d_model, n_heads, n_pos, n_features_per_pos
-    per_pos = 2 * d * d + (d * d if skip else 0)
+    S = k + 2  # the sources a read dots at each position: features, the error, the constants
     ours = ct = 0.0
     for layer in range(L + 1):  # the features of each layer, then the logit nodes (read after the last block)
         rows, positions = (k, range(1, T)) if layer < L else (n_logits, [T - 1])
         for p in positions:
             P = p + 1 if layer < L else T
+            dense, factored = _hop_macs(d, H, skip, P)
             if layer < L:  # the first attention step, factored
-                ours += rows * (2 * d * d + P * H * d)
+                ours += rows * (2 * d * d + P * (1 + H) * d)
                 ct += rows * T * (2 * d * d + T * d)
-            if layer:  # blocks layer-1 .. 1 backward, block 0's sources read, the tokens' images dotted
-                ours += rows * ((layer - 1) * P * (per_pos + P * d + (k + 2) * d) + P * (k + 2) * d + P * P * d)
-            ct += rows * layer * T * (per_pos + T * d + k * d)
+            if layer:  # the reads at blocks layer-1 .. 0, the hops through blocks layer-1 .. 1, the tokens' images
+                hops = (layer - 1) * dense
+                if layer < L and layer >= 2 and factored < dense:
+                    hops += factored - dense
+                ours += rows * (hops + layer * P * S * d + P * P * d)
+            ct += rows * layer * T * ((3 if skip else 2) * d * d + T * d + k * d)
     return {"ours": ours, "circuit_tracer": ct, "ratio": ours / ct}
