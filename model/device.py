@@ -40,7 +40,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from .checkpoint import SHIPPED_DIR, load_folder
-from .cli import input_errors_exit
+from .cli import NON_NEGATIVE, POSITIVE, ArgumentParser, input_errors_exit
 from .presets import PRESETS
 
 MiB = 1 << 20
@@ -485,12 +485,14 @@ def _recipe_parser(sub) -> None:
             kind = {"minutes": float, "margin_s": float}.get(f.name)
             if kind is None:
                 kind = type(default) if default is not None else (str if f.name in ("data", "work") else int)
+            if kind is float:  # every float of the recipe is a size, a rate or a time: finite and not negative
+                kind = NON_NEGATIVE
             p.add_argument(flag, type=kind, default=default)
 
 
 @input_errors_exit
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     _recipe_parser(sub)
     s = sub.add_parser("size", help="bytes a run call would send: the tree and the carried paths")
@@ -500,7 +502,7 @@ def main(argv: list[str] | None = None) -> None:
     sp = sub.add_parser("split", help="a checkpoint folder into parts")
     sp.add_argument("folder")
     sp.add_argument("dest")
-    sp.add_argument("--max-part-mib", type=float, default=PART_LIMIT / MiB)
+    sp.add_argument("--max-part-mib", type=POSITIVE, default=PART_LIMIT / MiB)
     j = sub.add_parser("join", help="a parts folder back into a checkpoint folder")
     j.add_argument("src")
     j.add_argument("dest")

@@ -562,3 +562,16 @@ def test_the_tokenizer_trained_in_pieces_is_the_one_trained_whole(monkeypatch):
     whole = tk.train_tokenizer(docs, vocab_size=300).to_str()
     monkeypatch.setattr(tk, "PIECE_CHARS", 300)
     assert tk.train_tokenizer(docs, vocab_size=300).to_str() == whole
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["run", "--minutes", "nan"], ["--minutes must be a number of at least 0 (finite), got nan"]),
+    (["run", "--copy-lr", "-1"], ["--copy-lr must be a number of at least 0", "got -1"]),
+    (["run", "--text-copy-rows", "inf"], ["--text-copy-rows must be", "got inf"]),
+    (["split", "a", "b", "--max-part-mib", "0"], ["--max-part-mib must be a number above 0"]),
+])
+def test_the_gpu_recipe_refuses_non_finite_and_negative_numbers(argv, words, capsys):
+    from sprout_model import device
+
+    err = cli_error(device.main, argv, capsys)
+    assert all(w in err for w in words), err
