@@ -189,6 +189,10 @@ def test_the_real_model_follows_the_prediction_measured_not_exact(model, ts, tok
     assert (summary["total_max_error"] < TOL).all()
     assert summary["r_real"].between(-1, 1).all()
     assert (summary["r_real"] > 0.5).all(), summary  # a random tiny model: measured, not exact
+    pooled = summary[summary["node"] == -1].set_index("target_kind")
+    assert pooled.loc["feature", "targets"] == summary[(summary["node"] >= 0)
+                                                        & (summary["target_kind"] == "feature")]["targets"].sum()
+    assert pooled.loc["logit", "targets"] == 3 * g.n_logits
 
 
 # -- nodes, logits, arguments ------------------------------------------------------------------------------------

@@ -157,18 +157,18 @@ def _total_prediction(graph: AttributionGraph, act: Tensor, node: int, delta: fl
     """What the graph's edges predict through every path when feature ``node`` moves by ``delta``: the change of
     each feature's input and each logit node's input, features following their inputs (errors held)."""
     nF, A = graph.n_features, graph.adjacency
-    A_ff = A[:nF, :nF].double()
+    A_ff = A[:nF, :nF]  # a view: the products run in float32, the changes are kept in float64
     d_act = torch.zeros(nF, dtype=torch.float64)
     d_act[node] = delta
     d_in = torch.zeros(nF, dtype=torch.float64)
     for _ in range(graph.n_layers + 1):  # each step reaches one layer further; the graph has n_layers of features
-        d_in = A_ff @ (d_act / act)
+        d_in = (A_ff @ (d_act / act).float()).double()
         new = d_in.clone()
         new[node] = delta
         if torch.equal(new, d_act):
             break
         d_act = new
-    d_logit = A[-graph.n_logits:, :nF].double() @ (d_act / act)
+    d_logit = (A[-graph.n_logits:, :nF] @ (d_act / act).float()).double()
     return d_in, d_logit
 
 
@@ -239,21 +239,28 @@ def intervention_check(model, graph: AttributionGraph, transcoders: TranscodersL
 
 
 def _r(a: Tensor, b: Tensor) -> float:
+    if a.numel() < 2:
+        return float("nan")
     a, b = a - a.mean(), b - b.mean()
     den = float(a.norm() * b.norm())
     return float((a * b).sum()) / den if den > 0 else float("nan")
 
 
 def intervention_summary(checks: pd.DataFrame) -> pd.DataFrame:
-    """One row per intervened node and target kind (feature / logit) of :func:`intervention_check`'s table: the
-    largest ``|frozen - predicted|`` for direct and total effects (exact up to float rounding), and how the real
-    model follows the total prediction: Pearson ``r_real`` and ``rel_error_real = ‖real - predicted‖ / ‖real‖``."""
+    """One row per intervened node and target kind (feature / logit) of :func:`intervention_check`'s table, then one
+    per target kind over every node together (``node`` -1): the largest ``|frozen - predicted|`` for direct and
+    total effects (exact up to float rounding), and how the real model follows the total prediction: Pearson
+    ``r_real`` (NaN for a single target) and ``rel_error_real = ‖real - predicted‖ / ‖real‖``."""
     rows = []
-    for (node, kind), g in checks.groupby(["node", "target_kind"], sort=False):
+    groups = [((node, kind), g) for (node, kind), g in checks.groupby(["node", "target_kind"], sort=False)]
+    groups += [((-1, kind), g) for kind, g in checks.groupby("target_kind", sort=False)]
+    for (node, kind), g in groups:
         t = {c: torch.tensor(g[c].values, dtype=torch.float64) for c in
              ("direct_predicted", "direct_frozen", "total_predicted", "total_frozen", "real")}
-        rows.append({"node": node, "layer": int(g["layer"].iloc[0]), "pos": int(g["pos"].iloc[0]),
-                     "feature": int(g["feature"].iloc[0]), "target_kind": kind, "targets": len(g),
+        one = node != -1
+        rows.append({"node": node, "layer": int(g["layer"].iloc[0]) if one else -1,
+                     "pos": int(g["pos"].iloc[0]) if one else -1, "feature": int(g["feature"].iloc[0]) if one else -1,
+                     "target_kind": kind, "targets": len(g),
                      "direct_max_error": float((t["direct_frozen"] - t["direct_predicted"]).abs().max()),
                      "total_max_error": float((t["total_frozen"] - t["total_predicted"]).abs().max()),
                      "r_real": _r(t["real"], t["total_predicted"]),
