@@ -22,11 +22,12 @@ from typing import Literal, Optional, Union
 
 import pandas as pd
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Float
 from torch import Tensor
 
 from sprout_interp.core.errors import SproutError
 from sprout_interp.core.hooked import as_hooked
+from sprout_interp.core.tokens import ModelInput
 from sprout_interp.features.metrics import held_out_tokens
 from sprout_interp.features.transcoder import (
     Transcoder,
@@ -99,7 +100,7 @@ def _loss(m, tokens: Tensor, hooks: list) -> Tensor:
 def run_with_transcoders(
     model,
     transcoders: Transcoders,
-    tokens: Int[Tensor, "batch pos"],
+    tokens: ModelInput,
     add_errors: bool = False,
     return_type: Literal["logits", "loss"] = "logits",
 ) -> Union[Float[Tensor, "batch pos d_vocab"], Tensor]:
@@ -112,9 +113,9 @@ def run_with_transcoders(
         raise SproutError(f"add_errors must be True or False, got {add_errors!r}")
     if return_type not in ("logits", "loss"):
         raise SproutError(f"return_type must be 'logits' or 'loss', got {return_type!r}")
-    tokens, _ = m.prepare_input(tokens)
+    tokens, mask = m.prepare_input(tokens)  # texts of different lengths: the loss leaves their padding out
     with torch.no_grad():
-        return m.run_with_hooks(tokens, return_type=return_type,
+        return m.run_with_hooks(tokens, return_type=return_type, attention_mask=mask,
                                 fwd_hooks=_hooks(m, tcs, "errors" if add_errors else "replace"))
 
 
@@ -122,7 +123,7 @@ def run_with_transcoders(
 def transcoder_quality(
     model,
     transcoders: Transcoders,
-    tokens: Optional[Int[Tensor, "batch pos"]] = None,
+    tokens: Optional[ModelInput] = None,
     n: int = 16,
     length: int = 256,
     seed: int = 0,
@@ -146,7 +147,7 @@ def transcoder_quality(
     """
     m = as_hooked(model)
     tcs = _as_dict(m, transcoders)
-    tokens = held_out_tokens(m, n=n, length=length, seed=seed) if tokens is None else m.prepare_input(tokens)[0]
+    tokens = held_out_tokens(m, n=n, length=length, seed=seed) if tokens is None else m.prepare_input(tokens, padding=False, argument="tokens")[0]
     rows = []
     names = [input_hook(layer) for layer in tcs] + [output_hook(layer) for layer in tcs]
     acc = {layer: {"sq": 0.0, "sq_skip": 0.0, "s1": 0.0, "s2": 0.0, "l0": 0.0, "fired": torch.zeros(tc.d_transcoder, dtype=torch.bool),
@@ -193,7 +194,7 @@ def transcoder_quality(
 def replacement_quality(
     model,
     transcoders: Transcoders,
-    tokens: Optional[Int[Tensor, "batch pos"]] = None,
+    tokens: Optional[ModelInput] = None,
     n: int = 16,
     length: int = 256,
     seed: int = 0,
@@ -205,7 +206,7 @@ def replacement_quality(
     ce_replacement) / (ce_mlp_zero - ce_clean)`` (1 = as good as the clean model)."""
     m = as_hooked(model)
     tcs = _as_dict(m, transcoders)
-    tokens = held_out_tokens(m, n=n, length=length, seed=seed) if tokens is None else m.prepare_input(tokens)[0]
+    tokens = held_out_tokens(m, n=n, length=length, seed=seed) if tokens is None else m.prepare_input(tokens, padding=False, argument="tokens")[0]
     tot = {"clean": 0.0, "replacement": 0.0, "zero": 0.0}
     n_ce = 0
     for i in range(0, tokens.shape[0], batch):
