@@ -25,10 +25,13 @@ node, ``input == adjacency[t].sum() + constant`` (:meth:`AttributionGraph.max_er
 With ``bos=True`` (circuit-tracer's convention) the prompt starts with ``<|endoftext|>`` (prepended when it
 does not) and position 0 has no feature or error nodes: its feed-forward output counts as a constant.
 
-Computed on the CPU by backward passes through the frozen linear model written out by hand, one batch of target
-rows at a time (as circuit-tracer does with autograd): rows of one layer, only over the positions up to the
-batch's last one (causal attention), only down through the layers below, the first attention step kept in
-factored form (one vector per head, spread over positions by the frozen pattern).
+Computed by backward passes through the frozen linear model written out by hand, one batch of target rows at a
+time (as circuit-tracer does with autograd): rows of one layer and neighbouring positions, only over the positions
+up to the batch's last one (causal attention), only down through the blocks below. Right after a row's own
+attention its gradient is a few vectors spread over the positions by the patterns; it stays in that form through
+the next block's skip connection and attention where that is cheaper. No row goes backward through block 0: the
+token edges are its gradient at block 0's output dotted with each token's image there, carried forward once.
+:func:`graph_macs` counts the multiply-adds (against circuit-tracer's).
 """
 from __future__ import annotations
 
