@@ -80,7 +80,7 @@ class LocalReplacement:
         feat_act (n,): their activations; feat_input (n,): ``W_enc[f] · x`` (pre-activation without ``b_enc``).
         errors (L, T, d): ``mlp_out - ŷ`` (zero at position 0 with ``bos``); consts (L, T, d): the constant
         writes (``b_dec``; at a zeroed position 0, ``mlp_out - skip``). logits (d_vocab,): at the last position.
-        transcoders: the transcoders, one per layer, float32 on the model's device.
+        transcoders: the transcoders, one per layer (as given).
     """
 
     tokens: Int[Tensor, " pos"]
