@@ -615,8 +615,9 @@ def test_a_click_on_a_heads_small_pattern_chooses_that_head():
     layout = every["layout"]
     for d in pickers:  # each marker covers its panel: plotly hovers it within its radius + 20 px
         xa, ya = layout["xaxis" + d["xaxis"][1:]], layout["yaxis" + d["yaxis"][1:]]
-        w = (layout["width"] - 60) * (xa["domain"][1] - xa["domain"][0])
-        h = (layout["height"] - 120) * (ya["domain"][1] - ya["domain"][0])
+        mg = layout["margin"]
+        w = (layout["width"] - mg["l"] - mg["r"]) * (xa["domain"][1] - xa["domain"][0])
+        h = (layout["height"] - mg["t"] - mg["b"]) * (ya["domain"][1] - ya["domain"][0])
         assert d["marker"]["size"] / 2 + 20 >= np.hypot(w, h) / 2 and d["marker"]["opacity"] == 0
         assert xa["fixedrange"] and ya["fixedrange"]  # no zoom strips at the edges to take a click
     at.session_state["attn_all"] = _selection((2, 1))  # what a click on block 3's head 1 leaves
