@@ -381,7 +381,7 @@ def _need(name):
         pytest.skip(f"model/checkpoints/{name}/model.safetensors is not there yet")
 
 
-@pytest.mark.integration
+@pytest.mark.acceptance  # 15-27 s each
 @pytest.mark.parametrize("kind", ["zero", "mean", "resample"])
 def test_shipped_sprout_fast_sweep_equals_naive(kind):
     _need("sprout")
@@ -398,7 +398,7 @@ def test_shipped_sprout_fast_sweep_equals_naive(kind):
         assert (fast["ablated"] - naive["ablated"]).abs().max() < ATOL
 
 
-@pytest.mark.integration
+@pytest.mark.acceptance  # over 3 s
 def test_shipped_ablation_runs_on_text():
     _need("gpt-4")
     import sprout_interp as si

@@ -6,6 +6,7 @@ docs/ARCHITECTURE.md describes the same layers; this test keeps the two honest.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ WRAPPER = {"core.hooked", "core.components", "core.generation"}
 PRIVATE_ATTRS = {"_attn", "_ffn", "_norm", "_ln", "_lock", "_check_tokens", "_check_mask", "_model"}
 
 
+@functools.cache  # parsed once a run, not twice in each test
 def _modules() -> dict[str, ast.Module]:
     """'package.module' -> its syntax tree, for every module of every sub-package."""
     out = {}

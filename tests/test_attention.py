@@ -318,7 +318,7 @@ def test_circuit_confirmation_returns_shared_previous_token_heads(hooked, monkey
     assert none.verdicts()["previous-token"][0] == "NOT established"
 
 
-@pytest.mark.integration
+@pytest.mark.acceptance  # 3-9 s each
 @pytest.mark.parametrize("name", ["gpt-1", "gpt-4", "sprout"])
 def test_shipped_head_scores(name):
     if not (CHECKPOINTS / name / "model.safetensors").is_file():
@@ -336,7 +336,7 @@ def test_shipped_head_scores(name):
     assert c.model == name or c.model
 
 
-@pytest.mark.integration
+@pytest.mark.acceptance  # over 10 s
 def test_shipped_sprout_circuit_parts_each_rest_on_their_own_ablation():
     """On the shipped Sprout each part of the circuit is judged by its own ablation: the previous-token head(s)
     chosen must, ablated without the induction head, remove at least a third of the name-copying gain, or the

@@ -96,7 +96,7 @@ def test_piece_probabilities():
         piece_probabilities(["orb", "in"], [0.5, 0.5], ["or", "bin"])
 
 
-@pytest.mark.integration
+@pytest.mark.acceptance  # over 3 s
 def test_shipped_compare_models():
     names = [n for n in ("gpt-1", "gpt-4", "sprout") if (CHECKPOINTS / n / "model.safetensors").is_file()]
     if not names:

@@ -48,7 +48,7 @@ def test_table_and_baseline(model):
         C.composition_scores(model, "O")
 
 
-@pytest.mark.integration
+@pytest.mark.acceptance  # over 10 s
 def test_equal_to_transformer_lens_on_the_bridge():
     m = si.load("gpt-4")
     bridge = m.to_transformer_lens()

@@ -302,6 +302,7 @@ def test_default_corpus():
     assert not {d.name for d in train} & {d.name for d in val}
 
 
+@pytest.mark.acceptance  # over 10 s
 def test_each_shipped_checkpoint_records_the_corpus_it_names():
     """Each shipped checkpoint records the corpus it names exactly as it is built here (documents and split):
     "large" (or "default", whose documents and split "large" keeps byte for byte, test_large_corpus)."""

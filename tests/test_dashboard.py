@@ -243,13 +243,13 @@ def test_model_switch():
 # -- interactions ---------------------------------------------------------------------------
 
 
-def test_logit_lens_cell_and_window():
+def test_logit_lens_cell_and_window(gpt4):
     at = ok(app().run())
     at.number_input(key="lens_pos").set_value(3)
     at.selectbox(key="lens_row").set_value(0)  # the embedding row
     ok(at.run())
     cand = at.dataframe[0].value
-    tokens = si.load("gpt-4").to_str_tokens(next(iter(TEXTS.values())))
+    tokens = gpt4.to_str_tokens(next(iter(TEXTS.values())))
     assert cand["token"].iloc[0] == repr(tokens[3])  # tied weights: the embedding row echoes its input
     at.slider(key="lens_start").set_value(20)
     ok(at.run())
@@ -329,7 +329,8 @@ def _compute():
     return sys.modules["compute"]
 
 
-def test_ablations_first_load_ranks_the_heads_and_searches_only_when_asked(monkeypatch):
+@pytest.mark.acceptance  # over 3 s
+def test_ablations_first_load_ranks_the_heads_and_searches_only_when_asked(monkeypatch, gpt4):
     """The first load offers the circuit the head scores rank (no ablation); the confirming search (dozens of
     forwards) runs once, on the button, and its heads replace the choice."""
     from sprout_interp.circuits.attention import head_scores
@@ -349,7 +350,7 @@ def test_ablations_first_load_ranks_the_heads_and_searches_only_when_asked(monke
     try:
         at = ok(app("ablations").run())
         assert found == []  # the first load ran no ablation search
-        m = si.load("gpt-4")
+        m = gpt4
         ranked = find_induction_circuit(scores=head_scores(m, copying=False))  # the claims scripts' scores
         assert at.multiselect(key="abl_heads_gpt-4").value == ranked.heads()
         assert any("not yet confirmed" in c.value for c in at.caption)
@@ -391,7 +392,7 @@ def test_patching_page_defaults_show_the_induction_story():
     assert any("promotes" in md.value for md in at.markdown)
 
 
-def test_patching_pages_link_opens_the_neurons_page_on_the_graphs_prediction_whose_neurons_sum_to_its_nodes():
+def test_patching_pages_link_opens_the_neurons_page_on_the_graphs_prediction_whose_neurons_sum_to_its_nodes(gpt4):
     from urllib.parse import parse_qs
 
     from sprout_interp.features import neurons as N
@@ -409,7 +410,7 @@ def test_patching_pages_link_opens_the_neurons_page_on_the_graphs_prediction_who
     again = ok(again.switch_page(PAGES["neurons"]).run())
     assert again.session_state["nrn_pos"] == pos and again.session_state["nrn_answer"] == token
     assert again.session_state["own_text"] == clean
-    m = si.load("gpt-4")
+    m = gpt4
     want = N.neuron_attribution(m, clean, token, pos=pos, top=20)
     np.testing.assert_allclose(values(charts(again)[0]["data"][0]["x"])[::-1], want["attribution"], atol=1e-5)
     # each feed-forward node of the graph is the sum of its block's neurons
@@ -421,8 +422,7 @@ def test_patching_pages_link_opens_the_neurons_page_on_the_graphs_prediction_who
     np.testing.assert_allclose(every.loc[mlp.index].to_numpy(), mlp.to_numpy(), atol=1e-4)
 
 
-def test_patching_page_compares_attribution_patching_with_the_exact_scores():
-    import sprout_interp as si
+def test_patching_page_compares_attribution_patching_with_the_exact_scores(gpt4):
     from sprout_interp import patching as P
     from sprout_interp.circuits.attribution import token_id
 
@@ -435,7 +435,7 @@ def test_patching_page_compares_attribution_patching_with_the_exact_scores():
     assert len(scatters) == 2 and all(sp["data"][1]["mode"] == "markers" for sp in scatters)
     values = {m.label: m.value for m in at.metric}
     # the page's numbers are the library's, from the page's own pair and metric
-    m = si.load("gpt-4")
+    m = gpt4
     clean, corrupted = at.session_state["patch_clean"], at.session_state["patch_corrupted"]
     metric = P.LogitDiff(token_id(m, at.session_state["patch_answer"]), token_id(m, at.session_state["patch_wrong"]))
     want = P.patching_agreement(P.activation_patch(m, clean, corrupted, metric, "z", "head"),
@@ -516,11 +516,12 @@ def _state_module():
     return sys.modules["state"]  # the dashboard's module, imported by a run
 
 
-def test_attention_starts_on_the_induction_head_with_every_head_drawn():
+@pytest.mark.acceptance  # over 3 s
+def test_attention_starts_on_the_induction_head_with_every_head_drawn(gpt4):
     from sprout_interp.circuits.attention import head_scores
     from sprout_interp.circuits.induction import find_induction_circuit
 
-    m = si.load("gpt-4")
+    m = gpt4
     circ = find_induction_circuit(scores=head_scores(m, copying=False))  # as the claims scripts call it
     at = ok(app("attention").run())
     assert (at.selectbox(key="attn_layer").value, at.selectbox(key="attn_head").value) == (
@@ -533,7 +534,8 @@ def test_attention_starts_on_the_induction_head_with_every_head_drawn():
     assert len(hover) == 1 and "textContent" in hover[0].proto.body  # the text to hover over, offline
 
 
-def test_attention_page_shows_each_heads_full_ov_circuit():
+@pytest.mark.acceptance  # over 3 s
+def test_attention_page_shows_each_heads_full_ov_circuit(gpt4):
     """The copying-score heat map is ov_copying_scores of the page's model, cell for cell; the toggle adds the
     self-rank table."""
     from sprout_interp.circuits.ov_circuit import ov_copying_scores
@@ -541,7 +543,7 @@ def test_attention_page_shows_each_heads_full_ov_circuit():
     at = ok(app("attention").run())
     spec = next(c for c in charts(at) if c["layout"]["title"]["text"].startswith("full OV circuit copying score"))
     grid = values(spec["data"][0]["z"])
-    want = ov_copying_scores(si.load("gpt-4"), ranks=False).pivot(index="layer", columns="head", values="copying_score")
+    want = ov_copying_scores(gpt4, ranks=False).pivot(index="layer", columns="head", values="copying_score")
     assert np.allclose(grid.astype(float), want.to_numpy(), atol=1e-6)
     assert not any("self_top_k" in str(df.value.columns.tolist()) for df in at.dataframe)
     at.toggle(key="ov_ranks_open").set_value(True)
@@ -550,7 +552,8 @@ def test_attention_page_shows_each_heads_full_ov_circuit():
     assert len(table) == 12 and table["self_top_k"].between(0, 1).all()
 
 
-def test_copying_button_runs_the_exact_fast_sweep_once(monkeypatch):
+@pytest.mark.acceptance  # over 3 s
+def test_copying_button_runs_the_exact_fast_sweep_once(monkeypatch, gpt4):
     """The button's sweep is ablation_sweep's exact fast method (equal to one full forward per head), drawn with
     its progress, and computed once per model for every session."""
     from sprout_interp.circuits.ablation import ablation_sweep
@@ -576,7 +579,7 @@ def test_copying_button_runs_the_exact_fast_sweep_once(monkeypatch):
     assert calls[0][2][-1] == (12, 12)  # the progress reached every head of gpt-4
     table = next(d.value for d in at.dataframe if "ablated" in d.value.columns)
     assert table.attrs.get("method") == "fast" and len(table) == 12
-    m = si.load("gpt-4")
+    m = gpt4
     rep = repeated_tokens_batch(m.cfg.d_vocab, 64, 16, 0)
     naive = ablation_sweep(m, rep, metric="copying_ratio", method="naive")
     np.testing.assert_allclose(table["ablated"].to_numpy(), naive["ablated"].to_numpy(), rtol=1e-4, atol=1e-5)
@@ -848,7 +851,8 @@ def test_no_path_box_flag_keeps_the_operators_model(monkeypatch):
     assert shape(grid(at)["z"])[0] == 2 and not at.sidebar.text_input  # gpt-1, and nowhere to type a path
 
 
-def test_steering_page_shows_the_librarys_numbers_and_samples_only_when_asked():
+@pytest.mark.acceptance  # over 3 s
+def test_steering_page_shows_the_librarys_numbers_and_samples_only_when_asked(gpt4):
     from sprout_interp.circuits import steering
     from sprout_interp.circuits.metrics import LogitDiff
 
@@ -856,7 +860,7 @@ def test_steering_page_shows_the_librarys_numbers_and_samples_only_when_asked():
     specs = charts(at)
     assert len(specs) == 2  # by block, by coefficient
     assert "counted from 1" in specs[0]["layout"]["xaxis"]["title"]["text"]
-    m = si.load("gpt-4")
+    m = gpt4
     ex = steering.EXAMPLE
     metric = LogitDiff(m.to_single_token(ex["answer"]), m.to_single_token(ex["wrong"]))
     want = steering.steering_layers(m, list(ex["positive"]), list(ex["negative"]), ex["prompt"], 2.0, metric)
@@ -890,12 +894,13 @@ def test_steering_page_says_what_is_missing_or_wrong():
 
 
 
-def test_neurons_page_shows_the_librarys_numbers_for_the_prediction_and_the_neuron():
+@pytest.mark.acceptance  # over 3 s
+def test_neurons_page_shows_the_librarys_numbers_for_the_prediction_and_the_neuron(gpt4):
     from sprout_interp.features import neurons as N
 
     text = "Zorbin Plax came home. The next day Zorbin"
     at = ok(app("neurons", text=text).run())
-    m = si.load("gpt-4")
+    m = gpt4
     T = m.to_tokens(text).shape[1]
     assert at.session_state["nrn_pos"] == T - 1  # the last position first, its answer the model's top guess
     guess = m.to_string([int(m(text)[0, -1].argmax())])
@@ -930,7 +935,8 @@ def test_neurons_page_shows_the_librarys_numbers_for_the_prediction_and_the_neur
     assert q.get("neuron") in (["7"], "7") and q.get("layer") in (["2"], "2") and q.get("wrong") in ([" the"], " the")
 
 
-def test_neurons_page_finds_neurons_by_token_and_says_what_is_wrong():
+@pytest.mark.acceptance  # over 3 s
+def test_neurons_page_finds_neurons_by_token_and_says_what_is_wrong(gpt4):
     at = app("neurons")
     at.session_state["nrn_how"] = "by token"
     at.session_state["nrn_token"] = " she"
@@ -938,7 +944,7 @@ def test_neurons_page_finds_neurons_by_token_and_says_what_is_wrong():
     assert any("standard deviations" in c.value for c in at.caption)
     from sprout_interp.features import neurons as N
 
-    m = si.load("gpt-4")
+    m = gpt4
     found = [d.value for d in at.dataframe if "z" in d.value.columns]
     want = N.neurons_for_token(N.index_neurons(m, 0), " she", n=15, model=m)
     assert len(found) == 1 and found[0]["neuron"].tolist() == want["neuron"].tolist()

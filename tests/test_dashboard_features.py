@@ -45,6 +45,7 @@ def shown(markdown: str) -> str:
     return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
 
 
+@pytest.mark.acceptance  # over 3 s
 def test_feature_page_and_the_text_tab():
     at = ok(app().run())
     assert "Features" in at.header[0].value

@@ -9,7 +9,6 @@ link is corrected to what is shown. A typed text opens the Features page on its 
 """
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import json
 import re
@@ -18,6 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import analysis_script
 
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
@@ -92,14 +92,6 @@ def heads_in(text: str) -> set[tuple[int, int]]:
     return {(int(b) - 1, int(h)) for b, h in HEAD.findall(text)}
 
 
-def analysis_script(name: str):
-    """``analyses/<name>.py`` as a module, loaded as the claims table loads it (``claims_table.load_script``)."""
-    spec = importlib.util.spec_from_file_location("_claims_table", ROOT / "analyses" / "claims_table.py")
-    table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(table)
-    return table.load_script(name)
-
-
 def _args():
     return analysis_script("induction_heads").parser().parse_args([])
 
@@ -156,6 +148,7 @@ def test_the_dashboard_circuit_uses_the_claims_scripts_settings():
     assert 'on="random"' not in src and "on='random'" not in src
 
 
+@pytest.mark.acceptance  # 3-15 s each
 @pytest.mark.parametrize("model", MODELS)
 def test_every_page_names_the_circuit_the_library_finds(model):
     """First load, no ablation yet: the circuit as the claims script's head scores rank it, on every page."""
@@ -176,6 +169,7 @@ def test_every_page_names_the_circuit_the_library_finds(model):
         assert any("names no induction head" in b and f"{lib.induction_score:.2f}" in b for b in boxes(at))
 
 
+@pytest.mark.acceptance  # 3-86 s each
 @pytest.mark.parametrize("model", ["gpt-1", "gpt-4", pytest.param("sprout", marks=pytest.mark.slow)])
 def test_a_confirmed_circuit_is_the_claims_scripts_circuit_on_every_page(model):
     """Once confirmed by ablation (the ablations page's button), every page names the circuit the claims script's

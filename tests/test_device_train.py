@@ -234,6 +234,7 @@ def test_pack_refuses_more_than_a_call_sends_and_puts_the_weights_back(repo, tmp
     assert subprocess.run(["git", "-C", str(repo), "ls-files", "--deleted"], capture_output=True, text=True).stdout == ""
 
 
+@pytest.mark.acceptance  # over 5 s
 def test_unpack_joins_the_parts_and_restores(repo, tmp_path):
     _, folder = _checkpoint(tmp_path, SMALL)
     parts = tmp_path / "files_at"

@@ -158,7 +158,7 @@ def test_a_dashboard_link_in_the_docs_opens_its_view(where, view, query):
     assert not refused, f"{where}: {refused}"
 
 
-@pytest.mark.integration
+@pytest.mark.acceptance  # the docs' examples, 1-9 s a page
 @pytest.mark.parametrize("page", PAGES, ids=[p.stem for p in PAGES])
 def test_page_examples_run(page: Path):
     if not (ROOT / "model/checkpoints/gpt-4/model.safetensors").is_file():

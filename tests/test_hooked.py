@@ -726,7 +726,7 @@ TEXT = (
 )
 
 
-@pytest.mark.integration
+@pytest.mark.acceptance  # 3-8 s each
 @pytest.mark.parametrize("name", ["gpt-1", "gpt-4", "sprout"])
 def test_shipped_checkpoint_identities(name):
     if not (CHECKPOINTS / name / "model.safetensors").is_file():
@@ -771,7 +771,7 @@ def test_shipped_checkpoint_identities(name):
     assert m.generate("Once upon a time", max_new_tokens=5, seed=0).startswith("Once upon a time")
 
 
-@pytest.mark.integration
+@pytest.mark.acceptance  # 3-8 s each
 @pytest.mark.parametrize("name", ["gpt-4", "sprout"])
 def test_shipped_checkpoint_fused_equals_explicit(name):
     if not (CHECKPOINTS / name / "model.safetensors").is_file():
@@ -788,6 +788,7 @@ def test_shipped_checkpoint_fused_equals_explicit(name):
         torch.testing.assert_close(fused[k], explicit[k], atol=1e-5 + 1e-6 * scale, rtol=1e-5)
 
 
+@pytest.mark.acceptance  # over 10 s of generating
 def test_cached_generation_equals_the_uncached_forward(hooked, toks):
     """Keys and values kept between steps: the same greedy tokens, also once the window slides past the context."""
     prompt = toks[:1, :10]

@@ -97,6 +97,7 @@ def shared(tiny_model) -> HookedSprout:
     return HookedSprout(tiny_model)
 
 
+@pytest.mark.acceptance  # over 5 s
 @torch.no_grad()
 def test_threads_see_only_their_own_hooks(shared):
     g = torch.Generator().manual_seed(0)
@@ -186,6 +187,7 @@ def _pair(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return clean, corrupt
 
 
+@pytest.mark.acceptance  # over 5 s
 @torch.no_grad()
 def test_patching_in_threads_equals_sequential_bit_for_bit(shared):
     """Four threads patching one shared model get exactly the sequential tables (no path chosen on another

@@ -316,6 +316,7 @@ COUNT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.acceptance  # over 3 s
 def test_a_few_kb_asking_for_gigabytes_is_refused_without_allocating_them(tmp_path, tiny_model, model):
     """A 3 KB .pt of zero-stride views claiming a 3 GiB model, and a cfg.json claiming d_sae 1,500,000 (2.3 GiB of
     float32 at d_in 384) beside a 2 KB weights file: each refused with its typed error while the process's

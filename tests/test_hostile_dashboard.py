@@ -93,6 +93,7 @@ def _listening(port: int) -> set[str]:
     return found
 
 
+@pytest.mark.acceptance  # starts a Streamlit server
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux /proc/net/tcp")
 def test_the_server_started_as_the_readme_says_listens_on_loopback_only():
     with socket.socket() as s:

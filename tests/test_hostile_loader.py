@@ -444,6 +444,7 @@ HEAVY = textwrap.dedent("""
 """)
 
 
+@pytest.mark.acceptance  # over 5 s
 def test_heavy_inputs_are_refused_in_bounded_time_and_memory(tmp_path, tiny_model):
     tok = make_tokenizer(tmp_path / "tokenizer.json")
     cases = {"/dev/zero": "character device"}

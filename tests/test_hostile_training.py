@@ -376,6 +376,7 @@ save_checkpoint(GPT(Config(vocab_size=64, context=16, n_layer=1, n_head=2, d_mod
 """
 
 
+@pytest.mark.acceptance  # over 3 s
 def test_a_kill_during_a_checkpoint_write_leaves_no_half_folder(tmp_path):
     import os
     import signal

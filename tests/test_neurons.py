@@ -22,11 +22,6 @@ TEXTS = ["The cat sat on the mat, and the dog sat on the rug.", "She said that",
 
 
 @pytest.fixture(scope="module")
-def gpt4():
-    return si.load("gpt-4")
-
-
-@pytest.fixture(scope="module")
 def chapter_gpt4(course, gpt4):
     """The shipped gpt-4's weights in the chapter's own GPT class."""
     theirs = course.GPT(course.Config(**asdict(gpt4.cfg.sprout)))

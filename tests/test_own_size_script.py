@@ -69,6 +69,7 @@ def test_a_finished_copy_stage_is_skipped_and_the_stable_run_starts_from_it(tmp_
     assert "--data data/large-names" in c and "--tokens 60e6" in c and "--cooldown-tokens 12e6" in c
 
 
+@pytest.mark.acceptance  # over 3 s
 def test_the_stop_ratio_is_the_one_set(tmp_path):
     fake_copy_run(tmp_path, [0.18])
     assert copy_commands(dry_run(tmp_path, COPY_STOP="0.1")) != []

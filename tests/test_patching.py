@@ -302,6 +302,7 @@ def test_attribution_patching_equals_transformer_lens_backward_hooks(model, pair
     assert list(ap.columns) == list(P.activation_patch(model, clean, corrupted, metric, "z", "head_pos").columns)
 
 
+@pytest.mark.acceptance  # over 3 s
 def test_attribution_patching_agrees_with_exact_patching_on_the_shipped_sprout():
     """On the dashboard's name pair, the estimates follow exact patching: the stream entering each block by
     position and each head's output rank the patches alike (Pearson r >= 0.85), though a single estimate can be

@@ -316,7 +316,7 @@ def _shipped(layer):
     return SHIPPED / "sprout" / "saes" / f"blocks.{layer}.hook_resid_post"
 
 
-@pytest.mark.integration
+@pytest.mark.acceptance  # over 3 s
 @pytest.mark.skipif(not _shipped(3).is_dir(), reason="the shipped sprout SAEs are not installed")
 def test_shipped_middle_layer_sae_meets_the_target_and_refuses_other_models():
     m = si.load("sprout")

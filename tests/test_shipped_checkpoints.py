@@ -17,6 +17,7 @@ def rows() -> dict[str, dict]:
     return {n: info.describe(n) for n in SHIPPED}
 
 
+@pytest.mark.acceptance  # over 3 s
 @pytest.mark.parametrize("name", ["gpt-4", "sprout"])
 def test_copies_random_tokens(rows, name):
     r = rows[name]

@@ -206,7 +206,7 @@ def test_the_tuned_lens_package_reads_our_translators_as_we_do(hooked):
             torch.testing.assert_close(theirs(stack[row], row), want[row], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.integration
+@pytest.mark.acceptance  # over 3 s
 def test_shipped_sprout_tuned_lens_is_closer_to_the_output_than_the_logit_lens():
     from sprout_interp.core.texts import held_out_for
 

@@ -13,8 +13,8 @@ import pytest
 
 #: lightest first: what each tier needs and how long it may take
 TIERS = {
-    "unit": "tiny random models, hand-made files; fast (well under 5 s a test)",
-    "integration": "the shipped checkpoints in model/checkpoints/; a few seconds a test",
+    "unit": "tiny random models, hand-made files; under about 3 s of CPU a test",
+    "integration": "the shipped checkpoints in model/checkpoints/; under about 3 s of CPU a test",
     "acceptance": "notebooks, the claims table, the browser and servers, training runs, the docs, the analysis "
                   "scripts end to end: the slow whole-system checks that CI runs after the others",
 }
