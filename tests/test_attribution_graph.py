@@ -148,6 +148,114 @@ def test_batch_size_does_not_change_the_graph(model, ts, tokens):
     torch.testing.assert_close(a.adjacency, b.adjacency, rtol=0, atol=1e-6)
 
 
+# -- max_feature_nodes -------------------------------------------------------------------------------------------
+
+
+def _circuit_tracers_selection(full: AttributionGraph, max_feature_nodes: int, every: int) -> torch.Tensor:
+    """circuit-tracer 0.5's ``attribute`` phase 4 written out on a full graph's rows (a feature's row does not depend
+    on which others are kept): logit rows first, then, until the budget is spent, ``compute_partial_influences`` over
+    the rows computed so far, the ``every`` unvisited features of most influence computed next. Returns the kept
+    feature nodes, ascending."""
+    nF, nL, n = full.n_features, full.n_logits, full.adjacency.shape[0]
+    row_nodes = list(range(n - nL, n))
+    visited = torch.zeros(nF, dtype=torch.bool)
+    while int(visited.sum()) < max_feature_nodes:
+        rows = full.adjacency[row_nodes].double().abs()
+        rows /= rows.sum(1, keepdim=True).clamp(min=1e-8)
+        prod = torch.zeros(n, dtype=torch.float64)
+        prod[-nL:] = full.logit_probs.double()
+        infl = torch.zeros(n, dtype=torch.float64)
+        for _ in range(128):
+            prod = prod[row_nodes] @ rows
+            if not prod.any():
+                break
+            infl += prod
+        rank = torch.sort(infl[:nF], descending=True, stable=True).indices
+        pending = rank[~visited[rank]][:min(every, max_feature_nodes - int(visited.sum()))]
+        visited[pending] = True
+        row_nodes += pending.tolist()
+    return visited.nonzero()[:, 0]
+
+
+@pytest.mark.parametrize("keep, every", [(5, 2048), (17, 4), (1, 1)])
+def test_max_feature_nodes_keeps_circuit_tracers_features_and_stays_exact(model, case, keep, every):
+    full, rep, ts = case
+    bos = full.info["bos"]
+    g = attribution_graph(model, full.tokens, ts, bos=bos, batch_size=3, max_feature_nodes=keep, rerank_every=every)
+    want = _circuit_tracers_selection(full, keep, every)
+    nF, nL = full.n_features, full.n_logits
+    assert g.n_features == keep and g.info["n_active_features"] == nF and g.info["max_feature_nodes"] == keep
+    kept = g.nodes.iloc[:keep][["layer", "pos", "feature"]].to_numpy()
+    assert (kept == full.nodes.iloc[want.tolist()][["layer", "pos", "feature"]].to_numpy()).all()
+    # the edges among what is kept are the full graph's; the left-out features' columns are summed into dropped
+    rows = torch.cat([want, torch.arange(full.adjacency.shape[0] - nL, full.adjacency.shape[0])])
+    cols = torch.cat([want, torch.arange(nF, full.adjacency.shape[0])])
+    row_mask = torch.cat([torch.ones(keep, dtype=torch.bool), torch.zeros(g.n_errors + g.n_pos, dtype=torch.bool),
+                          torch.ones(nL, dtype=torch.bool)])
+    torch.testing.assert_close(g.adjacency[row_mask], full.adjacency[rows][:, cols], rtol=0, atol=1e-6)
+    assert not g.adjacency[~row_mask].any()
+    out = torch.ones(nF, dtype=torch.bool)
+    out[want] = False
+    dropped = torch.tensor(g.nodes["dropped"].values)[row_mask]
+    torch.testing.assert_close(dropped, full.adjacency[rows][:, :nF][:, out].double().sum(1), rtol=0, atol=1e-5)
+    assert dropped.abs().max() > 1e-3  # something was left out, and exactness needs its column
+    assert g.max_error() < TOL
+    for c in ("input", "constant"):
+        torch.testing.assert_close(torch.tensor(g.nodes[c].values)[row_mask],
+                                   torch.tensor(full.nodes[c].values)[rows], rtol=0, atol=1e-6)
+    assert full.max_error() < TOL and (full.nodes["dropped"].fillna(0) == 0).all()
+
+
+def test_the_top_features_by_influence_are_kept_when_ranked_once(model, case):
+    """With a ranking interval past the budget, the kept features are the top ones by influence through the logit
+    rows alone: the direct-effect share each has on the probability-weighted logits."""
+    full, _, ts = case
+    g = attribution_graph(model, full.tokens, ts, bos=full.info["bos"], max_feature_nodes=6)
+    nF, nL = full.n_features, full.n_logits
+    N = full.adjacency[-nL:].double().abs()
+    direct = full.logit_probs.double() @ (N / N.sum(1, keepdim=True))[:, :nF]
+    top = direct.argsort(descending=True)[:6].sort().values
+    assert g.nodes.iloc[:6]["feature"].tolist() == full.nodes.iloc[top.tolist()]["feature"].tolist()
+
+
+def test_interventions_on_a_graph_with_features_left_out_are_exact(model, case):
+    full, rep, ts = case
+    g = attribution_graph(model, full.tokens, ts, bos=full.info["bos"], max_feature_nodes=9, rerank_every=3)
+    df = intervention_check(model, g, ts, n=3, factor=0.0)
+    assert df["node"].max() < 9 and df["target"].max() < len(g.nodes)
+    assert (df["direct_frozen"] - df["direct_predicted"]).abs().max() < TOL
+    assert (df["total_frozen"] - df["total_predicted"]).abs().max() < TOL
+    assert df["direct_frozen"].abs().max() > 1e-3
+
+
+def test_a_graph_with_features_left_out_reopens_with_its_dropped_column(model, case, tmp_path):
+    full, _, ts = case
+    g = attribution_graph(model, full.tokens, ts, bos=full.info["bos"], max_feature_nodes=4)
+    back = load_graph(g.save(tmp_path / "g.safetensors"))
+    torch.testing.assert_close(torch.tensor(back.nodes["dropped"].values), torch.tensor(g.nodes["dropped"].values),
+                               rtol=1e-6, atol=1e-7, equal_nan=True)
+    assert back.max_error() < TOL and back.info["n_active_features"] == full.n_features
+
+
+@pytest.mark.unchecked_types
+@pytest.mark.parametrize("kw, match", [
+    (dict(max_feature_nodes=0), r"max_feature_nodes=0 is out of range: max_feature_nodes is 1\.\."),
+    (dict(max_feature_nodes=-3), "max_feature_nodes=-3 is out of range"),
+    (dict(max_feature_nodes=True), "max_feature_nodes"), (dict(max_feature_nodes=2.5), "max_feature_nodes"),
+    (dict(max_feature_nodes="10"), "max_feature_nodes"), (dict(rerank_every=0), "rerank_every"),
+    (dict(rerank_every=1.0), "rerank_every"),
+])
+def test_bad_feature_budgets_are_refused(model, ts, tokens, kw, match):
+    with pytest.raises(AttributionGraphError, match=match):
+        attribution_graph(model, tokens, ts, **kw)
+
+
+def test_a_budget_past_the_active_features_keeps_them_all(model, ts, tokens):
+    a = attribution_graph(model, tokens, ts)
+    b = attribution_graph(model, tokens, ts, max_feature_nodes=a.n_features + 100)
+    assert torch.equal(a.adjacency, b.adjacency)
+
+
 # -- interventions -----------------------------------------------------------------------------------------------
 
 

@@ -22,6 +22,11 @@ error vector; an embedding node, its token's embedding. ``adjacency[t, s]`` is t
 write on ``t``'s input (rows = targets); error and embedding rows are zero. Exact: for every feature and logit
 node, ``input == adjacency[t].sum() + constant`` (:meth:`AttributionGraph.max_error`).
 
+``max_feature_nodes`` keeps only that many feature nodes, chosen as circuit-tracer 0.5 chooses them: by their
+influence on the logits through the rows computed so far, re-ranked every ``rerank_every`` rows (see
+:func:`attribution_graph`); the rest lose their columns and their summed effect on each kept node is its
+``dropped`` value, so the graph stays exact.
+
 With ``bos=True`` (circuit-tracer's convention) the prompt starts with ``<|endoftext|>`` (prepended when it
 does not) and position 0 has no feature or error nodes: its feed-forward output counts as a constant.
 
@@ -59,7 +64,7 @@ from sprout_interp.features.transcoder import Transcoder, TranscoderSet, fingerp
 from sprout_interp.lens.tuned_lens import fingerprint
 
 __all__ = ["LocalReplacement", "check_transcoders", "prompt_tokens", "local_replacement", "salient_logits",
-           "attribution_graph", "random_transcoders", "graph_macs"]
+           "attribution_graph", "partial_influence", "random_transcoders", "graph_macs"]
 
 
 TranscodersLike = Union[TranscoderSet, dict, None]
@@ -240,7 +245,7 @@ def salient_logits(logits: Float[Tensor, " vocab"], max_n_logits: int = 10, desi
 class _Backward:
     """The transposed maps of the frozen linear model, for batches of target rows (row vectors, as gradients)."""
 
-    def __init__(self, m: HookedSprout, rep: LocalReplacement, n_cols: int):
+    def __init__(self, m: HookedSprout, rep: LocalReplacement, n_rows: int, n_cols: int):
         L, T, d = m.cfg.n_layers, rep.tokens.numel(), m.cfg.d_model
         self.H, self.dh, self.d = m.cfg.n_heads, m.cfg.d_head, d
         f = torch.float32
@@ -279,8 +284,8 @@ class _Backward:
         self.embed = m.model.embed.weight.detach().to(f)[rep.tokens]
         self.F1T = self._tokens_through_block0(rep).permute(1, 2, 0).contiguous()  # (pos, d, token)
         self.tok_cols = nF + L * T + torch.arange(T, **dev)
-        self.adj = torch.zeros(n_cols, n_cols, **dev)
-        self.const = torch.zeros(n_cols, **dev)
+        self.adj = torch.zeros(n_rows, n_cols, **dev)  # rows: targets as the caller places them
+        self.const = torch.zeros(n_rows, **dev)
         self.macs = 0.0
 
     def _tokens_through_block0(self, rep: LocalReplacement) -> Float[Tensor, "tok pos d"]:
@@ -395,6 +400,7 @@ def _hop_macs(d: int, H: int, skip: bool, P: int) -> tuple[int, int]:
 
 def attribution_graph(model, text, transcoders: TranscodersLike = None, *, bos: bool = True,
                       max_n_logits: int = 10, desired_logit_prob: float = 0.95, batch_size: int = 64,
+                      max_feature_nodes: Optional[int] = None, rerank_every: int = 2048,
                       progress: bool = False) -> AttributionGraph:
     """The attribution graph of ``model`` on one prompt (see the module docstring for its nodes and edges).
 
@@ -405,6 +411,17 @@ def attribution_graph(model, text, transcoders: TranscodersLike = None, *, bos: 
             nodes at position 0; False: the ids as given, every position's features.
         max_n_logits, desired_logit_prob: which logit nodes (circuit-tracer's defaults 10 and 0.95).
         batch_size: target rows per backward pass (memory: about ``batch_size * pos * d_model * 16`` bytes).
+        max_feature_nodes: keep at most this many feature nodes, chosen as circuit-tracer 0.5's ``attribute``
+            chooses them (None: every active feature; a number above the active count keeps them all). The logit
+            rows come first; then, until the budget is spent, the features' influence on the logits is computed
+            over the rows known so far (circuit-tracer's ``compute_partial_influences``: ``|rows|`` normalized to
+            sum 1, weighted by the logit probabilities, every path), the ``rerank_every`` unvisited features of
+            most influence get their rows, and the ranking is done again. Ties keep node order (circuit-tracer's
+            ``argsort`` leaves them unordered). The features left out lose their columns, as in circuit-tracer;
+            their summed direct effect on each kept node goes to the node table's ``dropped`` column (circuit-tracer
+            keeps it nowhere), so ``input == edges + constant + dropped`` still holds exactly.
+        rerank_every: features whose rows are computed between two rankings: circuit-tracer's
+            ``update_interval * batch_size`` (4 * 512 by default; pass its product to match another call).
         progress: show a progress bar over the batches.
 
     Returns an :class:`AttributionGraph`; ``graph.adjacency`` is ``(n, n)`` float32, rows = targets, in the
@@ -416,51 +433,136 @@ def attribution_graph(model, text, transcoders: TranscodersLike = None, *, bos: 
     desired_logit_prob = check_number(desired_logit_prob, "desired_logit_prob", low=0.0, high=1.0,
                                       error=AttributionGraphError)
     batch_size = check_count(batch_size, "batch_size", high=1 << 20, error=AttributionGraphError)
+    if max_feature_nodes is not None:
+        max_feature_nodes = check_count(max_feature_nodes, "max_feature_nodes", high=1 << 31,
+                                        what="feature nodes kept; None keeps every active feature",
+                                        error=AttributionGraphError)
+    rerank_every = check_count(rerank_every, "rerank_every", high=1 << 31,
+                               what="feature rows computed between two influence rankings",
+                               error=AttributionGraphError)
     with m.lock:
         rep = local_replacement(m, text, transcoders, bos)
-    return _graph(m, rep, max_n_logits, desired_logit_prob, batch_size, progress)
+    return _graph(m, rep, max_n_logits, desired_logit_prob, batch_size, progress, max_feature_nodes, rerank_every)
+
+
+def partial_influence(rows: Float[Tensor, "r n"], row_nodes: Int[Tensor, " r"],
+                      logit_probs: Float[Tensor, " k"], max_iter: int = 128) -> Float[Tensor, " n"]:
+    """circuit-tracer's ``compute_partial_influences``: each node's influence on the logit nodes (the last ``k``
+    columns) through the rows computed so far (``rows[i]`` is node ``row_nodes[i]``'s incoming edges; a node
+    without a row passes nothing on). ``|rows|`` each scaled to sum 1 (floor 1e-8), ``p @ (N + N² + ...)``."""
+    N = rows.abs()
+    N /= N.sum(dim=1, keepdim=True).clamp(min=1e-8)
+    prod = torch.zeros(rows.shape[1], dtype=N.dtype, device=N.device)
+    prod[-logit_probs.numel():] = logit_probs.to(N.dtype)
+    total = torch.zeros_like(prod)
+    for _ in range(max_iter):
+        prod = prod[row_nodes] @ N
+        if not bool(prod.any()):
+            return total
+        total += prod
+    raise AttributionGraphError(f"influence did not settle after {max_iter} steps: the rows have a cycle")
 
 
 @torch.no_grad()
 def _graph(m: HookedSprout, rep: LocalReplacement, max_n_logits: int, desired_logit_prob: float, batch_size: int,
-           progress: bool) -> AttributionGraph:
+           progress: bool, max_feature_nodes: Optional[int] = None, rerank_every: int = 2048) -> AttributionGraph:
     from tqdm.auto import tqdm
 
     L, T = m.cfg.n_layers, rep.tokens.numel()
     logit_ids, logit_p = salient_logits(rep.logits, max_n_logits, desired_logit_prob)
     nF, nL = rep.n_features, logit_ids.numel()
     n = nF + L * T + T + nL
-    bw = _Backward(m, rep, n)
+    every = max_feature_nodes is None or max_feature_nodes >= nF
+    n_keep = nF if every else max_feature_nodes
+    # rows of the buffer: with every feature, row = node; else the logits first, then features as computed
+    bw = _Backward(m, rep, n if every else n_keep + nL, n)
     W_U = m.model.head.weight.detach().float()
     gf = m.ln_final.w.detach().float()
     logit_vecs = (W_U[logit_ids] - W_U.mean(0)) * gf / rep.scale_final[-1]  # read at the last resid_post
-    with tqdm(total=nF + nL, disable=not progress, desc="attribution graph rows", unit="row") as bar:
+    logit_row0 = n - nL if every else 0
+    enc = [tc.W_enc.detach().float() for tc in rep.transcoders]
+    g2 = [blk.ln2.w.detach().float() for blk in m.blocks]
+
+    def feature_rows(nodes: Tensor, st: int) -> None:
+        """Rows of feature nodes ``nodes`` (ascending), into buffer rows from ``st`` on, a layer at a time."""
+        layers = rep.feat_layer[nodes]
+        for layer in layers.unique().tolist():
+            sel = nodes[layers == layer]
+            r = st + int((layers < layer).sum())
+            for a in range(0, sel.numel(), batch_size):
+                idx = sel[a:a + batch_size]
+                pos = rep.feat_pos[idx]
+                u = enc[layer][rep.feat_index[idx]] * g2[layer] * bw.inv2[layer, pos, None]
+                bw.feature_rows(layer, pos, u, r + a, r + a + idx.numel())
+                bar.update(idx.numel())
+
+    with tqdm(total=n_keep + nL, disable=not progress, desc="attribution graph rows", unit="row") as bar:
         for r in range(0, nL, batch_size):
             k = min(nL - r, batch_size)
             G = torch.zeros(T, k, m.cfg.d_model, device=logit_vecs.device)
             G[-1] = logit_vecs[r:r + k]
-            bw.down(L, G, n - nL + r, n - nL + r + k)
+            bw.down(L, G, logit_row0 + r, logit_row0 + r + k)
             bar.update(k)
-        for layer, tc in enumerate(rep.transcoders):
-            lo, hi = rep.layer_span(layer)
-            g2 = m.blocks[layer].ln2.w.detach().float()
-            for a in range(lo, hi, batch_size):
-                b = min(a + batch_size, hi)
-                pos = rep.feat_pos[a:b]
-                u = tc.W_enc.detach().float()[rep.feat_index[a:b]] * g2 * bw.inv2[layer, pos, None]
-                bw.feature_rows(layer, pos, u, a, b)
-                bar.update(b - a)
+        if every:
+            for layer in range(L):
+                lo, hi = rep.layer_span(layer)
+                feature_rows(torch.arange(lo, hi, device=rep.feat_layer.device), lo)
+        else:
+            dev = rep.feat_layer.device
+            row_nodes = torch.zeros(n_keep + nL, dtype=torch.long, device=dev)
+            row_nodes[:nL] = torch.arange(n - nL, n, device=dev)
+            visited = torch.zeros(nF, dtype=torch.bool, device=dev)
+            st = nL
+            while st - nL < n_keep:
+                infl = partial_influence(bw.adj[:st], row_nodes[:st], logit_p.to(bw.adj.device))
+                rank = torch.sort(infl[:nF], descending=True, stable=True).indices
+                pending = rank[~visited[rank]][:min(rerank_every, n_keep - (st - nL))].sort().values
+                feature_rows(pending, st)
+                row_nodes[st:st + pending.numel()] = pending
+                visited[pending] = True
+                st += pending.numel()
+    adj, const = bw.adj, bw.const
+    dropped = torch.zeros(n, device=adj.device)
+    if not every:
+        keep = visited.nonzero()[:, 0]
+        cols = torch.cat([keep, torch.arange(nF, n, device=dev)])
+        order = torch.cat([nL + row_nodes[nL:].argsort(), torch.arange(nL, device=dev)])  # features, then logits
+        n2 = cols.numel()
+        rows = adj[order]
+        dropped = torch.zeros(n2, device=adj.device)
+        adj = torch.zeros(n2, n2, device=adj.device)
+        adj[:n_keep], adj[n2 - nL:] = rows[:n_keep][:, cols], rows[n_keep:][:, cols]
+        out = (~visited).nonzero()[:, 0]
+        dropped[:n_keep], dropped[n2 - nL:] = rows[:n_keep][:, out].sum(1), rows[n_keep:][:, out].sum(1)
+        c = const[order]
+        const = torch.zeros(n2, device=adj.device)
+        const[:n_keep], const[n2 - nL:] = c[:n_keep], c[n_keep:]
+        del rows
+        rep = _keep_features(rep, keep)
+        n = n2
     inputs = torch.full((n,), math.nan)
-    inputs[:nF] = rep.feat_input.cpu()
+    inputs[:n_keep] = rep.feat_input.cpu()
     inputs[n - nL:] = (rep.logits[logit_ids] - rep.logits.mean()).cpu()
-    const = torch.where(torch.isnan(inputs), torch.full_like(inputs, math.nan), bw.const.cpu())
-    return AttributionGraph(adjacency=bw.adj.cpu(), nodes=_node_table(m, rep, logit_ids, logit_p, inputs, const),
+    nan = torch.isnan(inputs)
+    const = torch.where(nan, torch.full_like(inputs, math.nan), const.cpu())
+    dropped = torch.where(nan, torch.full_like(inputs, math.nan), dropped.cpu())
+    return AttributionGraph(adjacency=adj.cpu(), nodes=_node_table(m, rep, logit_ids, logit_p, inputs, const, dropped),
                             tokens=rep.tokens.cpu(), n_layers=L,
                             info={"model_name": m.name or "", "bos": rep.bos, "max_n_logits": max_n_logits,
                                   "desired_logit_prob": desired_logit_prob, "macs": bw.macs,
+                                  "max_feature_nodes": max_feature_nodes, "rerank_every": rerank_every,
+                                  "n_active_features": nF,
                                   "transcoders": rep.transcoders[0].info.get("model_name", "") or "",
                                   "k": rep.transcoders[0].k, "d_transcoder": rep.transcoders[0].d_transcoder,
                                   "skip": rep.transcoders[0].has_skip})
+
+
+def _keep_features(rep: LocalReplacement, keep: Int[Tensor, " m"]) -> LocalReplacement:
+    """``rep`` with only the feature nodes ``keep`` (ascending node indices)."""
+    from dataclasses import replace
+
+    return replace(rep, feat_layer=rep.feat_layer[keep], feat_pos=rep.feat_pos[keep], feat_index=rep.feat_index[keep],
+                   feat_act=rep.feat_act[keep], feat_input=rep.feat_input[keep])
 
 
 def _labels(m: HookedSprout, ids: Tensor) -> list[str]:
@@ -470,7 +572,7 @@ def _labels(m: HookedSprout, ids: Tensor) -> list[str]:
 
 
 def _node_table(m: HookedSprout, rep: LocalReplacement, logit_ids: Tensor, logit_p: Tensor, inputs: Tensor,
-                const: Tensor) -> pd.DataFrame:
+                const: Tensor, dropped: Tensor) -> pd.DataFrame:
     L, T, nF, nL = m.cfg.n_layers, rep.tokens.numel(), rep.n_features, logit_ids.numel()
     tokens, logit_ids, logit_p = rep.tokens.cpu(), logit_ids.cpu(), logit_p.cpu()
     f_layer, f_pos, f_index, f_act = (t.cpu() for t in (rep.feat_layer, rep.feat_pos, rep.feat_index, rep.feat_act))
@@ -491,7 +593,7 @@ def _node_table(m: HookedSprout, rep: LocalReplacement, logit_ids: Tensor, logit
     df.insert(3, "block", df["layer"] + 1)
     df["activation"] = f_act.tolist() + [nan] * (L * T + T + nL)
     df["logit_prob"] = [nan] * (nF + L * T + T) + logit_p.tolist()
-    df["input"], df["constant"] = inputs.tolist(), const.tolist()
+    df["input"], df["constant"], df["dropped"] = inputs.tolist(), const.tolist(), dropped.tolist()
     emb = m.model.embed.weight.detach().float().cpu()[tokens].norm(dim=-1)
     df["norm"] = torch.cat([f_act.abs() * dec_norm, rep.errors.norm(dim=-1).flatten().cpu(), emb,
                             torch.full((nL,), nan)]).tolist()

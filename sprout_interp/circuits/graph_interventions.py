@@ -13,7 +13,8 @@ every feature node of a later layer and every logit node, the change of its inpu
 * ``direct_frozen``: in the frozen model, every other node held: the graph predicts it exactly,
   ``direct_predicted = (factor - 1) · adjacency[t, s]``;
 * ``total_frozen``: in the frozen model, features following their pre-activations: predicted exactly by the
-  graph's edges through every path, ``total_predicted`` (features propagate, errors and constants held);
+  graph's edges through every path, ``total_predicted`` (features propagate, errors and constants held; the
+  features a graph made with ``max_feature_nodes`` left out are held too);
 * ``real``: in the real model (the feature's decoder write changed inside the true feed-forward's output; the
   patterns, norms and feed-forwards all respond): measured, to be compared with ``total_predicted``.
 """
@@ -49,14 +50,16 @@ class FrozenRun:
 
 
 def frozen_run(model, rep: LocalReplacement, *, activations: Optional[Tensor] = None, linear: bool = False,
-               clamp: Optional[dict] = None, embed: Union[bool, Tensor] = True, errors: Union[bool, Tensor] = True,
-               consts: bool = True) -> FrozenRun:
+               clamp: Optional[dict] = None, held: Optional[Tensor] = None, embed: Union[bool, Tensor] = True,
+               errors: Union[bool, Tensor] = True, consts: bool = True) -> FrozenRun:
     """Run the frozen local replacement model of ``rep`` (see the module docstring).
 
     Args:
         activations: (n_features,) the features' activations (default: their values on the prompt).
         linear: features follow their pre-activations (``W_enc[f] · x + b_enc[f]``, active set fixed) instead.
         clamp: {feature node: activation} held whatever ``linear`` says.
+        held: (n_features,) bool: features held at ``activations`` whatever ``linear`` says (e.g. the features a
+            graph with ``max_feature_nodes`` left out, which no edge of it follows).
         embed, errors, consts: keep the token embeddings, the error vectors, the constant writes (``b_dec``; the
             zeroed first position's feed-forward output); False writes zero instead. ``embed`` may also be a
             (pos,) and ``errors`` a (layer, pos) tensor of weights, one per embedding or error node.
@@ -68,6 +71,9 @@ def frozen_run(model, rep: LocalReplacement, *, activations: Optional[Tensor] = 
         raise AttributionGraphError(f"activations must have shape {tuple(rep.feat_act.shape)} (one per feature "
                                     f"node), got {tuple(base.shape)}")
     clamp = dict(clamp or {})
+    if held is not None and (not isinstance(held, Tensor) or held.dtype != torch.bool or held.shape != base.shape):
+        raise AttributionGraphError(f"held must be a bool tensor of shape {tuple(base.shape)} (one per feature node), "
+                                    f"got {held!r}"[:300])
     T = rep.tokens.numel()
     emb_w = _weights(embed, (T,), "embed").to(rep.feat_act.device)
     err_w = _weights(errors, (L, T), "errors").to(rep.feat_act.device)
@@ -89,6 +95,8 @@ def frozen_run(model, rep: LocalReplacement, *, activations: Optional[Tensor] = 
         W_enc, W_dec = tc.W_enc.detach().float()[f], tc.W_dec.detach().float()[f]
         inputs[lo:hi] = (x[pos] * W_enc).sum(-1)
         a = inputs[lo:hi] + tc.b_enc.detach().float()[f] if linear else base[lo:hi].clone()
+        if linear and held is not None:
+            a = torch.where(held[lo:hi].to(a.device), base[lo:hi], a)
         for node, value in clamp.items():
             if lo <= node < hi:
                 a[node - lo] = value
@@ -190,18 +198,22 @@ def intervention_check(model, graph: AttributionGraph, transcoders: TranscodersL
     with m.lock:
         rep = local_replacement(m, graph.tokens, transcoders, bos=bool(graph.info.get("bos", True)))
     nF = graph.n_features
-    if rep.n_features != nF or not torch.allclose(rep.feat_input.cpu(), torch.tensor(graph.nodes["input"].values[:nF],
-                                                                                 dtype=torch.float32), atol=1e-4):
+    gsel = _graph_features(graph, rep)
+    if gsel is None or not torch.allclose(rep.feat_input.cpu()[gsel], torch.tensor(
+            graph.nodes["input"].values[:nF], dtype=torch.float32), atol=1e-4):
         raise AttributionGraphError("the graph was not made with these transcoders on this model: pass the set it "
                                     "was made with")
+    held = torch.ones(rep.n_features, dtype=torch.bool)
+    held[gsel] = False  # features the graph left out (max_feature_nodes): held, as no edge of it follows them
+    held = held.to(rep.feat_act.device)
     if nodes is None:
         n = check_count(n, "n", high=max(nF, 1), error=AttributionGraphError)
         nodes = node_influence(graph)[:nF].argsort(descending=True)[:n].tolist()
     else:
         nodes = check_indices(nodes, "nodes", nF, what="feature nodes of the graph", error=AttributionGraphError)
-    act = rep.feat_act.double().cpu()
+    act = rep.feat_act.double().cpu()[gsel]
     logit_ids = torch.tensor(graph.nodes["token_id"].values[-graph.n_logits:])
-    base_fixed, base_linear = frozen_run(m, rep), frozen_run(m, rep, linear=True)
+    base_fixed, base_linear = frozen_run(m, rep), frozen_run(m, rep, linear=True, held=held)
     with m.lock:
         base_real = _real_run(m, rep)
 
@@ -210,32 +222,48 @@ def intervention_check(model, graph: AttributionGraph, transcoders: TranscodersL
 
     frames = []
     for s in nodes:
-        layer = int(rep.feat_layer[s])
-        delta = (factor - 1.0) * float(rep.feat_act[s])
-        after = frozen_run(m, rep, clamp={s: factor * float(rep.feat_act[s])})
-        after_lin = frozen_run(m, rep, linear=True, clamp={s: factor * float(rep.feat_act[s])})
+        r = int(gsel[s])  # the node's index among every active feature
+        layer = int(rep.feat_layer[r])
+        delta = (factor - 1.0) * float(rep.feat_act[r])
+        after = frozen_run(m, rep, clamp={r: factor * float(rep.feat_act[r])})
+        after_lin = frozen_run(m, rep, linear=True, clamp={r: factor * float(rep.feat_act[r])}, held=held)
         with m.lock:
-            real = _real_run(m, rep, s, delta)
+            real = _real_run(m, rep, r, delta)
         tot_in, tot_logit = _total_prediction(graph, act, s, delta)
-        later = (rep.feat_layer > layer).nonzero()[:, 0].cpu()
+        later = (torch.tensor(graph.nodes["layer"].values[:nF]) > layer).nonzero()[:, 0]
+        later_r = gsel[later]
         t_nodes = later.tolist() + list(range(len(graph.nodes) - graph.n_logits, len(graph.nodes)))
         pick = graph.nodes.iloc[t_nodes]
         frames.append(pd.DataFrame({
-            "node": s, "layer": layer, "pos": int(rep.feat_pos[s]), "feature": int(rep.feat_index[s]),
+            "node": s, "layer": layer, "pos": int(rep.feat_pos[r]), "feature": int(rep.feat_index[r]),
             "target": t_nodes, "target_kind": pick["kind"].values, "target_layer": pick["layer"].values,
             "target_pos": pick["pos"].values,
             "direct_predicted": ((factor - 1.0) * graph.adjacency[t_nodes, s].double()).tolist(),
-            "direct_frozen": torch.cat([(after.feature_inputs - base_fixed.feature_inputs)[later],
+            "direct_frozen": torch.cat([(after.feature_inputs - base_fixed.feature_inputs)[later_r],
                                         demeaned(after.logits) - demeaned(base_fixed.logits)]).tolist(),
             "total_predicted": torch.cat([tot_in[later], tot_logit]).tolist(),
-            "total_frozen": torch.cat([(after_lin.feature_inputs - base_linear.feature_inputs)[later],
+            "total_frozen": torch.cat([(after_lin.feature_inputs - base_linear.feature_inputs)[later_r],
                                        demeaned(after_lin.logits) - demeaned(base_linear.logits)]).tolist(),
-            "real": torch.cat([(real[0] - base_real[0])[later], demeaned(real[1]) - demeaned(base_real[1])]).tolist(),
+            "real": torch.cat([(real[0] - base_real[0])[later_r], demeaned(real[1]) - demeaned(base_real[1])]).tolist(),
         }))
     df = pd.concat(frames, ignore_index=True)
     df.attrs["units"] = "changes of each target's input: feature pre-activation, or logit minus the mean logit"
     df.attrs["factor"] = factor
     return df
+
+
+def _graph_features(graph: AttributionGraph, rep: LocalReplacement) -> Optional[Tensor]:
+    """The index among ``rep``'s active features of each feature node of ``graph`` (ascending; a graph made with
+    ``max_feature_nodes`` holds some of them), or None when one of its features is not active in ``rep``."""
+    nF = graph.n_features
+    key = lambda layer, pos, f: (layer * (1 << 20) + pos) * (1 << 24) + f  # noqa: E731
+    g = graph.nodes.iloc[:nF]
+    gk = key(torch.tensor(g["layer"].values), torch.tensor(g["pos"].values), torch.tensor(g["feature"].values))
+    rk = key(rep.feat_layer.cpu(), rep.feat_pos.cpu(), rep.feat_index.cpu())  # ascending: sorted by (layer, pos, f)
+    idx = torch.searchsorted(rk, gk).clamp(max=max(rk.numel() - 1, 0))
+    if rk.numel() == 0:
+        return None if nF else idx
+    return idx if bool((rk[idx] == gk).all()) else None
 
 
 def _r(a: Tensor, b: Tensor) -> float:

@@ -39,7 +39,8 @@ GRAPH_UNITS = ("adjacency[t, s]: the direct effect of node s's write on node t's
                "pre-activation, a logit node's logit minus the mean logit), rows = targets; layer 0-indexed (embedding "
                "nodes -1, logit nodes n_layers), block = layer + 1; pos 0-based")
 _FORMAT = "sprout-interp attribution graph"
-_COLUMNS = ("layer", "pos", "feature", "token_id", "activation", "logit_prob", "input", "constant", "norm")
+_COLUMNS = ("layer", "pos", "feature", "token_id", "activation", "logit_prob", "input", "constant", "dropped", "norm")
+_OPTIONAL = {"dropped": 0.0}  # columns a file written before they existed may lack, with the value they stand for
 
 
 @dataclass
@@ -52,7 +53,9 @@ class AttributionGraph:
             embeddings, n_layers for logits), ``block`` (layer + 1), ``pos``, ``feature`` (-1 unless a feature),
             ``token_id`` and ``token`` (the token at ``pos``; a logit node's own token), ``activation``
             (features), ``logit_prob`` (logits), ``input`` and ``constant`` (features and logits: what the node
-            reads, and the part no node writes), ``norm`` (the size of what the node writes; NaN for logits).
+            reads, and the part no node writes), ``dropped`` (features and logits: the summed direct effect of the
+            active features left out by ``max_feature_nodes``; 0 when none was), ``norm`` (the size of what the
+            node writes; NaN for logits).
         tokens (pos,): the prompt; n_layers: the model's blocks; info: model name, bos, logit choice, transcoders.
     """
 
@@ -88,10 +91,13 @@ class AttributionGraph:
         return torch.tensor(self.nodes["logit_prob"].values[-self.n_logits:], dtype=torch.float32)
 
     def max_error(self) -> float:
-        """The largest ``|input - (sum of incoming edges + constant)|`` over the feature and logit nodes: how exact
-        the graph is (float32 rounding only)."""
+        """The largest ``|input - (sum of incoming edges + constant + dropped)|`` over the feature and logit nodes:
+        how exact the graph is (float32 rounding only)."""
         rows = torch.tensor((self.nodes["kind"].isin(["feature", "logit"])).values)
-        got = self.adjacency[rows].double().sum(1) + torch.tensor(self.nodes["constant"].values)[rows]
+        rest = torch.tensor(self.nodes["constant"].values)
+        if "dropped" in self.nodes:
+            rest = rest + torch.tensor(self.nodes["dropped"].values)
+        got = self.adjacency[rows].double().sum(1) + rest[rows]
         return float((torch.tensor(self.nodes["input"].values)[rows] - got).abs().max()) if bool(rows.any()) else 0.0
 
     def save(self, path: Union[str, Path]) -> Path:
@@ -109,7 +115,8 @@ def save_graph(graph: AttributionGraph, path: Union[str, Path]) -> Path:
         raise AttributionGraphError(f"path must end in .safetensors, got {p.name!r}")
     df = graph.nodes
     tensors = {"adjacency": graph.adjacency.float().contiguous(), "tokens": graph.tokens.float()}
-    tensors.update({c: torch.tensor(df[c].values, dtype=torch.float32) for c in _COLUMNS})
+    tensors.update({c: torch.tensor(df[c].values if c in df else [_OPTIONAL[c]] * len(df), dtype=torch.float32)
+                    for c in _COLUMNS})
     meta = {"format": _FORMAT, "version": 1, "n_layers": graph.n_layers,
             "counts": [graph.n_features, graph.n_errors, graph.n_pos, graph.n_logits],
             "tokens": list(df["token"].values[graph.n_features + graph.n_errors:graph.n_features + graph.n_errors
@@ -136,10 +143,11 @@ def load_graph(path: Union[str, Path]) -> AttributionGraph:
 
     def check_shapes(shapes: dict) -> None:
         want = {"adjacency", "tokens", *_COLUMNS}
-        if set(shapes) != want:
+        if not want - set(_OPTIONAL) <= set(shapes) <= want:
             raise bad(f"tensors {sorted(shapes)[:12]}, expected {sorted(want)}")
         n = shapes["layer"][0] if len(shapes["layer"]) == 1 else -1
-        if shapes["adjacency"] != (n, n) or any(shapes[c] != (n,) for c in _COLUMNS) or len(shapes["tokens"]) != 1:
+        if shapes["adjacency"] != (n, n) or any(shapes[c] != (n,) for c in _COLUMNS if c in shapes) or \
+                len(shapes["tokens"]) != 1:
             raise bad("the adjacency is not (n, n) for n nodes, or a column is not (n,)")
 
     try:
@@ -183,8 +191,8 @@ def load_graph(path: Union[str, Path]) -> AttributionGraph:
     df["block"] = df["layer"] + 1
     df["pos"], df["feature"] = pos.tolist(), sd["feature"].long().tolist()
     df["token_id"], df["token"] = sd["token_id"].long().tolist(), labels
-    for c in ("activation", "logit_prob", "input", "constant", "norm"):
-        df[c] = sd[c].double().tolist()
+    for c in ("activation", "logit_prob", "input", "constant", "dropped", "norm"):
+        df[c] = sd[c].double().tolist() if c in sd else [_OPTIONAL[c]] * len(df)
     df.attrs["units"] = GRAPH_UNITS
     return AttributionGraph(adjacency=sd["adjacency"].float(), nodes=df, tokens=sd["tokens"].long(), n_layers=L,
                             info=dict(meta.get("info") or {}))
