@@ -250,6 +250,23 @@ def test_bad_feature_budgets_are_refused(model, ts, tokens, kw, match):
         attribution_graph(model, tokens, ts, **kw)
 
 
+def test_attribution_targets_are_the_logit_nodes_given(model, case):
+    full, rep, ts = case
+    probs = torch.softmax(rep.logits, -1)
+    low = [int(i) for i in probs.argsort()[:2]]  # the two least probable tokens: never picked by probability
+    g = attribution_graph(model, full.tokens, ts, bos=full.info["bos"], attribution_targets=low)
+    assert g.nodes["token_id"].values[-2:].tolist() == low and g.n_logits == 2
+    torch.testing.assert_close(g.logit_probs, probs[low], rtol=1e-5, atol=0)
+    assert g.max_error() < TOL
+    torch.testing.assert_close(torch.tensor(g.nodes["input"].values[-2:]), (rep.logits[low] - rep.logits.mean()).double(),
+                               rtol=0, atol=TOL)
+    torch.testing.assert_close(g.adjacency[:-2, :-2], full.adjacency[:-full.n_logits, :-full.n_logits], rtol=0,
+                               atol=1e-6)
+    for bad in ([], [model.cfg.d_vocab], [1, 1], ["or"], [True]):
+        with pytest.raises(AttributionGraphError, match="attribution_targets"):
+            attribution_graph(model, full.tokens, ts, attribution_targets=bad)
+
+
 def test_a_budget_past_the_active_features_keeps_them_all(model, ts, tokens):
     a = attribution_graph(model, tokens, ts)
     b = attribution_graph(model, tokens, ts, max_feature_nodes=a.n_features + 100)

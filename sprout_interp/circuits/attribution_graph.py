@@ -50,7 +50,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from sprout_interp.circuits.graphs import GRAPH_UNITS, AttributionGraph
-from sprout_interp.core.arguments import check_count, check_number
+from sprout_interp.core.arguments import check_count, check_indices, check_number
 from sprout_interp.core.errors import (
     AttributionGraphError,
     ContextLengthError,
@@ -401,7 +401,7 @@ def _hop_macs(d: int, H: int, skip: bool, P: int) -> tuple[int, int]:
 def attribution_graph(model, text, transcoders: TranscodersLike = None, *, bos: bool = True,
                       max_n_logits: int = 10, desired_logit_prob: float = 0.95, batch_size: int = 64,
                       max_feature_nodes: Optional[int] = None, rerank_every: int = 2048,
-                      progress: bool = False) -> AttributionGraph:
+                      attribution_targets=None, progress: bool = False) -> AttributionGraph:
     """The attribution graph of ``model`` on one prompt (see the module docstring for its nodes and edges).
 
     Args:
@@ -410,6 +410,9 @@ def attribution_graph(model, text, transcoders: TranscodersLike = None, *, bos: 
         bos: circuit-tracer's convention: ``<|endoftext|>`` first (prepended if missing), no feature or error
             nodes at position 0; False: the ids as given, every position's features.
         max_n_logits, desired_logit_prob: which logit nodes (circuit-tracer's defaults 10 and 0.95).
+        attribution_targets: token ids (a list or a 1-d tensor) to be the logit nodes instead, in that order, each
+            with its probability (circuit-tracer's ``attribution_targets`` given as a tensor of token indices):
+            for a token the model does not rank among its most probable.
         batch_size: target rows per backward pass (memory: about ``batch_size * pos * d_model * 16`` bytes).
         max_feature_nodes: keep at most this many feature nodes, chosen as circuit-tracer 0.5's ``attribute``
             chooses them (None: every active feature; a number above the active count keeps them all). The logit
@@ -440,9 +443,17 @@ def attribution_graph(model, text, transcoders: TranscodersLike = None, *, bos: 
     rerank_every = check_count(rerank_every, "rerank_every", high=1 << 31,
                                what="feature rows computed between two influence rankings",
                                error=AttributionGraphError)
+    targets = None
+    if attribution_targets is not None:
+        targets = check_indices(attribution_targets, "attribution_targets", m.cfg.d_vocab,
+                                what="token ids of the logit nodes", error=AttributionGraphError)
+        if len(set(targets)) != len(targets):
+            raise AttributionGraphError(f"attribution_targets={targets} names a token twice: each logit node is one "
+                                        "token; pass each id once")
     with m.lock:
         rep = local_replacement(m, text, transcoders, bos)
-    return _graph(m, rep, max_n_logits, desired_logit_prob, batch_size, progress, max_feature_nodes, rerank_every)
+    return _graph(m, rep, max_n_logits, desired_logit_prob, batch_size, progress, max_feature_nodes, rerank_every,
+                  targets)
 
 
 def partial_influence(rows: Float[Tensor, "r n"], row_nodes: Int[Tensor, " r"],
@@ -465,11 +476,16 @@ def partial_influence(rows: Float[Tensor, "r n"], row_nodes: Int[Tensor, " r"],
 
 @torch.no_grad()
 def _graph(m: HookedSprout, rep: LocalReplacement, max_n_logits: int, desired_logit_prob: float, batch_size: int,
-           progress: bool, max_feature_nodes: Optional[int] = None, rerank_every: int = 2048) -> AttributionGraph:
+           progress: bool, max_feature_nodes: Optional[int] = None, rerank_every: int = 2048,
+           targets: Optional[list] = None) -> AttributionGraph:
     from tqdm.auto import tqdm
 
     L, T = m.cfg.n_layers, rep.tokens.numel()
-    logit_ids, logit_p = salient_logits(rep.logits, max_n_logits, desired_logit_prob)
+    if targets is None:
+        logit_ids, logit_p = salient_logits(rep.logits, max_n_logits, desired_logit_prob)
+    else:
+        logit_ids = torch.tensor(targets, dtype=torch.long, device=rep.logits.device)
+        logit_p = torch.softmax(rep.logits.float(), dim=-1)[logit_ids]
     nF, nL = rep.n_features, logit_ids.numel()
     n = nF + L * T + T + nL
     every = max_feature_nodes is None or max_feature_nodes >= nF
@@ -551,6 +567,7 @@ def _graph(m: HookedSprout, rep: LocalReplacement, max_n_logits: int, desired_lo
                             info={"model_name": m.name or "", "bos": rep.bos, "max_n_logits": max_n_logits,
                                   "desired_logit_prob": desired_logit_prob, "macs": bw.macs,
                                   "max_feature_nodes": max_feature_nodes, "rerank_every": rerank_every,
+                                  "attribution_targets": targets,
                                   "n_active_features": nF,
                                   "transcoders": rep.transcoders[0].info.get("model_name", "") or "",
                                   "k": rep.transcoders[0].k, "d_transcoder": rep.transcoders[0].d_transcoder,
