@@ -19,7 +19,12 @@ from sprout_interp.circuits.attribution_graph import (
     random_transcoders,
     salient_logits,
 )
-from sprout_interp.circuits.graph_interventions import frozen_run, intervention_check, intervention_summary
+from sprout_interp.circuits.graph_interventions import (
+    ablation_prediction,
+    frozen_run,
+    intervention_check,
+    intervention_summary,
+)
 from sprout_interp.circuits.graphs import (
     AttributionGraph,
     graph_scores,
@@ -305,6 +310,33 @@ def test_total_effects_are_the_direct_edge_plus_the_paths_through_features(model
     torch.testing.assert_close(torch.tensor(top["total_predicted"].values), by_hand, rtol=0, atol=1e-9)
     assert (by_hand + A[t, s]).abs().max() > 1e-7  # the paths through layer 1 add something
     assert (torch.tensor(top["total_frozen"].values) - by_hand).abs().max() < TOL
+
+
+def test_removing_a_set_of_sources_is_what_the_edges_predict(model, case):
+    """Features of two layers, an error node and a token removed at once: the frozen model with every node held
+    moves by the negated sum of their edges; with the features following their inputs (linear, the removed held at
+    0), by the paths through the features, both as ablation_prediction says."""
+    g, rep, _ = case
+    L, T, nF = g.n_layers, g.n_pos, g.n_features
+    lo1, hi1 = rep.layer_span(1)
+    feats = [0, 2, lo1, hi1 - 1]
+    err, tok = nF + T + 5, nF + L * T + 3  # error node (layer 1, pos 5), the embedding of position 3
+    pred = ablation_prediction(g, feats + [err, tok])
+    acts = rep.feat_act.clone()
+    acts[feats] = 0
+    held = torch.zeros(nF, dtype=torch.bool)
+    held[feats] = True
+    emb, errs = torch.ones(T), torch.ones(L, T)
+    emb[3], errs[1, 5] = 0, 0
+    for linear, kind in ((False, "direct"), (True, "total")):
+        before = frozen_run(model, rep, linear=linear)
+        after = frozen_run(model, rep, activations=acts, linear=linear, held=held, embed=emb, errors=errs)
+        got = _node_inputs(g, after) - _node_inputs(g, before)
+        torch.testing.assert_close(torch.cat([pred[f"{kind}_features"], pred[f"{kind}_logits"]]), got, rtol=0,
+                                   atol=TOL, msg=kind)
+    assert (pred["total_features"] - pred["direct_features"]).abs().max() > 1e-2  # the paths through features count
+    with pytest.raises(AttributionGraphError, match="nodes"):
+        ablation_prediction(g, [len(g.nodes) - 1])  # a logit node writes nothing
 
 
 def test_the_real_model_follows_the_prediction_measured_not_exact(model, ts, tokens):

@@ -35,7 +35,7 @@ from sprout_interp.core.errors import AttributionGraphError
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import HookedSprout, as_hooked
 
-__all__ = ["FrozenRun", "frozen_run", "intervention_check", "intervention_summary"]
+__all__ = ["FrozenRun", "frozen_run", "intervention_check", "intervention_summary", "ablation_prediction"]
 
 
 @dataclass
@@ -178,6 +178,40 @@ def _total_prediction(graph: AttributionGraph, act: Tensor, node: int, delta: fl
         d_act = new
     d_logit = (A[-graph.n_logits:, :nF] @ (d_act / act).float()).double()
     return d_in, d_logit
+
+
+def ablation_prediction(graph: AttributionGraph, nodes: Sequence[int]) -> dict[str, Tensor]:
+    """What the graph's edges predict when the writes of source nodes ``nodes`` (features, error nodes, embeddings)
+    are removed: the change of every feature's input (n_features,) and every logit node's input (n_logits,).
+
+    Returns ``{"direct_features", "direct_logits"}``: every other node held (the sum of the removed nodes' edges,
+    negated), and ``{"total_features", "total_logits"}``: the features follow their inputs (the linear replacement
+    model: a feature's activation moves as its input does, the removed ones held at 0; errors and constants held),
+    through every path. Float64; the units are the targets' (pre-activation; logit minus the mean logit).
+    In the frozen model they are exact: ``frozen_run(..., linear=True)`` with the removed features held at 0.
+    """
+    if not isinstance(graph, AttributionGraph):
+        raise AttributionGraphError(f"graph must be an AttributionGraph, got {type(graph).__name__}")
+    n, nF, nL = graph.adjacency.shape[0], graph.n_features, graph.n_logits
+    nodes = check_indices(nodes, "nodes", n - nL, what="source nodes of the graph: features, errors, embeddings",
+                          error=AttributionGraphError)
+    A = graph.adjacency
+    act = torch.tensor(graph.nodes["activation"].values[:nF], dtype=torch.float64)
+    x0 = torch.zeros(n, dtype=torch.float64)  # each source's write, as a share of its own (-1: removed)
+    x0[nodes] = -1.0
+    follow = torch.ones(nF, dtype=torch.bool)
+    follow[[i for i in nodes if i < nF]] = False
+    direct = (A[:nF] @ x0.float()).double()
+    x, d_in = x0.clone(), direct
+    for _ in range(graph.n_layers + 1):  # each step reaches one layer further
+        new = x0.clone()
+        new[:nF][follow] = d_in[follow] / act[follow]
+        if torch.equal(new, x):
+            break
+        x = new
+        d_in = (A[:nF] @ x.float()).double()
+    return {"direct_features": direct, "direct_logits": (A[n - nL:] @ x0.float()).double(),
+            "total_features": d_in, "total_logits": (A[n - nL:] @ x.float()).double()}
 
 
 def intervention_check(model, graph: AttributionGraph, transcoders: TranscodersLike = None,
