@@ -21,6 +21,7 @@ pages = [
     st.Page("views/steering.py", title="Steering"),
     st.Page("views/features.py", title="Features"),
     st.Page("views/neurons.py", title="Neurons"),
+    st.Page("views/attribution_graph.py", title="Attribution graph"),
     st.Page("views/compare.py", title="Compare models"),
     st.Page("views/positions.py", title="Positions (RoPE)"),
 ]

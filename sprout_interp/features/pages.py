@@ -36,7 +36,8 @@ from sprout_interp.features.sae import SparseAutoencoder, check_for_model
 __all__ = [
     "FeatureIndex", "FeatureSummary", "index_features", "feature_acts", "logit_effects", "feature_summary",
     "describe", "features_on_text", "features_for_token", "feature_table", "top_contexts", "token_shares",
-    "token_tables", "promoted_suppressed", "vocabulary_strings",
+    "token_tables", "promoted_suppressed", "vocabulary_strings", "index_transcoder_features",
+    "transcoder_feature_summary", "transcoder_promoted",
 ]
 
 
@@ -275,6 +276,13 @@ def feature_summary(
     index = index_features(m, sae) if index is None else index
     if index.hook_name != sae.hook_name or index.d_sae != sae.d_sae:
         raise SproutError(f"the index was built for {index.hook_name} ({index.d_sae} latents), not for this SAE")
+    return _summary(index, feature, sae.layer, logit_effects(m, sae, feature), n_contexts, before, after, n_tokens,
+                    bins, top_for_tokens)
+
+
+def _summary(index: FeatureIndex, feature: int, layer: int, effect: Float[Tensor, " vocab"], n_contexts: int,
+             before: int, after: int, n_tokens: int, bins: int, top_for_tokens: int) -> FeatureSummary:
+    """One latent's page from an index of its activations and its direct logit effect (an SAE's or a transcoder's)."""
     acts = feature_acts(index, feature)
     strings = index.token_strings
     flat = acts.flatten()
@@ -291,16 +299,86 @@ def feature_summary(
                                   "count": hist.long().tolist()})
     else:
         histogram = pd.DataFrame(columns=["left", "right", "count"])
-    promoted, suppressed = promoted_suppressed(logit_effects(m, sae, feature), strings, n_tokens)
+    promoted, suppressed = promoted_suppressed(effect, strings, n_tokens)
     top_tokens, top_previous = token_tables(acts, index.tokens, strings, order[:top_for_tokens], n_tokens)
     freq = n_active / max(index.n_tokens, 1)
     return FeatureSummary(
-        feature=feature, layer=sae.layer, hook_name=sae.hook_name, frequency=freq,
+        feature=feature, layer=layer, hook_name=index.hook_name, frequency=freq,
         max_activation=float(nz.max()) if n_active else 0.0, mean_activation=float(nz.mean()) if n_active else 0.0,
         n_tokens=index.n_tokens, contexts=contexts, histogram=histogram, promoted=promoted, suppressed=suppressed,
         top_tokens=top_tokens, top_previous=top_previous,
         description=describe(top_tokens, top_previous, promoted, freq),
     )
+
+
+@torch.no_grad()
+def index_transcoder_features(model, transcoder, n: int = 96, length: int = 128, seed: int = 0,
+                              batch: int = 16) -> FeatureIndex:
+    """:func:`index_features` for a per-layer transcoder (:class:`~sprout_interp.features.transcoder.Transcoder`):
+    its k active features at every token of ``n`` held-out windows of ``length`` tokens, read from what its
+    feed-forward reads (``blocks.{layer}.ln2.hook_normalized`` times ln2's gain). ``hook_name`` is that hook,
+    ``d_sae`` the transcoder's width."""
+    from sprout_interp.features.transcoder import input_hook, mlp_input
+
+    m = as_hooked(model)
+    layer = int(transcoder.layer)
+    if transcoder.d_model != m.cfg.d_model or not 0 <= layer < m.cfg.n_layers:
+        raise SproutError(f"this transcoder (layer {layer}, d_model {transcoder.d_model}) does not fit "
+                          f"{m.name or 'the model'} ({m.cfg.n_layers} blocks, d_model {m.cfg.d_model}): load the "
+                          "model's own transcoders (sprout_interp.features.transcoder.load_transcoders)")
+    hook = input_hook(layer)
+    toks = held_out_tokens(m, n=n, length=length, seed=seed).to(m.device)
+    vals, idx = [], []
+    for i in range(0, toks.shape[0], batch):
+        _, cache = m.run_with_cache(toks[i:i + batch], names_filter=hook, stop_at_layer=layer + 1)
+        v, j = transcoder.topk(transcoder.pre_acts(mlp_input(m, layer, cache[hook])))
+        vals.append(v.float().cpu())
+        idx.append(j.cpu())
+    return FeatureIndex(tokens=toks.cpu(), vals=torch.cat(vals), idx=torch.cat(idx), hook_name=hook,
+                        d_sae=transcoder.d_transcoder, token_strings=vocabulary_strings(m))
+
+
+def transcoder_feature_summary(model, transcoder, feature: int, index: Optional[FeatureIndex] = None,
+                               n_contexts: int = 12, before: int = 12, after: int = 4, n_tokens: int = 10,
+                               bins: int = 30, top_for_tokens: int = 200) -> FeatureSummary:
+    """A transcoder feature's page, as :func:`feature_summary` builds an SAE latent's: where it fires on held-out
+    text (``index``: default :func:`index_transcoder_features`) and the tokens its decoder row promotes and
+    suppresses, ``W_dec[feature] @ W_U`` in logits per unit of activation (its direct effect through the
+    unembedding, the final norm's division left out as on every feature page)."""
+    m = as_hooked(model)
+    d = transcoder.d_transcoder
+    if not isinstance(feature, int) or isinstance(feature, bool) or not 0 <= feature < d:
+        raise SproutError(f"feature {feature!r} is not a feature of this transcoder: pick one of 0..{d - 1}")
+    index = index_transcoder_features(m, transcoder) if index is None else index
+    if index.d_sae != transcoder.d_transcoder:
+        raise SproutError(f"the index was built for {index.hook_name} ({index.d_sae} features), not for this "
+                          "transcoder")
+    with torch.no_grad():
+        effect = (transcoder.W_dec[feature].to(m.W_U.dtype) @ m.W_U).cpu()
+    return _summary(index, feature, int(transcoder.layer), effect, n_contexts, before, after, n_tokens, bins,
+                    top_for_tokens)
+
+
+def transcoder_promoted(model, transcoders, features, n: int = 3) -> pd.DataFrame:
+    """The tokens each transcoder feature's decoder row promotes most (``W_dec[f] @ W_U``, as on its page):
+    ``layer, feature, promoted`` (the ``n`` token strings, the strongest first), one row per ``(layer, feature)``
+    of ``features``; ``transcoders`` indexed by layer (a TranscoderSet or ``{layer: Transcoder}``)."""
+    m = as_hooked(model)
+    strings = vocabulary_strings(m)
+    rows = []
+    by_layer: dict[int, list[int]] = {}
+    for layer, f in features:
+        by_layer.setdefault(int(layer), []).append(int(f))
+    with torch.no_grad():
+        for layer, fs in by_layer.items():
+            tc = transcoders[layer]
+            bad = [f for f in fs if not 0 <= f < tc.d_transcoder]
+            if bad:
+                raise SproutError(f"features {bad[:5]} are not features of layer {layer}'s transcoder: pick from "
+                                  f"0..{tc.d_transcoder - 1}")
+            top = (tc.W_dec[fs].to(m.W_U.dtype) @ m.W_U).topk(min(n, m.cfg.d_vocab), dim=-1).indices.cpu()
+            rows += [dict(layer=layer, feature=f, promoted=[strings[i] for i in t.tolist()]) for f, t in zip(fs, top)]
+    return pd.DataFrame(rows, columns=["layer", "feature", "promoted"])
 
 
 def feature_table(model, sae: SparseAutoencoder, index: FeatureIndex, features=None) -> pd.DataFrame:
