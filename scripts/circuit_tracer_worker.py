@@ -10,8 +10,9 @@ ReLU and JumpReLU only) in a ``TranscoderSet``; the model is ``ReplacementModel.
 with the nnsight backend, float32, on the CPU, loaded once.
 
 Then one request per line on stdin, a JSON object ``{"name", "ids", "batch_size", "max_n_logits",
-"desired_logit_prob", "save"}``; each answered by one JSON line on stdout: the seconds ``attribute`` took (the
-whole call: its forward passes, backward passes and graph), and with ``save`` the file ``OUT/{name}.safetensors``
+"desired_logit_prob", "max_feature_nodes", "save"}``; each answered by one JSON line on stdout: the seconds
+``attribute`` took (the whole call: its forward passes, backward passes and graph), and with ``save`` the file
+``OUT/{name}.safetensors``
 holding the graph (``adjacency``, ``active_features`` (n, 3) = layer, pos, feature, ``selected_features``,
 ``activation_values``, ``input_tokens``, ``logit_ids``, ``logit_probabilities``) and, in the reply,
 ``compute_graph_scores``' (replacement, completeness). An empty line or end of input ends it. Everything else
@@ -79,7 +80,8 @@ def main(argv=None) -> int:
         ids = torch.tensor(req["ids"], dtype=torch.long)
         t0 = time.perf_counter()
         graph = attribute(ids, model, max_n_logits=req["max_n_logits"],
-                          desired_logit_prob=req["desired_logit_prob"], batch_size=req["batch_size"])
+                          desired_logit_prob=req["desired_logit_prob"], batch_size=req["batch_size"],
+                          max_feature_nodes=req.get("max_feature_nodes"))
         seconds = time.perf_counter() - t0
         ans = {"name": req["name"], "seconds": seconds}
         if req.get("save"):

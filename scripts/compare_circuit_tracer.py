@@ -2,7 +2,7 @@
 
     bash scripts/setup_circuit_tracer.sh           # once: .venv-ct with circuit-tracer 0.5.0
     .venv/bin/python scripts/compare_circuit_tracer.py [--models gpt-4 sprout] [--prompts zorbin dialogue description]
-        [--bench-model sprout] [--bench-seq 64] [--reps 3] [--threads 1] [--batch-size 64] [--no-bench] [--json FILE]
+        [--bench-models sprout] [--bench-seq 64] [--reps 3] [--threads 1] [--batch-size 64] [--no-bench] [--json FILE]
 
 For each model: ``to_hf()``'s export (``save_pretrained``; its tokenizer config names ``PreTrainedTokenizerFast``,
 which circuit-tracer's transformers 4.57 can load, and its config gains a top-level ``rope_theta``, which 4.57
@@ -119,10 +119,11 @@ class Worker:
         return json.loads(line)
 
     def attribute(self, name: str, ids: torch.Tensor, batch_size: int, max_n_logits: int = 10,
-                  desired_logit_prob: float = 0.95, save: bool = True) -> dict:
+                  desired_logit_prob: float = 0.95, max_feature_nodes: Optional[int] = None,
+                  save: bool = True) -> dict:
         self.proc.stdin.write(json.dumps({"name": name, "ids": ids.tolist(), "batch_size": batch_size,
                                           "max_n_logits": max_n_logits, "desired_logit_prob": desired_logit_prob,
-                                          "save": save}) + "\n")
+                                          "max_feature_nodes": max_feature_nodes, "save": save}) + "\n")
         self.proc.stdin.flush()
         return self._read()
 
@@ -199,9 +200,11 @@ def _read_ct(path: str) -> dict:
 
 
 def compare_model(name: str, prompts: list[str], threads: int, batch_size: int, bench_seq: Optional[int],
-                  reps: int, workdir: Path) -> tuple[list[dict], Optional[dict]]:
+                  reps: int, workdir: Path, max_feature_nodes: Optional[int] = None) -> tuple[list[dict], Optional[dict]]:
     """Every prompt's comparison on model ``name``, and (with ``bench_seq``) the timing of a ``bench_seq``-token
-    prompt. Returns (rows, benchmark or None)."""
+    prompt. With ``max_feature_nodes`` the prompts' graphs keep that many features, chosen as circuit-tracer
+    chooses them (its ``update_interval`` of 4 batches is our ``rerank_every = 4 * batch_size``). Returns (rows,
+    benchmark or None)."""
     m = si.load(name)
     ts = load_transcoders(m)
     folder = workdir / name
@@ -211,11 +214,12 @@ def compare_model(name: str, prompts: list[str], threads: int, batch_size: int, 
     with Worker(mdir, tdir, folder, threads) as w:
         for key in prompts:
             ids = prompt_tokens(m, PROMPTS[key](), bos=True)
-            ans = w.attribute(f"{name}-{key}", ids, batch_size)
+            ans = w.attribute(f"{name}-{key}", ids, batch_size, max_feature_nodes=max_feature_nodes)
             t0 = time.perf_counter()
-            g = si.attribution_graph(m, ids, ts, bos=True, batch_size=batch_size)
+            g = si.attribution_graph(m, ids, ts, bos=True, batch_size=batch_size, max_feature_nodes=max_feature_nodes,
+                                     rerank_every=4 * batch_size)
             ours_s = time.perf_counter() - t0
-            row = {"model": name, "prompt": key, **compare(g, _read_ct(ans["file"]), ans["scores"]),
+            row = {"model": name, "prompt": key, "max_feature_nodes": max_feature_nodes, **compare(g, _read_ct(ans["file"]), ans["scores"]),
                    "ours_s": ours_s, "ct_s": ans["seconds"], "exactness": g.max_error()}
             rows.append(row)
         if bench_seq:
@@ -277,11 +281,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="+", default=["gpt-4", "sprout"])
     p.add_argument("--prompts", nargs="+", default=["zorbin", "dialogue", "description"], choices=sorted(PROMPTS))
-    p.add_argument("--bench-model", default="sprout", help="the model the benchmark times (one of --models)")
+    p.add_argument("--bench-models", nargs="+", default=["sprout"], help="the models the benchmark times (of --models)")
     p.add_argument("--bench-seq", type=int, default=64)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=64, help="target rows per backward pass, both sides")
+    p.add_argument("--max-feature-nodes", type=int, default=None,
+                   help="keep this many features in the prompts' graphs, both sides (default: every active one)")
     p.add_argument("--no-bench", action="store_true")
     p.add_argument("--json", type=Path, default=None)
     a = p.parse_args(argv)
@@ -289,8 +295,9 @@ def main(argv=None) -> int:
     rows, benches = [], []
     with tempfile.TemporaryDirectory(prefix="sprout-ct-") as tmp:
         for name in a.models:
-            bench_seq = None if a.no_bench or name != a.bench_model else a.bench_seq
-            r, b = compare_model(name, a.prompts, a.threads, a.batch_size, bench_seq, a.reps, Path(tmp))
+            bench_seq = None if a.no_bench or name not in a.bench_models else a.bench_seq
+            r, b = compare_model(name, a.prompts, a.threads, a.batch_size, bench_seq, a.reps, Path(tmp),
+                                 a.max_feature_nodes)
             rows += r
             if b:
                 benches.append(b)
