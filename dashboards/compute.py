@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import threading
 
+import precomputed
 import state
 import streamlit as st
 
-from sprout_interp.circuits import ablation, attention, compare, induction, per_token
+from sprout_interp.circuits import ablation, attention, compare, per_token
 from sprout_interp.circuits.knockout import block_knockout
 from sprout_interp.core.errors import AblationError
 from sprout_interp.core.texts import TEXTS
@@ -128,25 +129,34 @@ def ov_copying(_m, key: str, ranks: bool):
 
 
 # -- the induction circuit: every head a page names comes from here ------------------------------------
-# The same call, with the same settings, as the claims scripts (analyses/induction_heads.py's defaults, which the
-# README's claims table uses): head scores on 16 rows of 64 repeated random tokens and on 8 held-out windows of 256
-# tokens (seed 0), previous-token heads ranked on both (find_induction_circuit's default on="both"), threshold 0.3;
-# confirmed by mean ablation against the head means of 16 held-out windows (seed 1), the held-out loss on 4 windows.
-CIRCUIT_REF_N, CIRCUIT_LOSS_N, CIRCUIT_LENGTH, CIRCUIT_SEED = 16, 4, 256, 0
+# The same call, with the same settings, as the claims scripts (precomputed.py holds the calls and the settings);
+# for a checkpoint with a dashboard.json of its own fingerprint (the shipped ones: scripts/precompute_dashboard.py)
+# the scores, the confirmed circuit and the copying sweep are read from it instead of computed.
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def shipped(_m, key: str):
+    """(the answers precomputed beside the checkpoint, or None; why none): precomputed.read, once per model."""
+    return precomputed.read(_m)
+
+
+def _shipped(_m, key: str):
+    return shipped(_m, key)[0]
 
 
 @st.cache_data(**_CACHE)
 def circuit_scores(_m, key: str):
     """Every head's previous-token / duplicate / induction scores as the claims scripts compute them: on repeated
     random tokens and on held-out text (the three ready-made texts where no corpus is installed); text-independent."""
-    return attention.head_scores(_m, seq_len=64, batch=16, seed=CIRCUIT_SEED, copying=False)
+    got = _shipped(_m, key)
+    return got.scores.copy() if got is not None else precomputed.circuit_scores(_m)
 
 
 @st.cache_data(**_CACHE)
 def ranked_circuit(_m, key: str):
     """The induction circuit as :func:`circuit_scores` rank it (``find_induction_circuit``'s defaults; nothing
     ablated: quick enough for a page's first load)."""
-    return induction.find_induction_circuit(scores=circuit_scores(_m, key))
+    return precomputed.ranked_circuit(circuit_scores(_m, key))
 
 
 @st.cache_resource(show_spinner=False)
@@ -175,15 +185,10 @@ def confirm_circuit(_m, key: str):
     """The induction circuit found and confirmed by mean ablation exactly as the claims scripts do it (each
     candidate head alone, then together; dozens of forwards, so only when asked), computed once per model for
     every session; from then on :func:`induction_circuit` returns it on every page."""
-    from types import SimpleNamespace
-
-    from sprout_interp.report.cli import held_out, mean_reference
 
     def make():
-        means = mean_reference(_m, CIRCUIT_REF_N, CIRCUIT_LENGTH, CIRCUIT_SEED + 1)
-        loss_text = held_out(_m, SimpleNamespace(n=CIRCUIT_LOSS_N, length=CIRCUIT_LENGTH, seed=CIRCUIT_SEED))
-        return induction.find_induction_circuit(_m, scores=circuit_scores(_m, key), kind="mean", reference=means,
-                                                held_out=loss_text if loss_text is not None else list(TEXTS.values()))
+        got = _shipped(_m, key)
+        return got.confirmed if got is not None else precomputed.confirmed_circuit(_m, circuit_scores(_m, key))
 
     return _once(_confirmed_circuits(), key, make)
 
@@ -223,12 +228,15 @@ def copying_sweep(_m, key: str, kind: str = "zero", seq_len: int = 64, batch: in
     ablated alone, on ``batch`` rows of ``seq_len`` random tokens repeated twice; the exact fast sweep
     (one forward per group of heads from their block on, not one full forward per head). Computed once per
     model and options for every session (two sessions asking at once wait for one sweep); ``progress(done,
-    total)`` is called as the heads are measured, only when it is computed."""
-    from sprout_model.evaluation import repeated_tokens_batch
+    total)`` is called as the heads are measured, only when it is computed (not when read from the shipped
+    answers, :func:`shipped`, which hold the default options')."""
+    want = dict(kind=kind, seq_len=seq_len, batch=batch, seed=seed)
 
     def make():
-        rep = repeated_tokens_batch(_m.cfg.d_vocab, seq_len, batch, seed)
-        return ablation.ablation_sweep(_m, rep, metric="copying_ratio", kind=kind, method="fast", progress=progress)
+        got = _shipped(_m, key)
+        if got is not None and want == precomputed.SWEEP:
+            return got.sweep
+        return precomputed.copying_sweep(_m, progress=progress, **want)
 
     return _once(_copying_sweeps(), (key, kind, seq_len, batch, seed), make).copy()
 

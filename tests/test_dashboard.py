@@ -337,7 +337,8 @@ def test_ablations_first_load_ranks_the_heads_and_searches_only_when_asked(monke
     from sprout_interp.circuits.induction import find_induction_circuit
 
     compute = _compute()
-    real, found = compute.induction.find_induction_circuit, []
+    monkeypatch.setattr(compute, "_shipped", lambda _m, key: None)  # searched here, not read from dashboard.json
+    real, found = compute.precomputed.induction.find_induction_circuit, []
 
     def spy(model=None, *args, **kwargs):
         circ = real(model, *args, **kwargs)
@@ -345,7 +346,7 @@ def test_ablations_first_load_ranks_the_heads_and_searches_only_when_asked(monke
             found.append(circ)
         return circ
 
-    monkeypatch.setattr(compute.induction, "find_induction_circuit", spy)
+    monkeypatch.setattr(compute.precomputed.induction, "find_induction_circuit", spy)
     compute._confirmed_circuits.clear()
     try:
         at = ok(app("ablations").run())
@@ -560,7 +561,8 @@ def test_copying_button_runs_the_exact_fast_sweep_once(monkeypatch, gpt4):
     from sprout_model.evaluation import repeated_tokens_batch
 
     compute = _compute()
-    real, calls = compute.ablation.ablation_sweep, []
+    monkeypatch.setattr(compute, "_shipped", lambda _m, key: None)  # computed here, not read from dashboard.json
+    real, calls = compute.precomputed.ablation.ablation_sweep, []
 
     def spy(*args, **kwargs):
         done = []
@@ -569,7 +571,7 @@ def test_copying_button_runs_the_exact_fast_sweep_once(monkeypatch, gpt4):
         calls.append((kwargs.get("method"), kwargs.get("metric"), done))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(compute.ablation, "ablation_sweep", spy)
+    monkeypatch.setattr(compute.precomputed.ablation, "ablation_sweep", spy)
     compute._copying_sweeps.clear()
     at = _attention_with_the_test_open()
     assert calls == []  # nothing before the button
