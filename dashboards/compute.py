@@ -493,8 +493,11 @@ def text_features(_m, key: str, text: str, layer: int):
 
 @st.cache_data(max_entries=256, show_spinner=False)
 def feature_descriptions(_m, key: str, layer: int, features: tuple) -> dict:
-    """{feature: its automatic description} for a few latents."""
-    return {f: feature_page(_m, key, layer, f).description for f in features}
+    """{feature: its automatic description} for a few latents (their pages built together: one check of the SAE)."""
+    from sprout_interp.features.pages import feature_summaries
+
+    pages = feature_summaries(_m, sae(_m, key, layer), list(features), feature_index(_m, key, layer))
+    return {f: p.description for f, p in pages.items()}
 
 
 # -- neurons ----------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from sprout_interp.features.sae import SparseAutoencoder, check_for_model
 
 __all__ = [
     "FeatureIndex", "FeatureSummary", "index_features", "feature_acts", "logit_effects", "feature_summary",
+    "feature_summaries",
     "describe", "features_on_text", "features_for_token", "feature_table", "top_contexts", "token_shares",
     "token_tables", "promoted_suppressed", "vocabulary_strings", "index_transcoder_features",
     "transcoder_feature_summary", "transcoder_promoted",
@@ -280,6 +281,31 @@ def feature_summary(
                     bins, top_for_tokens)
 
 
+def feature_summaries(
+    model,
+    sae: SparseAutoencoder,
+    features,
+    index: Optional[FeatureIndex] = None,
+    n_contexts: int = 12,
+    before: int = 12,
+    after: int = 4,
+    n_tokens: int = 10,
+    bins: int = 30,
+    top_for_tokens: int = 200,
+) -> dict[int, FeatureSummary]:
+    """``{feature: its page}`` for several latents, each exactly as :func:`feature_summary` builds it, with the SAE
+    checked against the model once (the check hashes every weight of the model: about 0.3 s for Sprout) and one
+    ``index`` for all (default :func:`index_features` on the held-out sample)."""
+    m = as_hooked(model)
+    check_for_model(sae, m)
+    feats = [_check_feature(sae, f) for f in features]
+    index = index_features(m, sae) if index is None else index
+    if index.hook_name != sae.hook_name or index.d_sae != sae.d_sae:
+        raise SproutError(f"the index was built for {index.hook_name} ({index.d_sae} latents), not for this SAE")
+    return {f: _summary(index, f, sae.layer, logit_effects(m, sae, f), n_contexts, before, after, n_tokens, bins,
+                        top_for_tokens) for f in feats}
+
+
 def _summary(index: FeatureIndex, feature: int, layer: int, effect: Float[Tensor, " vocab"], n_contexts: int,
              before: int, after: int, n_tokens: int, bins: int, top_for_tokens: int) -> FeatureSummary:
     """One latent's page from an index of its activations and its direct logit effect (an SAE's or a transcoder's)."""
@@ -388,9 +414,11 @@ def feature_table(model, sae: SparseAutoencoder, index: FeatureIndex, features=N
     maxes = torch.zeros(sae.d_sae)
     flat_v, flat_i = index.vals.flatten(), index.idx.flatten()
     maxes.scatter_reduce_(0, flat_i, flat_v, reduce="amax")
+    pages = feature_summaries(model, sae, [int(f) for f in feats], index, n_contexts=0, n_tokens=3) \
+        if features is not None else {}
     rows = []
     for f in feats:
-        s = feature_summary(model, sae, int(f), index, n_contexts=0, n_tokens=3) if features is not None else None
+        s = pages.get(int(f))
         rows.append(dict(layer=sae.layer, block=sae.layer + 1, feature=int(f), frequency=float(dens[f]),
                          max_act=float(maxes[f]), description=s.description if s else ""))
     return pd.DataFrame(rows)
