@@ -210,8 +210,8 @@ LINKS = [
       "repeated": ("rep_open", lambda v: "1" if v else "0", "1 or 0")}),
     ("logit_lens", "gpt-4", {"pos": "999", "row": "-1"},
      {"pos": ("lens_pos", str, "from 0 to 139"), "row": ("lens_row", str, "from 0 to 4")}),
-    ("neurons", "gpt-4", {"how": "by number", "pos": "999", "layer": "0", "neuron": "99999"},
-     {"pos": ("nrn_pos", str, "from 0 to 139"), "layer": ("nrn_layer", _block, "from 1 to 4"),
+    ("neurons", "gpt-4", {"how": "by number", "pos": "999", "layer": "4", "neuron": "99999"},
+     {"pos": ("nrn_pos", str, "from 0 to 139"), "layer": ("nrn_layer", str, "from 0 to 3"),
       "neuron": ("nrn_n", str, "from 0 to 511")}),
     ("steering", "gpt-4", {"block": "9", "coeff": "3.7"},
      {"block": ("steer_layer", _block, "from 1 to 4"), "coeff": ("steer_coeff", lambda v: f"{v:g}", "one of -8, ")}),
@@ -290,3 +290,30 @@ def test_a_typed_text_opens_the_features_page_on_its_features():
     assert any("feature 5" in shown(m.value) for m in linked.markdown)
     ready = ok(app("features", "sprout").run())  # a ready-made text opens on the feature page
     assert ready.session_state.get("feat_tab", "Feature page") == "Feature page"
+
+
+#: every page whose link takes a layer: (page, model, its other parameters, the session key of the layer it shows)
+LAYER_LINKS = [("attention", "gpt-4", {}, "attn_layer"), ("positions", "gpt-4", {"qk": "model"}, "pos_layer"),
+               ("neurons", "gpt-4", {"how": "by number"}, "nrn_layer"), ("features", "sprout", {}, "feat_layer_sprout")]
+
+
+@pytest.mark.parametrize("page, model, params, key", LAYER_LINKS, ids=[c[0] for c in LAYER_LINKS])
+def test_layer_in_a_link_is_the_0_indexed_layer_on_every_page(page, model, params, key):
+    """``layer=3`` opens layer 3 (block 4) on every page that takes a layer, and the link keeps it as 3 (the
+    project's convention: ``layer`` 0-indexed as in code, ``block`` = layer + 1)."""
+    at = ok(app(page, model, {**params, "layer": "3"}).run())
+    assert at.session_state[key] == 3
+    assert at.query_params["layer"] == "3"
+    assert not [w for w in at.warning if "The link's layer" in shown(str(w.value))]
+
+
+def test_a_feed_forward_node_opens_the_neurons_page_on_its_own_layer():
+    """A click on block 3's feed-forward node of the contribution graph opens the Neurons page on layer 2."""
+    from sprout_interp.plots.patching import NODE_KINDS
+
+    at = ok(app("patching", "gpt-4").run())
+    at.session_state["patch_graph"] = {"selection": {"points": [{"customdata": [NODE_KINDS["mlp"], 2, 0],
+                                                                 "curve_number": 0, "point_number": 0}],
+                                                     "point_indices": [0], "box": [], "lasso": []}}
+    at = ok(at.run())
+    assert at.session_state["nrn_layer"] == 2 and at.query_params["layer"] == "2"

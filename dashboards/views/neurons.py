@@ -51,7 +51,7 @@ state.chart(neuron_attribution_chart(top), "neurons pushing the prediction")
 state.table(top, "neurons pushing the prediction")
 
 st.subheader("One neuron's page")
-state.bind("layer", "nrn_layer", state.block_in(L), state.fmt_block)
+state.bind("layer", "nrn_layer", state.int_in(0, L - 1))  # 0-indexed as on every page (block = layer + 1)
 state.bind("neuron", "nrn_n", state.int_in(0, d_mlp - 1))
 state.bind("how", "nrn_how", state.one_of(["from the prediction above", "by number", "by token"]))
 st.session_state.setdefault("nrn_token", " the")
@@ -59,6 +59,9 @@ how = st.radio("find a neuron", ["from the prediction above", "by number", "by t
 if how == "from the prediction above":
     labels = {f"block {r.block} neuron {r.neuron} ({r.attribution:+.3f})": (int(r.layer), int(r.neuron))
               for r in top.itertuples()}
+    want = st.session_state.get("nrn_layer")  # a link's layer (a feed-forward node's click): its strongest neuron first
+    if "nrn_pick" not in st.session_state and want is not None:
+        st.session_state["nrn_pick"] = next((lab for lab, (l, _) in labels.items() if l == want), next(iter(labels)))
     pick = st.selectbox("neuron", list(labels), key="nrn_pick")
     layer, neuron = labels[pick]
     st.session_state["nrn_layer"], st.session_state["nrn_n"] = layer, neuron

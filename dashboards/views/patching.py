@@ -115,7 +115,7 @@ if node is not None:
         st.switch_page("views/attention.py", query_params={**on_text, "layer": str(layer), "head": str(head)})
     elif kind == NODE_KINDS["mlp"]:
         st.switch_page("views/neurons.py", query_params={**on_text, "pos": str(pos), "answer": nodes.attrs["token"],
-                                                         "how": "from the prediction above", "layer": str(layer + 1)})
+                                                         "how": "from the prediction above", "layer": str(layer)})
     elif kind == NODE_KINDS["embed"]:
         st.switch_page("views/residual.py", query_params=on_text)
 scrolling.chart(contribution_graph_figure(nodes, edges, toks, m.cfg.n_layers, m.cfg.n_heads), "contribution graph",
