@@ -142,7 +142,8 @@ def test_a_feature_in_the_link_opens_its_card_from_held_out_text(first):
     assert any(f"Feature {feature}, block {layer + 1} (layer {layer})" in h.value for h in at.subheader)
     labels = {m.label for m in at.metric}
     assert {"fires on", "max activation", "mean when on"} <= labels
-    titles = [json.loads(el.proto.spec)["layout"]["title"]["text"].replace("<br>", " ") for el in at.get("plotly_chart")]
+    titles = [json.loads(el.proto.spec)["layout"].get("title", {}).get("text", "").replace("<br>", " ")
+              for el in at.get("plotly_chart")]
     assert any(f"tokens feature {feature} promotes" in t for t in titles)
 
 

@@ -43,6 +43,7 @@ PAGES = {
     "steering": ("/steering?model=gpt-4", 2, None, 2),
     "features (Sprout)": ("/features?model=sprout&layer=1&feature=2899", 2, None, 2),
     "neurons": ("/neurons?model=gpt-4", 3, None, 3),
+    "attribution graph": ("/attribution_graph?model=gpt-4", 1, None, 1),
     "compare": ("/compare?model=gpt-4", 2, None, 2),
     "positions": ("/positions?model=gpt-4&qk=model", 3, None, 3),
 }
@@ -96,6 +97,23 @@ const trace = gd.querySelectorAll('.scatterlayer .trace')[i];
 const pts = Array.from(trace.querySelectorAll('path.point')).map(p => p.getBoundingClientRect());
 return {rows: Array.from(gd.querySelectorAll('.ytick text')).map(t => t.textContent),
         nodes: pts.map((r, k) => [r.left, r.top, r.right, r.bottom, gd._fullData[i].customdata[k]])};
+"""
+
+#: the attribution graph: its row labels, and every node's drawn box with its customdata (trace name, box, data)
+ATTRIBUTION_JS = """
+const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
+  .find(g => (g._fullLayout.yaxis.ticktext || [])[0] === 'embeddings');
+if (!gd) return null;
+const traces = gd.querySelectorAll('.scatterlayer .trace');
+const nodes = [];
+gd._fullData.forEach((t, i) => {
+  if (!t.customdata || t.mode !== 'markers') return;
+  Array.from(traces[i].querySelectorAll('path.point')).forEach((p, k) => {
+    const r = p.getBoundingClientRect();
+    nodes.push([r.left, r.top, r.right, r.bottom, t.customdata[k], t.name]);
+  });
+});
+return {rows: Array.from(gd.querySelectorAll('.ytick text')).map(t => t.textContent), nodes: nodes};
 """
 
 
@@ -244,3 +262,50 @@ def test_the_contribution_graph_draws_every_block_and_a_click_opens_the_head(sit
     assert q["layer"] == [str(layer)] and q["head"] == [str(h)], q
     assert q["text"][0].startswith("When the boat came in"), q  # the patching page's own text
     assert f"block {layer + 1} (layer {layer}), head {h}" in " ".join(browser.texts(d, "h3"))
+
+
+def test_the_attribution_graph_keeps_its_nodes_apart_and_a_click_opens_a_features_card(site):
+    """Every row from the embeddings to the logits is named, no two nodes overlap at any width (supernodes and
+    pinned nodes from the link included), and a click on a feature node opens that feature's card."""
+    from selenium.webdriver.common.actions.action_builder import ActionBuilder
+
+    url, d = site
+    _open(d, url, "/attribution_graph?model=gpt-4", 1)
+    g = d.execute_script(ATTRIBUTION_JS)
+    keys = d.execute_script("""const gd = Array.from(document.querySelectorAll('.js-plotly-plot')).find(g =>
+        (g._fullLayout.yaxis.ticktext || [])[0] === 'embeddings'); return gd._fullData.filter(t => t.hovertext)
+        .flatMap(t => Array.from(t.hovertext)).map(h => h.split('key ').pop());""")
+    feats = sorted(k for k in keys if k.startswith("f"))[:3]
+    assert len(feats) == 3 and g["rows"][:2] == ["embeddings", "block 1"] and "logits" in g["rows"]
+    link = f"/attribution_graph?model=gpt-4&pin={feats[2]}&super=two%20features:{feats[0]},{feats[1]}"
+    _open(d, url, link, 1)
+    for w in WIDTHS:
+        d.set_window_size(w, 1000)
+        browser.settle(d)
+        g = d.execute_script(ATTRIBUTION_JS)
+        assert {"embeddings", "block 1", "block 4", "logits"} <= set(g["rows"])
+        boxes = g["nodes"]
+        assert any(b[5] == "two features" for b in boxes), w  # the supernode, drawn
+        assert len(boxes) >= 60
+        for i, a in enumerate(boxes):
+            for b in boxes[i + 1:]:
+                assert a[2] <= b[0] + 0.5 or b[2] <= a[0] + 0.5 or a[3] <= b[1] + 0.5 or b[3] <= a[1] + 0.5, (w, a, b)
+    # a click on a feature node in view opens its card
+    d.execute_script("""const gd = Array.from(document.querySelectorAll('.js-plotly-plot')).find(g =>
+        (g._fullLayout.yaxis.ticktext || [])[0] === 'embeddings'); gd.scrollIntoView({block: 'center'});""")
+    time.sleep(0.5)
+    width = d.execute_script("return window.innerWidth;")
+    node = next(b for b in d.execute_script(ATTRIBUTION_JS)["nodes"]
+                if b[4][0] == 0 and b[5] == "feature" and 300 < (b[0] + b[2]) / 2 < width - 60)
+    actions = ActionBuilder(d)
+    actions.pointer_action.move_to_location(int((node[0] + node[2]) / 2), int((node[1] + node[3]) / 2)).pause(0.3).click()
+    actions.perform()
+    deadline = time.monotonic() + 300
+    while not _query(d).get("card") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    card = _query(d)["card"][0]
+    layer, _, feature = card[1:].split(".")
+    while time.monotonic() < deadline and not any(f"Feature {feature}, block" in h for h in browser.texts(d, "h3")):
+        time.sleep(0.5)
+    assert any(f"Feature {feature}, block {int(layer) + 1} (layer {layer}) transcoder" in h for h in browser.texts(d, "h3"))
+    assert browser.problems(d) == []

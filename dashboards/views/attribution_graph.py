@@ -192,6 +192,9 @@ if own:
              for r in nodes[nodes["kind"] == "feature"].itertuples()}
 drawn, drawn_edges = group_nodes(nodes, edges, supers)
 fig = attribution_graph_figure(drawn, drawn_edges, tokens, L, pinned=pins, notes=notes, max_edges=MAX_EDGES)
+st.markdown(f"**The graph of the prompt** ({P} positions, `<|endoftext|>` first): features (circles), error nodes "
+            "(grey squares) and token embeddings (green triangles) writing into the logits (orange stars); "
+            "x = position, y = block (from 1). It opens on the last position, where the prediction is made.")
 last = fig.layout.xaxis.tickvals[-1]
 scrolling.chart(fig, "attribution graph", "ag_graph_box", last, on_select="rerun", selection_mode="points",
                 key="ag_graph")

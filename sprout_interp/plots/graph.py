@@ -18,7 +18,14 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from sprout_interp.circuits.graphs import AttributionGraph, prune_graph
-from sprout_interp.plots.common import FULL_COLUMN, escape_label, show_token, title_below_toolbar, top_margin
+from sprout_interp.plots.common import (
+    FULL_COLUMN,
+    TOOLBAR_PX,
+    escape_label,
+    show_token,
+    title_below_toolbar,
+    top_margin,
+)
 
 __all__ = ["KIND_CODES", "node_key", "graph_tables", "group_nodes", "attribution_graph_figure"]
 
@@ -164,8 +171,9 @@ def attribution_graph_figure(nodes: pd.DataFrame, edges: pd.DataFrame, tokens: S
     squares, embeddings triangles, logits stars, supernodes diamonds (a colour each, named in the legend);
     ``pinned`` keys get a black ring. Edges: blue positive, red negative, wider and darker as ``|weight|`` grows
     relative to the largest; the ``max_edges`` strongest are drawn. ``notes``: more hover text per key (a
-    feature's top tokens). Each node's ``customdata`` is ``[kind code (KIND_CODES), node index]``; the figure is
-    at least :data:`~sprout_interp.plots.common.FULL_COLUMN` wide (a page scrolls it sideways when wider)."""
+    feature's top tokens); ``title``: none by default (the page names the figure above it). Each node's
+    ``customdata`` is ``[kind code (KIND_CODES), node index]``; the rows are named on both sides; the figure is at
+    least :data:`~sprout_interp.plots.common.FULL_COLUMN` wide (a page scrolls it sideways when wider)."""
     notes = dict(notes or {})
     pinned = set(pinned)
     T = len(tokens)
@@ -243,21 +251,27 @@ def attribution_graph_figure(nodes: pd.DataFrame, edges: pd.DataFrame, tokens: S
     rows = [(0, "embeddings")] + [(b, f"block {b}") for b in range(1, n_layers + 1)] + [(n_layers + 1, "logits")]
     ticks = [start[p] + (width[p] - 1) / 2 for p in range(T)]
     labels = [f"{p}: {show_token(str(t), 8)}" for p, t in enumerate(tokens)]
-    w = int(max(FULL_COLUMN - 20, 150 + 20 + slot_px * (n_slots + 1.4)))
-    heading = title_below_toolbar(title or "attribution graph: what the features (circles), error nodes (squares) and "
-                                           "tokens (triangles) write into the logits (stars); x = position, y = block",
-                                  width=FULL_COLUMN - 200)
+    w = int(max(FULL_COLUMN - 20, 200 + slot_px * (n_slots + 1.4)))
+    # a title, when given, hangs below the tool bar; without one (a page that scrolls the figure says what it is
+    # above it) the plot starts just below the tool bar's band
+    heading = title_below_toolbar(title, width=FULL_COLUMN - 200) if title else None
+    top = top_margin(heading) if heading else TOOLBAR_PX + 10
     bottom = 130 + (45 if supers else 0)  # the tick labels, the axis title and (with supernodes) the legend
-    height = top_margin(heading) + bottom + row_px * (n_layers + 2)
+    height = top + bottom + row_px * (n_layers + 2)
+    y_ticks = dict(tickmode="array", tickvals=[v for v, _ in rows], ticktext=[t for _, t in rows],
+                   tickfont=dict(size=11), range=[-0.6, n_layers + 1.6], fixedrange=True, zeroline=False)
+    # the rows are named on both sides: a figure scrolled to its last positions still shows them
+    fig.add_trace(go.Scatter(x=[ticks[0]] if ticks else [0], y=[0], yaxis="y2", mode="lines", hoverinfo="skip",
+                             showlegend=False, name="row labels"))
     fig.update_layout(
         title=heading, width=w, height=height, plot_bgcolor="white", hovermode="closest",
-        margin=dict(l=110, r=20, t=top_margin(heading), b=bottom), showlegend=bool(supers),
+        margin=dict(l=100, r=100, t=top, b=bottom), showlegend=bool(supers),
         legend=dict(orientation="h", x=0, xanchor="left", y=0, yref="container", yanchor="bottom",
                     title=dict(text="supernodes:")),
         xaxis=dict(tickmode="array", tickvals=ticks, ticktext=labels, tickangle=-90, tickfont=dict(size=10),
-                   title="position: token (0-based)", range=[-0.8, n_slots - 0.2], fixedrange=True, showgrid=False, zeroline=False),
-        yaxis=dict(tickmode="array", tickvals=[v for v, _ in rows], ticktext=[t for _, t in rows], tickfont=dict(size=11),
-                   range=[-0.6, n_layers + 1.6], fixedrange=True, showgrid=True, gridcolor="rgba(0,0,0,0.06)",
+                   title="position: token (0-based)", range=[-0.8, n_slots - 0.2], fixedrange=True, showgrid=False,
                    zeroline=False),
+        yaxis=dict(**y_ticks, showgrid=True, gridcolor="rgba(0,0,0,0.06)"),
+        yaxis2=dict(**y_ticks, overlaying="y", side="right", showgrid=False),
     )
     return fig
