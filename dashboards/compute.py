@@ -115,17 +115,23 @@ def all_heads_chart(_m, key: str, text: str, n: int, framed: tuple | None):
 
 @st.cache_data(**_CACHE)
 def head_scores(_m, key: str, text: str):
-    """Previous-token / duplicate / induction scores on repeated random tokens and on this text."""
-    return attention.head_scores(_m, natural=tokens(_m, text), copying=False)
+    """Previous-token / duplicate / induction scores on repeated random tokens and on this text: ``head_scores``
+    with its defaults, whose repeated random tokens (16 rows of 64, seed 0) are :func:`circuit_scores`' own, so
+    their columns are taken from there (precomputed for a shipped checkpoint) and only the text is scored here."""
+    random = circuit_scores(_m, key)
+    df = attention.head_scores(_m, seq_len=2, batch=1, natural=tokens(_m, text), copying=False)  # the text's columns
+    for col in [c for c in df.columns if c.endswith("_random")]:
+        df[col] = random[col].to_numpy()
+    df.attrs.update(seq_len=random.attrs["seq_len"], batch=random.attrs["batch"], seed=random.attrs["seed"])
+    return df
 
 
 @st.cache_data(**_CACHE)
 def ov_copying(_m, key: str, ranks: bool):
     """Each head's full OV circuit: the eigenvalue copying score, and with ``ranks`` how often it promotes the
-    token it reads (text-independent: the weights only)."""
-    from sprout_interp.circuits.ov_circuit import ov_copying_scores
-
-    return ov_copying_scores(_m, ranks=ranks)
+    token it reads (text-independent: the weights only; precomputed for a shipped checkpoint)."""
+    got = _shipped(_m, key)
+    return got.ov_copying(ranks) if got is not None else precomputed.ov_copying(_m, ranks)
 
 
 # -- the induction circuit: every head a page names comes from here ------------------------------------

@@ -1,8 +1,9 @@
 """The dashboard's slowest answers, computed once per checkpoint and shipped beside it in ``dashboard.json``.
 
-Three things take the dashboard tens of seconds on a CPU and depend on the checkpoint alone (not on the text):
+Four things take the dashboard seconds to minutes on a CPU and depend on the checkpoint alone (not on the text):
 every head's scores that rank the induction circuit (:func:`circuit_scores`), the circuit confirmed by mean
-ablation (:func:`confirmed_circuit`) and each head's part in copying (:func:`copying_sweep`). These functions are
+ablation (:func:`confirmed_circuit`), each head's part in copying (:func:`copying_sweep`) and what each head's
+full OV circuit writes (:func:`ov_copying`, with the self-ranks: about a minute for Sprout). These functions are
 the one home of those computations: the dashboard's ``compute`` module calls them, and
 ``scripts/precompute_dashboard.py`` calls them to write :data:`FILE` into a checkpoint's folder (:func:`write`).
 
@@ -39,6 +40,9 @@ CIRCUIT_REF_N, CIRCUIT_LOSS_N, CIRCUIT_LENGTH, CIRCUIT_SEED = 16, 4, 256, 0
 SCORES = dict(seq_len=64, batch=16, seed=CIRCUIT_SEED)
 # the copying sweep the attention page draws: each head zero-ablated alone on 16 rows of 64 random tokens, repeated
 SWEEP = dict(kind="zero", seq_len=64, batch=16, seed=0)
+# the full OV circuits' copying scores and self-ranks (ov_copying_scores' defaults)
+OV = dict(normalize=True, k=5)
+OV_RANKS = ["self_top_k", "self_rank_median"]  # the columns only ranks=True computes
 
 
 def settings() -> dict:
@@ -46,7 +50,7 @@ def settings() -> dict:
     return {"scores": dict(SCORES, copying=False),
             "confirm": dict(kind="mean", reference_windows=CIRCUIT_REF_N, reference_seed=CIRCUIT_SEED + 1,
                             loss_windows=CIRCUIT_LOSS_N, length=CIRCUIT_LENGTH, loss_seed=CIRCUIT_SEED),
-            "sweep": dict(SWEEP, metric="copying_ratio", method="fast")}
+            "sweep": dict(SWEEP, metric="copying_ratio", method="fast"), "ov": dict(OV)}
 
 
 # -- the computations -------------------------------------------------------------------------------------
@@ -84,6 +88,14 @@ def copying_sweep(m, kind: str = "zero", seq_len: int = 64, batch: int = 16, see
 
     rep = repeated_tokens_batch(m.cfg.d_vocab, seq_len, batch, seed)
     return ablation.ablation_sweep(m, rep, metric="copying_ratio", kind=kind, method="fast", progress=progress)
+
+
+def ov_copying(m, ranks: bool) -> pd.DataFrame:
+    """Each head's full OV circuit: the eigenvalue copying score, and with ``ranks`` how often it promotes the token
+    it reads (``ov_copying_scores``; the weights only)."""
+    from sprout_interp.circuits.ov_circuit import ov_copying_scores
+
+    return ov_copying_scores(m, ranks=ranks, **OV)
 
 
 # -- plain values for JSON and back -----------------------------------------------------------------------
@@ -169,9 +181,11 @@ def build(m, progress: Optional[Callable[[str], None]] = None) -> dict:
     confirmed = confirmed_circuit(m, scores)
     say("the copying sweep")
     sweep = copying_sweep(m, **SWEEP)
+    say("the full OV circuits")
+    ov = ov_copying(m, ranks=True)
     return {"format": FORMAT, "model": m.name or "", "fingerprint": fingerprint(m), "settings": settings(),
             "circuit_scores": frame_to_json(scores), "confirmed_circuit": circuit_to_json(confirmed),
-            "copying_sweep": frame_to_json(sweep)}
+            "copying_sweep": frame_to_json(sweep), "ov_copying": frame_to_json(ov)}
 
 
 def path_of(m) -> Optional[Path]:
@@ -192,13 +206,19 @@ def write(m, data: Optional[dict] = None, path: Optional[Path] = None) -> Path:
 
 class Precomputed:
     """The answers read from a checkpoint's :data:`FILE`: ``scores``, ``confirmed`` (an InductionCircuit),
-    ``sweep`` (the copying sweep table, for the settings in :data:`SWEEP` only)."""
+    ``sweep`` (the copying sweep table, for the settings in :data:`SWEEP` only), ``ov`` (the OV copying table with
+    the self-ranks; :meth:`ov_copying` gives it as the dashboard asks for it)."""
 
     def __init__(self, data: dict):
         self.scores = frame_from_json(data["circuit_scores"])
         self.confirmed = circuit_from_json(data["confirmed_circuit"])
         self.sweep = frame_from_json(data["copying_sweep"])
+        self.ov = frame_from_json(data["ov_copying"])
         self.path: Optional[Path] = None
+
+    def ov_copying(self, ranks: bool) -> pd.DataFrame:
+        """:func:`ov_copying`'s table: with the self-ranks, or without them as ``ranks=False`` computes it."""
+        return self.ov.copy() if ranks else self.ov.drop(columns=OV_RANKS)
 
 
 def read(m, path: Optional[Path] = None) -> tuple[Optional[Precomputed], str]:

@@ -68,11 +68,18 @@ def _sweep() -> pd.DataFrame:
     return df
 
 
+def _ov() -> pd.DataFrame:
+    df = pd.DataFrame({"layer": [0, 1], "block": [1, 2], "head": [0, 0], "copying_score": [0.9, -0.2],
+                       "self_top_k": [0.5, 0.0], "self_rank_median": [1.0, 4000.0]})
+    df.attrs.update(k=5, normalize=True)
+    return df
+
+
 def _data(m) -> dict:
     return {"format": precomputed.FORMAT, "model": "tiny", "fingerprint": fingerprint(m),
             "settings": precomputed.settings(), "circuit_scores": precomputed.frame_to_json(_scores()),
             "confirmed_circuit": precomputed.circuit_to_json(_circuit()),
-            "copying_sweep": precomputed.frame_to_json(_sweep())}
+            "copying_sweep": precomputed.frame_to_json(_sweep()), "ov_copying": precomputed.frame_to_json(_ov())}
 
 
 def test_tables_and_circuits_come_back_as_written(hooked, tmp_path):
@@ -83,6 +90,8 @@ def test_tables_and_circuits_come_back_as_written(hooked, tmp_path):
     assert why == "" and got is not None and got.path == path
     pd.testing.assert_frame_equal(got.scores, _scores(), check_exact=True)
     pd.testing.assert_frame_equal(got.sweep, _sweep(), check_exact=True)
+    pd.testing.assert_frame_equal(got.ov_copying(True), _ov(), check_exact=True)
+    assert list(got.ov_copying(False).columns) == ["layer", "block", "head", "copying_score"]
     assert got.scores.attrs == _scores().attrs and got.sweep.attrs == _sweep().attrs
     c, want = got.confirmed, _circuit()
     pd.testing.assert_frame_equal(c.evidence, want.evidence, check_exact=True)
@@ -185,8 +194,33 @@ def test_the_shipped_file_equals_a_fresh_computation(name):
     close = dict(check_exact=False, rtol=1e-4, atol=1e-6)
     pd.testing.assert_frame_equal(got.scores, precomputed.frame_from_json(fresh["circuit_scores"]), **close)
     pd.testing.assert_frame_equal(got.sweep, precomputed.frame_from_json(fresh["copying_sweep"]), **close)
+    pd.testing.assert_frame_equal(got.ov, precomputed.frame_from_json(fresh["ov_copying"]), **close)
     c = precomputed.circuit_from_json(fresh["confirmed_circuit"])
     assert got.confirmed.heads() == c.heads() and got.confirmed.summary() == c.summary()
     assert got.confirmed.verdicts() == c.verdicts() and got.confirmed.found == c.found
     pd.testing.assert_frame_equal(got.confirmed.evidence, c.evidence, **close)
     np.testing.assert_allclose(got.confirmed.induction_score, c.induction_score, rtol=1e-5)
+
+
+@pytest.mark.acceptance  # over 3 s: head scores on a text
+@pytest.mark.skipif(not _installed("gpt-4"), reason="the shipped gpt-4 checkpoint is not installed")
+def test_what_the_dashboard_reads_is_what_the_library_computes_for_a_page():
+    """The attention page's head scores (random-token columns from the shipped file, the text's computed) equal
+    head_scores on that text; its OV copying table (shipped) equals ov_copying_scores without the ranks."""
+    pytest.importorskip("streamlit")
+    import compute
+
+    import sprout_interp as si
+    from sprout_interp.circuits.attention import head_scores
+    from sprout_interp.circuits.ov_circuit import ov_copying_scores
+    from sprout_interp.core.texts import TEXTS
+
+    m = si.load("gpt-4")
+    assert compute.shipped(m, "gpt-4")[0] is not None  # read from dashboard.json, not computed
+    text = TEXTS["story"]
+    want = head_scores(m, natural=m.to_tokens(text), copying=False)
+    got = compute.head_scores(m, "gpt-4", text)
+    pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-6, atol=1e-7)
+    assert got.attrs == want.attrs
+    pd.testing.assert_frame_equal(compute.ov_copying(m, "gpt-4", False), ov_copying_scores(m, ranks=False),
+                                  check_exact=False, rtol=1e-5, atol=1e-6)
