@@ -45,18 +45,13 @@ from __future__ import annotations
 
 import sys
 from argparse import ArgumentParser, Namespace
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import torch
 
-from sprout_interp.circuits.attribution_graph import attribution_graph, local_replacement
-from sprout_interp.circuits.graph_interventions import ablation_prediction, frozen_run
-from sprout_interp.circuits.heads import head_label
+from sprout_interp.circuits.graph_interventions import copy_interventions
 from sprout_interp.circuits.induction import find_induction_circuit
-from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.texts import TEXTS
 from sprout_interp.report.claims import Claim, verdict_lines
 from sprout_interp.report.cli import NamedModel, models_frame, print_table, run_claim_script, script_parser, slug
@@ -104,196 +99,13 @@ def parser() -> ArgumentParser:
     return p
 
 
-# -- the interventions ------------------------------------------------------------------------------------------
-
-
-def positions(tokens: torch.Tensor, target: int) -> tuple[int, int]:
-    """(p1, last): ``p1`` the last earlier position holding ``target`` right after a copy of the last token."""
-    T = tokens.numel()
-    hits = [i for i in range(1, T - 1) if int(tokens[i]) == target and int(tokens[i - 1]) == int(tokens[-1])]
-    if not hits:
-        raise ValueError(f"no earlier occurrence of token {target} after the last token {int(tokens[-1])}")
-    return hits[-1], T - 1
-
-
-def _demeaned(logits: torch.Tensor, target: int) -> float:
-    return float(logits[target] - logits.mean())
-
-
-def real_run(m, rep, *, features=(), errors: bool = False, embeds=(), head=None, key: int = -1
-             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The real model on the prompt with the writes of feature nodes ``features`` removed from the feed-forwards'
-    true outputs, the error vectors removed (``errors``), the token embeddings at positions ``embeds`` set to 0, or
-    head ``(layer, head)``'s attention from the last position to ``key`` set to 0. Returns the last position's
-    (logits, log-probabilities) as float tensors."""
-    feats = torch.tensor(sorted(features), dtype=torch.long)
-    hooks = []
-    if len(embeds):
-        def no_embed(act, hook, pos=list(embeds)):
-            out = act.clone()
-            out[0, pos] = 0
-            return out
-
-        hooks.append((act_name("embed"), no_embed))
-    for layer in range(m.cfg.n_layers):
-        sel = feats[rep.feat_layer[feats] == layer] if feats.numel() else feats
-        if sel.numel() or errors:
-            tc = rep.transcoders[layer]
-            write = torch.zeros_like(rep.mlp_out[layer])
-            if sel.numel():
-                vec = rep.feat_act[sel, None] * tc.W_dec.detach().float()[rep.feat_index[sel]]
-                write.index_add_(0, rep.feat_pos[sel], vec)
-            if errors:
-                write += rep.errors[layer]
-            hooks.append((act_name("mlp_out", layer), lambda act, hook, w=write: act - w.to(act.dtype)[None]))
-    if head is not None:
-        def cut(act, hook, h=head[1]):
-            out = act.clone()
-            out[0, h, -1, key] = 0
-            return out
-
-        hooks.append((act_name("pattern", head[0]), cut))
-    with torch.no_grad():
-        logits = m.run_with_hooks(rep.tokens[None], fwd_hooks=hooks)[0, -1].float()
-    return logits, torch.log_softmax(logits, -1)
-
-
-def _frozen_zeroed(m, rep, features=(), errors: bool = True) -> float:
-    """The frozen linear replacement model's last logits with feature nodes ``features`` held at 0 (and the error
-    vectors removed unless ``errors``)."""
-    acts = rep.feat_act.clone()
-    held = torch.zeros_like(acts, dtype=torch.bool)
-    if len(features):
-        idx = torch.tensor(sorted(features), dtype=torch.long)
-        acts[idx], held[idx] = 0, True
-    return frozen_run(m, rep, activations=acts, linear=True, held=held, errors=errors).logits
-
-
-def _cut_pattern(rep, layer: int, head: int, key: int):
-    patterns = rep.patterns.clone()
-    patterns[layer, head, -1, key] = 0
-    return replace(rep, patterns=patterns)
+# -- the interventions (sprout_interp.circuits.graph_interventions.copy_interventions) ----------------------------
 
 
 def measure_prompt(m, text: str, surname: str, induction: tuple[int, int], n_random: int, seed: int
                    ) -> dict[str, Any]:
-    """Every intervention on one prompt (see the module docstring): {"rows": one row per intervention (``part``,
-    ``intervention``, ``n_nodes``, ``graph_direct`` / ``graph_total`` (what the edges predict), ``frozen``,
-    ``real`` (the target's logit minus the mean logit: its change), ``real_logprob`` (change of log P(target)),
-    ``frozen_control_max`` / ``real_control_max`` (the controls' largest change, frozen and real), "graph", "target",
-    "p1", "last", "tokens", "p_target" (the real model's P(target)), "first_share" (the edges from every node at
-    p1-1 and p1 into the logit, as a share of all its |edges|)}."""
-    rep = local_replacement(m, text)
-    target = int(m.to_tokens(surname)[0, 0])
-    p1, last = positions(rep.tokens, target)
-    g = attribution_graph(m, rep.tokens, attribution_targets=[target])
-    nF = g.n_features
-    fpos = rep.feat_pos.cpu()
-    base_real, base_lp = real_run(m, rep)
-    base_frozen = frozen_run(m, rep, linear=True).logits
-    gen = torch.Generator().manual_seed(seed)
-    others = ((fpos != p1) & (fpos != p1 - 1) & (fpos != last)).nonzero()[:, 0]
-
-    def real_change(**kw) -> tuple[float, float]:
-        logits, lp = real_run(m, rep, **kw)
-        return _demeaned(logits, target) - _demeaned(base_real, target), float(lp[target] - base_lp[target])
-
-    def frozen_change(logits: torch.Tensor) -> float:
-        return _demeaned(logits, target) - _demeaned(base_frozen, target)
-
-    def controls(count: int) -> tuple[list[float], list[float]]:
-        """(frozen, real) changes of ``n_random`` draws of ``count`` feature nodes at other positions, zeroed."""
-        fr, re = [], []
-        for _ in range(n_random):
-            pick = others[torch.randperm(others.numel(), generator=gen)[:count]].tolist()
-            fr.append(frozen_change(_frozen_zeroed(m, rep, pick)))
-            re.append(real_change(features=pick)[0])
-        return fr, re
-
-    other_pos = [p for p in range(1 if rep.bos else 0, last) if p not in (p1 - 1, p1)]
-
-    def embed_controls(count: int) -> tuple[list[float], list[float]]:
-        """(frozen, real) changes of ``n_random`` draws of ``count`` token embeddings at other positions, zeroed."""
-        fr, re = [], []
-        for _ in range(n_random):
-            pick = [other_pos[i] for i in torch.randperm(len(other_pos), generator=gen)[:count].tolist()]
-            w = torch.ones(g.n_pos)
-            w[pick] = 0
-            fr.append(frozen_change(frozen_run(m, rep, linear=True, embed=w).logits))
-            re.append(real_change(embeds=tuple(pick))[0])
-        return fr, re
-
-    def largest(vals: list[float]) -> float:
-        return max(vals, key=abs) if vals else float("nan")
-
-    rows = []
-    first = [i for i in range(nF) if int(fpos[i]) in (p1 - 1, p1)]
-
-    def feature_row(part: str, what: str, nodes: list[int], errors: bool = False, embeds: tuple = ()) -> None:
-        pred = ablation_prediction(g, nodes)
-        if errors:
-            frozen = frozen_run(m, rep, linear=True, errors=False).logits
-        elif embeds:
-            w = torch.ones(g.n_pos)
-            w[list(embeds)] = 0
-            frozen = frozen_run(m, rep, linear=True, embed=w).logits
-        else:
-            frozen = _frozen_zeroed(m, rep, nodes)
-        real, lp = real_change(features=[i for i in nodes if i < nF], errors=errors, embeds=embeds)
-        if not n_random:
-            fr, re = [], []
-        elif embeds:
-            fr, re = embed_controls(len(embeds))
-        else:
-            fr, re = controls(len(first) if errors else len(nodes))
-        rows.append({"part": part, "intervention": what, "n_nodes": len(nodes),
-                     "graph_direct": float(pred["direct_logits"][0]), "graph_total": float(pred["total_logits"][0]),
-                     "frozen": frozen_change(frozen), "frozen_control_max": largest(fr), "real": real,
-                     "real_logprob": lp, "real_control_max": largest(re)})
-
-    feature_row("read at the first occurrence", f"features at p1-1 and p1 ({len(first)}) zeroed", first)
-    feature_row("context", "features at p1 alone zeroed", [i for i in first if int(fpos[i]) == p1])
-    feature_row("context", "features at p1-1 alone zeroed", [i for i in first if int(fpos[i]) == p1 - 1])
-    current = [i for i in range(nF) if int(fpos[i]) == last]
-    feature_row("context", f"current token's features ({len(current)}) zeroed", current)
-    emb = nF + g.n_errors
-    feature_row("read at the first occurrence: the tokens", "token embeddings at p1-1 and p1 zeroed (controls: "
-                "as many embeddings elsewhere)", [emb + p1 - 1, emb + p1], embeds=(p1 - 1, p1))
-    errs = list(range(nF, nF + g.n_errors))
-    feature_row("context", "every error node zeroed (controls: as many random features as part 1)", errs, errors=True)
-
-    # the induction head's attention from the last position to p1
-    li, hi = induction
-    cut = _cut_pattern(rep, li, hi, p1)
-    fixed = _demeaned(frozen_run(m, cut).logits, target) - _demeaned(frozen_run(m, rep).logits, target)
-    lin = frozen_change(frozen_run(m, cut, linear=True).logits)
-    real, lp = real_change(head=(li, hi), key=p1)
-    other_f, other_r, other_h = [], [], []
-    for layer in range(m.cfg.n_layers):
-        for h in range(m.cfg.n_heads):
-            if (layer, h) != (li, hi):
-                other_f.append(frozen_change(frozen_run(m, _cut_pattern(rep, layer, h, p1), linear=True).logits))
-                other_r.append(real_change(head=(layer, h), key=p1)[0])
-                other_h.append(head_label(layer, h))
-    top = max(range(len(other_r)), key=lambda i: abs(other_r[i])) if other_r else None
-    first_nodes = first + [nF + layer * g.n_pos + p for layer in range(g.n_layers) for p in (p1 - 1, p1)] + \
-        [nF + g.n_errors + p for p in (p1 - 1, p1)]
-    edges = g.adjacency[-1]
-    share = float(edges[first_nodes].sum() / edges[:-1].abs().sum())
-    rows.append({"part": "moved by the induction head's OV",
-                 "intervention": f"{head_label(li, hi)}'s attention last -> p1 set to 0 (largest control: "
-                                 f"{other_h[top] if top is not None else '-'})", "n_nodes": 1,
-                 "graph_direct": float(edges[first_nodes].sum()), "graph_total": float("nan"), "frozen": lin,
-                 "frozen_control_max": largest(other_f), "real": real, "real_logprob": lp,
-                 "real_control_max": largest(other_r)})
-    nan = float("nan")
-    rows.append({"part": "into the logit", "intervention": "the same, every feature held (direct path)",
-                 "n_nodes": 1, "graph_direct": nan, "graph_total": nan, "frozen": fixed, "frozen_control_max": nan,
-                 "real": nan, "real_logprob": nan, "real_control_max": nan})
-    probs = torch.softmax(base_real, -1)
-    return {"rows": rows, "graph": g, "target": target, "p1": p1, "last": last,
-            "tokens": m.to_str_tokens(rep.tokens.cpu()), "p_target": float(probs[target]),
-            "first_share": share}
+    """Every intervention on one prompt (``copy_interventions``; see the module docstring)."""
+    return copy_interventions(m, text, surname, induction, n_random=n_random, seed=seed)
 
 
 def measure(models: list[NamedModel], args: Namespace) -> dict[str, Any]:

@@ -21,9 +21,12 @@ from sprout_interp.circuits.attribution_graph import (
 )
 from sprout_interp.circuits.graph_interventions import (
     ablation_prediction,
+    copy_positions,
+    cut_attention,
     frozen_run,
     intervention_check,
     intervention_summary,
+    real_run,
 )
 from sprout_interp.circuits.graphs import (
     AttributionGraph,
@@ -337,6 +340,49 @@ def test_removing_a_set_of_sources_is_what_the_edges_predict(model, case):
     assert (pred["total_features"] - pred["direct_features"]).abs().max() > 1e-2  # the paths through features count
     with pytest.raises(AttributionGraphError, match="nodes"):
         ablation_prediction(g, [len(g.nodes) - 1])  # a logit node writes nothing
+
+
+@pytest.mark.unchecked_types
+def test_real_run_removes_what_it_is_asked_to(model, case):
+    """real_run's feature removal is intervention_check's real column at factor 0; its attention cut and embedding
+    removal are hooks written here; bad indices are refused."""
+    g, rep, ts = case
+    s = int(rep.layer_span(1)[0])
+    ids = torch.tensor(g.nodes["token_id"].values[-g.n_logits:])
+    base, _ = real_run(model, rep)
+    after, logp = real_run(model, rep, features=[s])
+    df = intervention_check(model, g, ts, nodes=[s], factor=0.0)
+    got = (after[ids] - after.mean()) - (base[ids] - base.mean())
+    torch.testing.assert_close(got.double(), torch.tensor(df[df.target_kind == "logit"]["real"].values), rtol=0,
+                               atol=1e-5)
+    torch.testing.assert_close(logp, torch.log_softmax(after, -1))
+    key = int(rep.tokens.numel()) - 3
+
+    def cut(act, hook):
+        act = act.clone()
+        act[0, 1, -1, key] = 0
+        return act
+
+    def no_embed(act, hook):
+        act = act.clone()
+        act[0, [2, 4]] = 0
+        return act
+
+    with torch.no_grad():
+        want_cut = model.run_with_hooks(rep.tokens[None], fwd_hooks=[("blocks.1.attn.hook_pattern", cut)])[0, -1]
+        want_emb = model.run_with_hooks(rep.tokens[None], fwd_hooks=[("hook_embed", no_embed)])[0, -1]
+    torch.testing.assert_close(real_run(model, rep, head=(1, 1), key=key)[0], want_cut.float(), rtol=0, atol=1e-6)
+    torch.testing.assert_close(real_run(model, rep, embeds=[2, 4])[0], want_emb.float(), rtol=0, atol=1e-6)
+    assert not torch.equal(want_cut, model(rep.tokens[None])[0, -1])
+    assert float(cut_attention(rep, 1, 1, key).patterns[1, 1, -1, key]) == 0
+    for kw, match in ((dict(features=[rep.n_features]), "features"), (dict(embeds=[99]), "embeds"),
+                      (dict(head=(3, 0)), "layer"), (dict(head=(0, 2)), "head"), (dict(head=1), "head"),
+                      (dict(head=(0, 0), key=99), "key")):
+        with pytest.raises(AttributionGraphError, match=match):
+            real_run(model, rep, **kw)
+    with pytest.raises(AttributionGraphError, match="no earlier occurrence"):
+        copy_positions(torch.tensor([5, 6, 7, 8]), 6)
+    assert copy_positions(torch.tensor([0, 5, 6, 7, 5]), 6) == (2, 4)
 
 
 def test_the_real_model_follows_the_prediction_measured_not_exact(model, ts, tokens):
