@@ -37,7 +37,7 @@ PAGES = {
     "attribution_graph": ("/attribution_graph", 1, None, 1),  # the second "Zorbin Plax" of the story
     "neurons": (('/neurons?text=The+letter+on+the+table+was+signed+by+Quillon+Marsk%2C+and+nobody+in+the+house+knew+th'
                  'e+name.+The+maid+said+she+had+never+seen+the+man.+At+supper+the+father+read+the+letter+aloud%2C+and+'
-                 'when+he+had+finished+he+asked+again+who+Quillon+Marsk&pos=54&answer=+Mars&wrong=+had'),
+                 'when+he+had+finished+he+asked+again+who+Quillon+Marsk&pos=54&answer=+Mars&wrong=+had&held_out=1'),
                 3, None, 3),
 }
 

@@ -901,7 +901,9 @@ def test_neurons_page_shows_the_librarys_numbers_for_the_prediction_and_the_neur
     from sprout_interp.features import neurons as N
 
     text = "Zorbin Plax came home. The next day Zorbin"
-    at = ok(app("neurons", text=text).run())
+    at = app("neurons", text=text)
+    at.session_state["nrn_page_open"] = True  # the held-out page opened
+    at = ok(at.run())
     m = gpt4
     T = m.to_tokens(text).shape[1]
     assert at.session_state["nrn_pos"] == T - 1  # the last position first, its answer the model's top guess
@@ -934,7 +936,30 @@ def test_neurons_page_shows_the_librarys_numbers_for_the_prediction_and_the_neur
     lib = N.neuron_attribution(m, text, guess, " the", pos=T - 1, top=20)
     np.testing.assert_allclose(values(charts(at)[0]["data"][0]["x"])[::-1], lib["attribution"], atol=1e-5)
     q = at.query_params
-    assert q.get("neuron") in (["7"], "7") and q.get("layer") in (["2"], "2") and q.get("wrong") in ([" the"], " the")
+    assert q.get("neuron") in (["7"], "7") and q.get("layer") in (["1"], "1") and q.get("wrong") in ([" the"], " the")
+
+
+@pytest.mark.acceptance  # over 3 s
+def test_neurons_page_reads_held_out_text_only_when_the_neurons_page_is_opened(monkeypatch, gpt4):
+    """The first load attributes the prediction without reading the layer on held-out text (the slowest part);
+    opening the section, a link's held_out=1, or choosing a neuron by number opens it."""
+    compute = _compute()
+    real, calls = compute.neuron_page, []
+    monkeypatch.setattr(compute, "neuron_page", lambda *a: calls.append(a[2:]) or real(*a))
+    at = ok(app("neurons").run())
+    assert calls == [] and at.session_state["nrn_page_open"] is False and at.query_params["held_out"] == "0"
+    at.session_state["nrn_page_open"] = True  # opened
+    at = ok(at.run())
+    assert calls == [(at.session_state["nrn_layer"], at.session_state["nrn_n"])]
+    assert at.query_params["held_out"] == "1"
+    linked = AppTest.from_file(str(APP), default_timeout=180)
+    linked.query_params.update({"model": "gpt-4", "held_out": "1"})
+    ok(linked.switch_page(PAGES["neurons"]).run())
+    assert len(calls) == 2
+    by_number = app("neurons")
+    by_number.session_state["nrn_how"] = "by number"
+    by_number = ok(by_number.run())
+    assert by_number.session_state["nrn_page_open"] is True and len(calls) == 3
 
 
 @pytest.mark.acceptance  # over 3 s

@@ -83,32 +83,41 @@ else:
     neuron = int(st.number_input(f"neuron (0 … {d_mlp - 1})", min_value=0, max_value=d_mlp - 1, step=1, key="nrn_n",
                                  disabled=how == "by token"))
 
-with st.spinner("reading the layer's neurons on held-out text…"), state.shown_errors("the neuron page"):
-    page = compute.neuron_page(m, key, layer, neuron)
-st.markdown(f"**block {layer + 1} neuron {neuron}** (layer {layer}): {state.md(page.description)}")
-k = st.columns(4)
-k[0].metric("fires on", f"{page.frequency:.2%}", help=f"tokens above a quarter of its largest activation, of "
-                                                      f"{page.n_tokens:,} held-out tokens")
-k[1].metric("largest / most negative", f"{page.max_activation:+.2f} / {page.min_activation:+.2f}")
-k[2].metric("mean ± sd", f"{page.mean_activation:+.2f} ± {page.std_activation:.2f}")
-k[3].metric("positive on", f"{page.positive_share:.0%}", help="share of tokens with a positive activation")
-left, right = st.columns(2)
-with left:
-    st.markdown("**Strongest positive contexts** (held-out text; the token outlined)")
-    st.html(signed_contexts_html(page.contexts))
-with right:
-    st.markdown("**Most negative contexts**")
-    st.html(signed_contexts_html(page.negative_contexts))
-left, right = st.columns(2)
-with left:
-    if not page.histogram.empty:
-        state.chart(neuron_histogram(page), "neuron activation histogram")
-    st.markdown("**Tokens it fires on** (share of its strongest positive activations)")
-    st.dataframe(page.top_tokens, hide_index=True)
-with right:
-    state.chart(neuron_logit_effect_chart(page), "neuron logit effects")
-    st.markdown("**The token before** (share of its strongest positive activations)")
-    st.dataframe(page.top_previous, hide_index=True)
+# the held-out page reads the whole layer on held-out text (the slowest part of the page): it opens when asked, or
+# when the neuron was chosen by number or token (a link that names one)
+state.bind("held_out", "nrn_page_open", state.as_bool, state.fmt_bool)
+if how != "from the prediction above" and st.session_state.get("nrn_how_opened") != how:
+    st.session_state["nrn_page_open"] = True  # each time the way of finding one changes to a number or a token
+st.session_state["nrn_how_opened"] = how
+with st.expander(f"block {layer + 1} neuron {neuron} on held-out text: its strongest contexts, histogram and the "
+                 "tokens it promotes", key="nrn_page_open", on_change="rerun") as held_box:
+    if held_box.open:
+        with st.spinner("reading the layer's neurons on held-out text…"), state.shown_errors("the neuron page"):
+            page = compute.neuron_page(m, key, layer, neuron)
+        st.markdown(f"**block {layer + 1} neuron {neuron}** (layer {layer}): {state.md(page.description)}")
+        k = st.columns(4)
+        k[0].metric("fires on", f"{page.frequency:.2%}", help=f"tokens above a quarter of its largest activation, of "
+                                                              f"{page.n_tokens:,} held-out tokens")
+        k[1].metric("largest / most negative", f"{page.max_activation:+.2f} / {page.min_activation:+.2f}")
+        k[2].metric("mean ± sd", f"{page.mean_activation:+.2f} ± {page.std_activation:.2f}")
+        k[3].metric("positive on", f"{page.positive_share:.0%}", help="share of tokens with a positive activation")
+        left, right = st.columns(2)
+        with left:
+            st.markdown("**Strongest positive contexts** (held-out text; the token outlined)")
+            st.html(signed_contexts_html(page.contexts))
+        with right:
+            st.markdown("**Most negative contexts**")
+            st.html(signed_contexts_html(page.negative_contexts))
+        left, right = st.columns(2)
+        with left:
+            if not page.histogram.empty:
+                state.chart(neuron_histogram(page), "neuron activation histogram")
+            st.markdown("**Tokens it fires on** (share of its strongest positive activations)")
+            st.dataframe(page.top_tokens, hide_index=True)
+        with right:
+            state.chart(neuron_logit_effect_chart(page), "neuron logit effects")
+            st.markdown("**The token before** (share of its strongest positive activations)")
+            st.dataframe(page.top_previous, hide_index=True)
 
 st.subheader("This neuron on your text")
 with st.spinner("running the text…"), state.shown_errors("the neuron on your text"):
