@@ -34,7 +34,9 @@ PAGES = {
     "steering": ("/steering", 2, "sample the continuations", 2),  # the she/he contrast, continuations sampled
     # the notebook-07 question: the neurons voting against the second " Mars" of "Quillon Marsk" (README, "Neurons")
     # (its text is sprout_model.evaluation.NAME_TEXTS's "Quillon Marsk", URL-encoded)
-    "attribution_graph": ("/attribution_graph", 1, None, 1),  # the second "Zorbin Plax" of the story
+    # the second "Zorbin Plax" of the story on Sprout: the first " Pl" pinned, two block-4 features at the last
+    # position grouped, and the stronger one's card open (README, "Attribution graph")
+    "attribution_graph": ("/attribution_graph?pin=t5&super=end%20readers:f3.57.912,f3.57.304&card=f3.57.912", 2, None, 2),
     "neurons": (('/neurons?text=The+letter+on+the+table+was+signed+by+Quillon+Marsk%2C+and+nobody+in+the+house+knew+th'
                  'e+name.+The+maid+said+she+had+never+seen+the+man.+At+supper+the+father+read+the+letter+aloud%2C+and+'
                  'when+he+had+finished+he+asked+again+who+Quillon+Marsk&pos=54&answer=+Mars&wrong=+had&held_out=1'),

@@ -109,7 +109,7 @@ if own and up is None:
            "print(g, si.graph_scores(g))\"")
     st.caption("The scores and the node counts, reproduced by (the time is this server's, measured around the same "
                "call):")
-    st.code(cmd, language="bash")
+    st.code(cmd, language="bash", wrap_lines=True)
 else:
     st.caption("Scores of the uploaded graph: `python -c \"import sprout_interp as si; g = si.load_graph('graph."
                "safetensors'); print(g, si.graph_scores(g))\"`")
@@ -195,7 +195,7 @@ fig = attribution_graph_figure(drawn, drawn_edges, tokens, L, pinned=pins, notes
 st.markdown(f"**The graph of the prompt** ({P} positions, `<|endoftext|>` first): features (circles), error nodes "
             "(grey squares) and token embeddings (green triangles) writing into the logits (orange stars); "
             "x = position, y = block (from 1). It opens on the last position, where the prediction is made.")
-last = fig.layout.xaxis.tickvals[-1]
+last = fig.layout.xaxis.range[1]  # the right end: the prediction, and the rows' names beside it
 scrolling.chart(fig, "attribution graph", "ag_graph_box", last, on_select="rerun", selection_mode="points",
                 key="ag_graph")
 shown_e = min(len(drawn_edges), MAX_EDGES)

@@ -167,7 +167,7 @@ def attribution_graph_figure(nodes: pd.DataFrame, edges: pd.DataFrame, tokens: S
     layer (``row_px`` pixels a row: embeddings, block 1 … block ``n_layers``, logits). The nodes of one layer and
     position stack in up to ``stack`` lines inside the layer's band and spread sideways (a column is as wide as its
     most crowded cell needs, ``slot_px`` pixels a node), so no two nodes ever share a place. Node markers are at
-    most ``slot_px - 2`` across, their area growing with influence; features are circles, error nodes grey
+    most ``slot_px - 4`` across (ring included: ``slot_px - 2``), their area growing with influence; features are circles, error nodes grey
     squares, embeddings triangles, logits stars, supernodes diamonds (a colour each, named in the legend);
     ``pinned`` keys get a black ring. Edges: blue positive, red negative, wider and darker as ``|weight|`` grows
     relative to the largest; the ``max_edges`` strongest are drawn. ``notes``: more hover text per key (a
@@ -227,8 +227,9 @@ def attribution_graph_figure(nodes: pd.DataFrame, edges: pd.DataFrame, tokens: S
             fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
                                      line=dict(width=0.6 + 1.2 * b, color=colour), opacity=0.18 + 0.2 * b,
                                      name=f"edges {'+' if sign > 0 else '-'}{b}"))
-    sizes = 5 + (slot_px - 7) * np.sqrt(np.clip(nodes["influence"].to_numpy(dtype=float), 0, None) / big)
-    nodes["size"] = np.minimum(sizes, slot_px - 2)
+    sizes = 5 + (slot_px - 9) * np.sqrt(np.clip(nodes["influence"].to_numpy(dtype=float), 0, None) / big)
+    nodes["size"] = np.where(nodes["kind"] == "logit", slot_px - 6, np.minimum(sizes, slot_px - 4))  # a logit's
+    # influence is 0 by definition: its probability is named in its hover
     supers = [k for k in nodes["key"] if k.startswith("S:")]
     for kind in ("embedding", "feature", "error", "logit", "supernode"):
         part = nodes[nodes["kind"] == kind]
@@ -238,11 +239,11 @@ def attribution_graph_figure(nodes: pd.DataFrame, edges: pd.DataFrame, tokens: S
                 continue
             colour = (_SUPER_COLOURS[supers.index(name) % len(_SUPER_COLOURS)] if kind == "supernode"
                       else _COLOURS[kind])
-            ring = [2.5 if k in pinned or kind == "supernode" else 0.5 for k in g["key"]]
+            ring = [2 if k in pinned or kind == "supernode" else 0.5 for k in g["key"]]
             fig.add_trace(go.Scatter(
                 x=g["x"], y=g["y"], mode="markers", name=(escape_label(name[2:]) if kind == "supernode" else kind),
                 showlegend=kind == "supernode",
-                marker=dict(size=g["size"] if kind != "supernode" else slot_px - 2, color=colour,
+                marker=dict(size=g["size"] if kind != "supernode" else slot_px - 4, color=colour,
                             symbol="diamond" if kind == "supernode" else _SYMBOLS[kind],
                             line=dict(width=ring, color=["black" if w > 1 else "white" for w in ring])),
                 customdata=[[KIND_CODES[kind], int(n)] for n in g["node"]],
@@ -256,7 +257,7 @@ def attribution_graph_figure(nodes: pd.DataFrame, edges: pd.DataFrame, tokens: S
     # above it) the plot starts just below the tool bar's band
     heading = title_below_toolbar(title, width=FULL_COLUMN - 200) if title else None
     top = top_margin(heading) if heading else TOOLBAR_PX + 10
-    bottom = 130 + (45 if supers else 0)  # the tick labels, the axis title and (with supernodes) the legend
+    bottom = 120 + (40 if supers else 0)  # the tick labels, the axis's name and (with supernodes) the legend
     height = top + bottom + row_px * (n_layers + 2)
     y_ticks = dict(tickmode="array", tickvals=[v for v, _ in rows], ticktext=[t for _, t in rows],
                    tickfont=dict(size=11), range=[-0.6, n_layers + 1.6], fixedrange=True, zeroline=False)
@@ -266,10 +267,13 @@ def attribution_graph_figure(nodes: pd.DataFrame, edges: pd.DataFrame, tokens: S
     fig.update_layout(
         title=heading, width=w, height=height, plot_bgcolor="white", hovermode="closest",
         margin=dict(l=100, r=100, t=top, b=bottom), showlegend=bool(supers),
-        legend=dict(orientation="h", x=0, xanchor="left", y=0, yref="container", yanchor="bottom",
+        # the legend and the x axis's name sit at the right end, where the page opens the figure
+        legend=dict(orientation="h", x=1, xanchor="right", y=0, yref="container", yanchor="bottom",
                     title=dict(text="supernodes:")),
+        annotations=[dict(text="position: token (0-based)", x=1, xref="paper", xanchor="right", y=0, yref="paper",
+                          yanchor="top", yshift=-92, showarrow=False, font=dict(size=12, color="#444"))],
         xaxis=dict(tickmode="array", tickvals=ticks, ticktext=labels, tickangle=-90, tickfont=dict(size=10),
-                   title="position: token (0-based)", range=[-0.8, n_slots - 0.2], fixedrange=True, showgrid=False,
+                   range=[-0.8, n_slots - 0.2], fixedrange=True, showgrid=False,
                    zeroline=False),
         yaxis=dict(**y_ticks, showgrid=True, gridcolor="rgba(0,0,0,0.06)"),
         yaxis2=dict(**y_ticks, overlaying="y", side="right", showgrid=False),
