@@ -38,6 +38,7 @@ from sprout_interp.report.claims import Claim, verdict_lines
 from sprout_interp.report.cli import (
     NamedModel,
     held_out,
+    held_out_arguments,
     pct,
     print_table,
     run_claim_script,
@@ -62,9 +63,7 @@ RIPE = "the right answer often appears before the last block"
 def parser() -> ArgumentParser:
     """The script's arguments (the defaults are the claims table's settings)."""
     p = script_parser(SCRIPT, __doc__)
-    p.add_argument("--n", type=int, default=16, help="held-out windows (0: skip the held-out sample)")
-    p.add_argument("--length", type=int, default=256, help="tokens per held-out window")
-    p.add_argument("--seed", type=int, default=0, help="seed of the held-out sample")
+    held_out_arguments(p, 16, n_help="held-out windows (0: skip the held-out sample)")
     p.add_argument("--no-png", action="store_true", help="do not try the PNG export")
     return p
 

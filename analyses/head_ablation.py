@@ -47,6 +47,7 @@ from sprout_interp.report.cli import (
     candidates_left_out,
     evidence_table,
     held_out,
+    held_out_arguments,
     mean_reference,
     pct,
     print_table,
@@ -71,12 +72,11 @@ def parser() -> ArgumentParser:
     p = script_parser(SCRIPT, __doc__)
     p.add_argument("--kind", choices=["mean", "zero", "resample"], default="mean",
                    help="how a head is ablated (the circuit's ablations use mean for resample)")
-    p.add_argument("--n", type=int, default=4, help="held-out windows for the loss sweep and the circuit's held-out loss")
-    p.add_argument("--length", type=int, default=256, help="tokens per held-out window")
+    held_out_arguments(p, 4, n_help="held-out windows for the loss sweep and the circuit's held-out loss",
+                       seed_help="seed of the random tokens and the held-out sample")
     p.add_argument("--ref-n", type=int, default=16, help="held-out windows for the mean-ablation reference")
     p.add_argument("--seq-len", type=int, default=64, help="random tokens per copy for the copying sweep")
     p.add_argument("--batch", type=int, default=8, help="rows of repeated random tokens")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random tokens and the held-out sample")
     p.add_argument("--threshold", type=float, default=0.3, help="score a head needs to count as previous-token / induction head")
     p.add_argument("--min-specificity", type=float, default=3.0,
                    help="a head whose removal takes less than this many times more of the copying than of the model's "

@@ -45,6 +45,7 @@ from sprout_interp.report.cli import (
     NamedModel,
     evidence_table,
     held_out,
+    held_out_arguments,
     mean_reference,
     models_frame,
     pct,
@@ -68,9 +69,8 @@ def parser() -> ArgumentParser:
     p = script_parser(SCRIPT, __doc__)
     p.add_argument("--seq-len", type=int, default=64, help="random tokens per copy (each row is this, twice)")
     p.add_argument("--batch", type=int, default=16, help="rows of repeated random tokens")
-    p.add_argument("--n", type=int, default=8, help="held-out windows for the natural-text scores")
-    p.add_argument("--length", type=int, default=256, help="tokens per held-out window")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random tokens and of the held-out sample")
+    held_out_arguments(p, 8, n_help="held-out windows for the natural-text scores",
+                       seed_help="seed of the random tokens and of the held-out sample")
     p.add_argument("--threshold", type=float, default=0.3,
                    help="score a head needs to count as a previous-token / induction head")
     p.add_argument("--kind", choices=["mean", "zero"], default="mean", help="how the circuit's heads are ablated")

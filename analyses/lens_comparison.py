@@ -21,7 +21,7 @@ import pandas as pd
 from sprout_interp.lens.logit_lens import logit_lens
 from sprout_interp.plots.trajectories import lens_comparison_chart
 from sprout_interp.report.claims import Claim, verdict_lines
-from sprout_interp.report.cli import NamedModel, held_out, print_table, run_claim_script, save_figure, script_parser
+from sprout_interp.report.cli import NamedModel, held_out, held_out_arguments, print_table, run_claim_script, save_figure, script_parser
 
 SCRIPT = "lens_comparison"
 COMMAND = f".venv/bin/python analyses/{SCRIPT}.py"
@@ -32,9 +32,7 @@ CHAPTER = "Belrose et al. 2023, not the chapter"
 def parser() -> ArgumentParser:
     """The script's arguments (the defaults are the claims table's settings)."""
     p = script_parser(SCRIPT, __doc__)
-    p.add_argument("--n", type=int, default=8, help="held-out windows")
-    p.add_argument("--length", type=int, default=128, help="tokens per held-out window")
-    p.add_argument("--seed", type=int, default=0, help="seed of the held-out sample")
+    held_out_arguments(p, 8, 128)
     return p
 
 

@@ -46,7 +46,7 @@ from sprout_interp.circuits.knockout import block_knockout
 from sprout_interp.core.texts import TEXTS
 from sprout_interp.lens.logit_lens import CHAPTER_SPROUT_CONFIDENCE, logit_lens, penultimate_vs_final
 from sprout_interp.lens.residual import residual_rms
-from sprout_interp.report.cli import held_out, load_models, out_dir, print_table, set_threads, training_text
+from sprout_interp.report.cli import held_out, held_out_arguments, load_models, out_dir, print_table, set_threads, training_text
 from sprout_model.info import describe
 from sprout_model.ship import VAL_SEQ_LEN
 from sprout_model.train import loss_on_every_window
@@ -78,9 +78,8 @@ def parser() -> argparse.ArgumentParser:
                    help="more validation tokens (uint16 .bin, e.g. data/large-names/val.bin) whose loss on every window "
                         "is reported beside the figures, not judged")
     p.add_argument("--corpus", default="default", help="corpus of the held-out and training samples")
-    p.add_argument("--n", type=int, default=16, help="held-out windows (and training-text windows) for the knockout")
-    p.add_argument("--length", type=int, default=256, help="tokens per window")
-    p.add_argument("--seed", type=int, default=0, help="seed of both samples")
+    held_out_arguments(p, 16, n_help="held-out windows (and training-text windows) for the knockout",
+                       length_help="tokens per window", seed_help="seed of both samples")
     p.add_argument("--out", default=None, help=f"output folder (default out/{SCRIPT})")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     return p

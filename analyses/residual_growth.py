@@ -36,6 +36,7 @@ from sprout_interp.report.claims import Claim, verdict_line
 from sprout_interp.report.cli import (
     NamedModel,
     held_out,
+    held_out_arguments,
     models_frame,
     print_table,
     run_claim_script,
@@ -63,9 +64,7 @@ def _band(ratio: float) -> str:
 def parser() -> ArgumentParser:
     """The script's arguments (the defaults are the claims table's settings)."""
     p = script_parser(SCRIPT, __doc__)
-    p.add_argument("--n", type=int, default=16, help="held-out windows (0: only the three texts)")
-    p.add_argument("--length", type=int, default=256, help="tokens per held-out window")
-    p.add_argument("--seed", type=int, default=0, help="seed of the held-out sample")
+    held_out_arguments(p, 16, n_help="held-out windows (0: only the three texts)")
     p.add_argument("--train-n", type=int, default=16,
                    help="windows of the model's training text for the knockout beside the held-out one (0: none)")
     p.add_argument("--corpus", default=None,

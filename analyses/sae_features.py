@@ -39,7 +39,7 @@ from sprout_interp.features.search import (
 )
 from sprout_interp.plots.features import activation_histogram, contexts_html, logit_effect_chart
 from sprout_interp.report.claims import Claim, verdict_lines
-from sprout_interp.report.cli import pct, print_table, save_figure, script_parser, start
+from sprout_interp.report.cli import held_out_arguments, pct, print_table, save_figure, script_parser, start
 
 SCRIPT = "sae_features"
 COMMAND = f".venv/bin/python analyses/{SCRIPT}.py"
@@ -54,9 +54,7 @@ def parser():
     p = script_parser(SCRIPT, __doc__)
     p.set_defaults(models=["sprout"])
     p.add_argument("--layers", type=int, nargs="+", default=None, help="layers (default: every shipped SAE)")
-    p.add_argument("--n", type=int, default=32, help="held-out windows for the quality metrics")
-    p.add_argument("--length", type=int, default=256, help="tokens per held-out window")
-    p.add_argument("--seed", type=int, default=0)
+    held_out_arguments(p, 32, n_help="held-out windows for the quality metrics")
     return p
 
 

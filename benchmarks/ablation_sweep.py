@@ -26,11 +26,11 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
 import time
 
 import torch
+from timing import interleaved, medians, ratio_table
 
 from sprout_interp.circuits.ablation import ablation_sweep, attribution_sweep, metric_reach, spearman, sweep_macs
 
@@ -118,29 +118,17 @@ def main(argv: list[str] | None = None) -> int:
         return attribution_sweep(m, toks, metric, kind=a.kind, reference=reference)
 
     runs = {"naive": naive, "fast": fast, "attribution": attribution}
-    times = {k: [] for k in runs}
-    results = {}
-    for r in range(a.reps):
-        order = list(runs) if r % 2 == 0 else list(runs)[::-1]
-        for k in order:
-            t = time.perf_counter()
-            results[k] = runs[k]()
-            times[k].append(time.perf_counter() - t)
-        print(f"  rep {r + 1}/{a.reps}: " + ", ".join(f"{k} {times[k][-1]:.2f}s" for k in runs) + f" (elapsed {time.time() - t0:.0f}s)",
-              file=sys.stderr, flush=True)
+    times, results = interleaved(runs, a.reps, progress=True)
     err = float((results["fast"]["ablated"] - results["naive"]["ablated"]).abs().max())
     rho = spearman(results["naive"]["change"], results["attribution"]["estimate"])
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = medians(times)
     labels = {
         "naive": "naive loop: one full forward per head",
         "fast": "fast exact sweep (reuse stream before the block, batched heads)",
         "attribution": "attribution patching (1 forward + 1 backward)",
     }
     print()
-    print("| method | median s | min s | max s | ratio to naive |")
-    print("|---|---:|---:|---:|---:|")
-    for k in ("naive", "fast", "attribution"):
-        print(f"| {labels[k]} | {med[k]:.2f} | {min(times[k]):.2f} | {max(times[k]):.2f} | {med[k] / med['naive']:.3f} |")
+    print(ratio_table(times, "naive", labels))
     print()
     print(f"fast vs naive: ratio of medians {med['fast'] / med['naive']:.3f} (the floor is sweep_macs's ratio); "
           f"largest |fast - naive| over the {n_heads} heads: {err:.2e} ({a.metric})")

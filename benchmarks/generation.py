@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch
+from timing import interleaved, medians
 
 import sprout_interp as si
 
@@ -46,21 +45,15 @@ def main(argv=None) -> None:
         "to_hf() generate(do_sample=False)": lambda: hf.generate(ids, max_new_tokens=a.new, min_new_tokens=a.new,
                                                                  do_sample=False, attention_mask=torch.ones_like(ids)),
     }
-    outs = {k: f() for k, f in variants.items()}  # warm-up, and the tokens each variant makes
-    times: dict[str, list[float]] = {k: [] for k in variants}
     with torch.no_grad():
-        for _ in range(a.reps):
-            for k, f in variants.items():
-                t0 = time.perf_counter()
-                f()
-                times[k].append(time.perf_counter() - t0)
-    hf_med = statistics.median(times["to_hf() generate(do_sample=False)"])
+        times, outs = interleaved(variants, a.reps, warmup=True)  # the tokens each variant makes come back too
+    hf_med = medians(times)["to_hf() generate(do_sample=False)"]
     print(f"{a.model}: greedy, {ids.shape[1]}-token prompt + {a.new} new tokens, {a.reps} interleaved repetitions, "
           f"torch threads {torch.get_num_threads()}")
     print("| variant | median (s) | tokens/s | time / Hugging Face |")
     print("|---|---:|---:|---:|")
     for k, ts in times.items():
-        med = statistics.median(ts)
+        med = medians(times)[k]
         print(f"| {k} | {med:.3f} | {a.new / med:,.0f} | {med / hf_med:.2f}x |")
     ref = outs["HookedSprout.generate (key/value cache)"]
     same = {k: torch.equal(o[:, : ref.shape[1]], ref) for k, o in outs.items()}

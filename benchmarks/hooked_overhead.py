@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch
+from timing import interleaved, medians
 
 import sprout_interp as si
 from sprout_interp.lens.residual import stream_names
@@ -45,26 +44,18 @@ def main(argv=None) -> None:
         bridge = m.to_transformer_lens()
         variants["TransformerLens bridge run_with_cache, everything"] = lambda: bridge.run_with_cache(toks)
 
-    times = {k: [] for k in variants}
     with torch.inference_mode():
-        for f in variants.values():  # warm-up
-            f()
-        for _ in range(a.reps):
-            for k, f in variants.items():
-                t0 = time.perf_counter()
-                out = f()
-                times[k].append(time.perf_counter() - t0)
-                del out
+        times, _ = interleaved(variants, a.reps, warmup=True)
         _, cache = m.run_with_cache(toks)
         cache_bytes = sum(v.numel() * v.element_size() for v in cache.values())
 
-    base = statistics.median(times["plain model.GPT forward"])
+    base = medians(times)["plain model.GPT forward"]
     print(f"{a.model} at batch {a.batch} x {a.seq} tokens, {a.reps} interleaved repetitions, torch threads "
           f"{torch.get_num_threads()}")
     print("| variant | median (s) | ratio to plain forward |")
     print("|---|---:|---:|")
     for k, ts in times.items():
-        med = statistics.median(ts)
+        med = medians(times)[k]
         print(f"| {k} | {med:.3f} | {med / base:.2f}x |")
     print(f"\nfull cache memory: {cache_bytes / 2**20:,.0f} MiB in {len(cache)} tensors")
 

@@ -17,10 +17,9 @@ scores (Pearson r and the largest error, in score units, from ``patching_agreeme
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
+from timing import interleaved, medians
 from transformer_lens import patching as tlp
 
 import sprout_interp as si
@@ -53,18 +52,14 @@ def main(argv=None) -> None:
     print("| patching | patches | TransformerLens s | ours s | ours / TransformerLens | multiply-add floor | largest difference |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for site, by, tl_fn in cases:
-        times = {"tl": [], "ours": []}
-        for _ in range(a.reps):
-            t0 = time.perf_counter()
-            theirs = tl_fn(m, corrupted, clean_cache, metric)
-            times["tl"].append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            ours = P.activation_patch(m, clean, corrupted, P.LogitDiff(ans, wrong), site, by)
-            times["ours"].append(time.perf_counter() - t0)
+        times, out = interleaved({"tl": lambda: tl_fn(m, corrupted, clean_cache, metric),
+                                  "ours": lambda: P.activation_patch(m, clean, corrupted, P.LogitDiff(ans, wrong), site, by)},
+                                 a.reps)
+        theirs, ours = out["tl"], out["ours"]
         if by == "head_pos":
             ours = ours.sort_values(["layer", "pos", "head"])
         diff = (torch.tensor(ours["value"].values, dtype=theirs.dtype) - theirs.flatten()).abs().max().item()
-        tl_med, our_med = statistics.median(times["tl"]), statistics.median(times["ours"])
+        tl_med, our_med = medians(times)["tl"], medians(times)["ours"]
         floor = P.patch_macs(m.cfg, a.seq, site, by)["ratio"]
         print(f"| {site} by {by.replace('_', ' x ')} | {len(ours):,} | {tl_med:.2f} | {our_med:.2f} | "
               f"{our_med / tl_med:.3f} | {floor:.3f} | {diff:.1e} |")
@@ -78,7 +73,7 @@ NAME_PAIR = ("When the boat came in, old Zorbin Plax was waiting on the pier. Th
 
 def attribution_table(m, reps: int) -> None:
     """Attribution patching against the exact fast path on the name pair (times interleaved, medians)."""
-    from sprout_interp.circuits.attribution import token_id
+    from sprout_interp.core.tokens import token_id
 
     clean, corrupted = NAME_PAIR, NAME_PAIR.replace("Zorbin", "Velmat", 1)
     metric = P.LogitDiff(token_id(m, " Pl"), token_id(m, " the"))
@@ -87,16 +82,11 @@ def attribution_table(m, reps: int) -> None:
     print("| patching | patches | exact s | attribution s | attribution / exact | r | largest score error |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for site, by in (("resid_pre", "layer_pos"), ("z", "head"), ("z", "head_pos")):
-        times = {"exact": [], "attr": []}
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            exact = P.activation_patch(m, clean, corrupted, metric, site, by)
-            times["exact"].append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            est = P.attribution_patch(m, clean, corrupted, metric, site, by)
-            times["attr"].append(time.perf_counter() - t0)
-        agree = P.patching_agreement(exact, est)
-        ex_med, at_med = statistics.median(times["exact"]), statistics.median(times["attr"])
+        times, out = interleaved({"exact": lambda: P.activation_patch(m, clean, corrupted, metric, site, by),
+                                  "attr": lambda: P.attribution_patch(m, clean, corrupted, metric, site, by)}, reps)
+        agree = P.patching_agreement(out["exact"], out["attr"])
+        exact = out["exact"]
+        ex_med, at_med = medians(times)["exact"], medians(times)["attr"]
         print(f"| {site} by {by.replace('_', ' x ')} | {len(exact):,} | {ex_med:.2f} | {at_med:.2f} | "
               f"{at_med / ex_med:.3f} | {agree.attrs['r']:.2f} | {agree.attrs['max_abs_error']:.2f} |")
 

@@ -12,10 +12,9 @@ coefficient, the loop one writes with TransformerLens). Prints medians, their ra
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
+from timing import interleaved, medians
 
 import sprout_interp as si
 from sprout_interp.circuits import steering
@@ -49,14 +48,8 @@ def main(argv=None) -> None:
         v = steering.steering_vector(m, list(ex["positive"]), list(ex["negative"]), layer)
         runs = {meth: (lambda meth=meth: steering.steering_effect(m, tokens, v, layer, coeffs, metric, method=meth))
                 for meth in ("naive", "fast")}
-        out = {k: f() for k, f in runs.items()}  # warm-up, and the numbers each gives
-        times: dict[str, list[float]] = {k: [] for k in runs}
-        for _ in range(a.reps):
-            for k, f in runs.items():
-                t0 = time.perf_counter()
-                f()
-                times[k].append(time.perf_counter() - t0)
-        med = {k: statistics.median(t) for k, t in times.items()}
+        times, out = interleaved(runs, a.reps, warmup=True)  # the numbers each gives come back too
+        med = medians(times)
         diff = float((out["fast"]["value"] - out["naive"]["value"]).abs().max())
         print(f"| block {layer + 1} (layer {layer}) resid_pre | {med['naive']:.3f} | {med['fast']:.3f} | "
               f"{med['fast'] / med['naive']:.3f} | {diff:.1e} |")

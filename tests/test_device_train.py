@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from sprout_model import GPT, Config, preset
 from sprout_model.checkpoint import load_folder, save_checkpoint
-from sprout_model.device import (
+from sprout_model.transport import (
     MANIFEST,
     PART_LIMIT,
     RETURN_FILE_LIMIT,

@@ -6,10 +6,11 @@ import pandas as pd
 import pytest
 import torch
 
+from sprout_interp.circuits.heads import block_label
+from sprout_interp.plots.common import thinned_ticks
 from sprout_interp.plots.heads import (
     all_heads_figure,
     attention_hover_html,
-    block_label,
     compare_models_figure,
     head_grid,
     head_scores_figure,
@@ -17,7 +18,6 @@ from sprout_interp.plots.heads import (
     name_copying_figure,
     pattern_figure,
     sweep_heatmap,
-    thinned_ticks,
 )
 
 pytestmark = pytest.mark.unit

@@ -78,7 +78,7 @@ def test_encode_decode_match_a_hand_topk(sae):
 def test_for_model_has_unit_decoder_rows_and_the_fingerprint(model, sae):
     assert torch.allclose(sae.W_dec.norm(dim=-1), torch.ones(sae.d_sae), atol=1e-5)
     assert sae.hook_name == "blocks.1.hook_resid_post" and sae.layer == 1
-    from sprout_interp.lens.tuned_lens import fingerprint
+    from sprout_interp.core.fingerprints import fingerprint
 
     assert sae.info["fingerprint"] == fingerprint(model)
 

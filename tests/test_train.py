@@ -17,11 +17,12 @@ from safetensors.torch import load_file
 
 import sprout_model.prepare as prepare_mod
 from sprout_model import GPT, Config
+from sprout_model.batches import Batches
 from sprout_model.checkpoint import load_folder
 from sprout_model.presets import PRESETS
 from sprout_model.run_state import RunStateError, read_state
 from sprout_model.tokenizer import EOT, load_tokenizer, train_tokenizer
-from sprout_model.train import Batches, TrainArgs, TrainArgsError, lr_at, train
+from sprout_model.train import TrainArgs, TrainArgsError, lr_at, train
 
 pytestmark = pytest.mark.unit
 
@@ -590,7 +591,7 @@ def test_device_and_dtype_options_are_checked(data, tmp_path):
 
 
 def test_torch_batches_are_batches_windows():
-    from sprout_model.train import TorchBatches
+    from sprout_model.batches import TorchBatches
     views = [np.arange(1000, dtype=np.uint16), np.arange(5000, 6100, dtype=np.uint16)]
     a, b = Batches(views, 10, 8, seed=5), TorchBatches(views, 10, 8, seed=5)
     for i in range(40):  # several epochs, both views
@@ -605,7 +606,7 @@ def test_torch_batches_are_batches_windows():
 
 @pytest.mark.parametrize("source", ["random", "text", "mixed"])
 def test_torch_batches_copy_rows_repeat_with_a_period(source):
-    from sprout_model.train import TorchBatches
+    from sprout_model.batches import TorchBatches
     tokens = np.arange(1, 5000, dtype=np.uint16)
     b = TorchBatches(tokens, seq_len=64, batch_size=64, seed=0, copy_rows=0.5, vocab_size=300, copy_source=source)
     x, y = b.next()
@@ -631,7 +632,7 @@ def test_torch_batches_copy_rows_repeat_with_a_period(source):
 
 
 def test_torch_batches_real_rows():
-    from sprout_model.train import TorchBatches
+    from sprout_model.batches import TorchBatches
     view = np.arange(1, 20_000, dtype=np.uint16)
     real = np.arange(30_000, 50_000, dtype=np.uint16)
     plain = TorchBatches([view], seq_len=32, batch_size=64, seed=0)

@@ -6,8 +6,9 @@ import state
 import streamlit as st
 
 from sprout_interp.circuits.ablation import KINDS
+from sprout_interp.circuits.heads import block_label
 from sprout_interp.plots import token_change_chart
-from sprout_interp.plots.heads import block_label, sweep_heatmap
+from sprout_interp.plots.heads import sweep_heatmap
 
 state.header(
     "Ablations",

@@ -6,9 +6,9 @@ import compute
 import state
 import streamlit as st
 
+from sprout_interp.circuits.heads import block_label
 from sprout_interp.plots.heads import (
     attention_hover_html,
-    block_label,
     head_scores_figure,
     head_scores_heatmap,
     pattern_figure,

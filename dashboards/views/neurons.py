@@ -5,7 +5,7 @@ import compute
 import state
 import streamlit as st
 
-from sprout_interp.plots.heads import block_label
+from sprout_interp.circuits.heads import block_label
 from sprout_interp.plots.neurons import (
     neuron_attribution_chart,
     neuron_histogram,

@@ -6,8 +6,8 @@ import state
 import streamlit as st
 
 from sprout_interp.anatomy import rope
+from sprout_interp.circuits.heads import block_label
 from sprout_interp.plots.anatomy import distance_profile_figure, rope_grid_figure
-from sprout_interp.plots.heads import block_label
 
 SOURCES = {"random": "random q and k (the chapter's check)", "model": "a head's own queries and keys (this text)"}
 

@@ -21,33 +21,16 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from sprout_interp.core.arguments import check_count, check_index, describe, integer
+from sprout_interp.circuits.heads import head_label
+from sprout_interp.core.arguments import check_count, check_index
 from sprout_interp.core.errors import ArgumentError, SproutError
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import HookedSprout, as_hooked
+from sprout_interp.core.tokens import token_id
 
-__all__ = ["direct_logit_attribution", "head_token_effects", "contribution_graph", "token_id", "head_label"]
+__all__ = ["direct_logit_attribution", "head_token_effects", "contribution_graph"]
 
 TokenLike = Union[str, int]
-
-
-def head_label(layer: int, head: int) -> str:
-    """The people's label of a head: ``"block {layer+1} head {head}"`` (blocks counted from 1)."""
-    return f"block {layer + 1} head {head}"
-
-
-def token_id(model: HookedSprout, token: TokenLike, name: str = "token") -> int:
-    """The id of ``token``: a whole-number id (numpy / torch integers too), or a string that is exactly one token
-    (else SproutError saying its pieces). ``name`` is the argument it came in, for the ArgumentError of an id
-    outside the vocabulary or of something that is no token (a bool, a float)."""
-    if isinstance(token, str):
-        return model.to_single_token(token)
-    i, V = integer(token), model.cfg.d_vocab
-    if i is None:
-        raise ArgumentError(f"{name}={describe(token)} is not a token: pass a string of one token or a whole-number id 0..{V - 1}")
-    if not 0 <= i < V:
-        raise ArgumentError(f"{name}: token id {i} is outside the vocabulary (0..{V - 1})")
-    return i
 
 
 def _token_strings(model: HookedSprout, ids: list[int]) -> list[str]:
@@ -143,7 +126,7 @@ def direct_logit_attribution(
         elif by in ("head", "neuron"):
             per_head = torch.einsum("hd,hdm->hm", cache[act_name("z", l)][0, p], W_O)
             vals = onto(per_head)
-            rows += [dict(component=head_label(l, h), kind="head", layer=l, block=l + 1, head=h,
+            rows += [dict(component=head_label(l, h, with_layer=False), kind="head", layer=l, block=l + 1, head=h,
                           attribution=float(vals[h])) for h in range(H)]
         else:
             pattern = cache[act_name("pattern", l)][0, :, p, : p + 1]  # (head, src)
@@ -152,7 +135,7 @@ def direct_logit_attribution(
             vals = onto(per_src)  # (head, src)
             src_tokens = _token_strings(model, toks[: p + 1].tolist())
             for h in range(H):
-                rows += [dict(component=head_label(l, h), kind="head", layer=l, block=l + 1, head=h,
+                rows += [dict(component=head_label(l, h, with_layer=False), kind="head", layer=l, block=l + 1, head=h,
                               src_pos=s, src_token=src_tokens[s],
                               attribution=float(vals[h, s])) for s in range(p + 1)]
         if by == "neuron":

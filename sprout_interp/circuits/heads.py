@@ -8,7 +8,8 @@ from typing import Literal
 from sprout_interp.core.arguments import check_index, integer
 from sprout_interp.core.errors import AblationError
 
-__all__ = ["Head", "Kind", "KINDS", "CONVENTION", "all_heads", "check_heads", "check_kind", "head_label", "heads_label"]
+__all__ = ["Head", "Kind", "KINDS", "CONVENTION", "all_heads", "check_heads", "check_kind", "block_label", "head_label",
+           "heads_label"]
 
 Kind = Literal["zero", "mean", "resample"]
 KINDS = ("zero", "mean", "resample")
@@ -59,20 +60,30 @@ def check_kind(kind) -> str:
 
 
 
-def head_label(layer: int, head: int) -> str:
+def block_label(layer: int) -> str:
+    """How a block reads: ``"block 3 (layer 2)"`` for layer 2, the chapter's count, then the code's 0-indexed layer."""
+    return f"block {layer + 1} (layer {layer})"
+
+
+def head_label(layer: int, head: int, with_layer: bool = True) -> str:
     """How a head reads in tables, figures and verdicts: ``"block 2 head 0 (layer 1)"`` for ``(1, 0)``
-    (block counted from 1 as the chapter does, the 0-indexed layer of code and hook names in brackets).
+    (block counted from 1 as the chapter does, the 0-indexed layer of code and hook names in brackets);
+    ``with_layer=False``: ``"block 2 head 0"``, for a column beside ``layer`` and ``block`` columns or a
+    figure's axis that says its convention.
 
     >>> head_label(1, 0)
     'block 2 head 0 (layer 1)'
+    >>> head_label(1, 0, with_layer=False)
+    'block 2 head 0'
     """
-    return f"block {layer + 1} head {head} (layer {layer})"
+    short = f"block {layer + 1} head {head}"
+    return f"{short} (layer {layer})" if with_layer else short
 
 
-def heads_label(heads: Sequence[Head]) -> str:
+def heads_label(heads: Sequence[Head], with_layer: bool = True) -> str:
     """Several heads joined with ``" + "`` (:func:`head_label` each); ``"none"`` for no head.
 
     >>> heads_label([(1, 0), (2, 3)])
     'block 2 head 0 (layer 1) + block 3 head 3 (layer 2)'
     """
-    return " + ".join(head_label(int(l), int(h)) for l, h in heads) or "none"
+    return " + ".join(head_label(int(l), int(h), with_layer) for l, h in heads) or "none"

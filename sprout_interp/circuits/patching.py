@@ -30,39 +30,38 @@ the model, every patch runs that full forward instead, so the hook is honoured.
 
 :func:`attribution_patch` estimates the same table to first order from one forward and one backward pass
 (``(source - run) . gradient`` over each patch's slice, through ``circuits.gradients``); :func:`patching_agreement`
-puts an exact table beside its estimate.
+puts an exact table beside its estimate. Path patching is :mod:`~sprout_interp.circuits.path_patching`'s (its two
+functions are imported here, so ``si.patching`` is one namespace for every patching method); the runs, the metric and
+the score both share are :mod:`~sprout_interp.circuits.patch_runs`'s.
 
 Tables: ``layer`` (0-indexed as in code), ``block`` (= layer + 1, the chapter's count), ``head``,
 ``pos`` (0-based input index), ``value`` (the metric, in its own units) and ``score``.
 """
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable, Sequence
-from typing import Literal, Optional, Union
+from collections.abc import Callable
+from typing import Literal, Optional
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from sprout_interp.circuits.gradients import metric_gradients
 from sprout_interp.circuits.metrics import (
-    BoundMetric,
     LogitDiff,
     LogProb,
     Loss,
     MetricLike,
     TargetLogProb,
-    bind_metric,
     metric_from_read_logits,
     read_positions,
 )
-from sprout_interp.core.arguments import check_index
+from sprout_interp.circuits.patch_runs import bind_patch_metric, patch_endpoints
+from sprout_interp.circuits.path_patching import attribution_path_patch, path_patch  # si.patching.path_patch
+from sprout_interp.core.attention_maths import attend, attention_output, rotate, rotated_qkv
 from sprout_interp.core.errors import MetricError, PatchingError
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import HookedSprout, as_hooked, is_hooked
-from sprout_model.model import apply_rope
 
 __all__ = [
     "PatchingError", "LogitDiff", "LogProb", "Loss", "TargetLogProb", "activation_patch", "naive_patch", "SITES", "patch_macs",
@@ -77,45 +76,6 @@ SITES: dict[str, tuple[str, ...]] = {
     "z": ("head", "head_pos"), "q": ("head",), "k": ("head",), "v": ("head",), "pattern": ("head",),
 }
 _CHUNK = 16  # patches per batched forward: each chunk runs from its first patched position on
-
-
-# --------------------------------------------------------------------------------------------
-# metrics: the protocol of circuits.metrics (bind to a batch; the bound metric says where it reads)
-
-def _bind(metric, tokens: Tensor, d_vocab: Optional[int] = None) -> BoundMetric:
-    """``metric`` bound to ``tokens``; a metric the protocol does not know is a PatchingError that says what is.
-    With ``d_vocab`` the metric's token ids are checked against the vocabulary (every patch starts with
-    :func:`_run_value`, which passes it)."""
-    try:
-        return bind_metric(metric, tokens, None, d_vocab)
-    except MetricError as e:
-        raise PatchingError(
-            f"{e}. Patching takes LogitDiff(answer, wrong), LogProb(target), Loss(), TargetLogProb(positions, targets) "
-            "or a function of the logits (batch, pos, vocab) returning a scalar"
-        ) from None
-
-
-def _run_value(model: HookedSprout, metric, tokens: Tensor) -> tuple[float, str]:
-    """The metric of an unpatched run on ``tokens``, and its name."""
-    bound = _bind(metric, tokens, model.cfg.d_vocab)
-    read = read_positions(bound, tokens.shape[1])
-    with torch.no_grad():
-        return float(metric_from_read_logits(bound, model(tokens)[:, read], read)[0]), bound.name
-
-
-# --------------------------------------------------------------------------------------------
-# inputs
-
-
-def _inputs(model: HookedSprout, clean, corrupted) -> tuple[Tensor, Tensor]:
-    c, _ = model.prepare_input(clean, padding=False, argument="clean")
-    x, _ = model.prepare_input(corrupted, padding=False, argument="corrupted")
-    if c.shape != x.shape:
-        raise PatchingError(
-            f"clean is {tuple(c.shape)} tokens and corrupted {tuple(x.shape)}: patching swaps activations position "
-            "by position, so both must tokenize to the same length (change a name for another of the same length)"
-        )
-    return c, x
 
 
 def _check_site(site: str, by: str) -> None:
@@ -167,7 +127,7 @@ def naive_patch(model, clean, corrupted, metric: MetricLike, site: Site = "resid
 
 
 def _naive_values(model, base, src_cache, metric, site, patches) -> list[float]:
-    bound = _bind(metric, base)
+    bound = bind_patch_metric(metric, base)
     read = read_positions(bound, base.shape[1])
     out = []
     for l, h, p in patches:
@@ -202,17 +162,11 @@ class _Run:
 
 def _attention(blk, x: Tensor, run: _Run, l: int, s0: int, n: int, cos: Tensor, sin: Tensor) -> Tensor:
     """Block ``l``'s attention output for positions ``s0..`` of ``n`` patched copies; earlier keys/values from ``run``."""
-    N, S, C = x.shape
-    q, k, v = blk.attn.heads(blk.norm1(x))
-    q, k = apply_rope(blk.attn.q_norm(q), cos, sin), apply_rope(blk.attn.k_norm(k), cos, sin)
+    q, k, v = rotated_qkv(blk, x, cos, sin)
     if s0:
         k = torch.cat((run.k[l][:, :, :s0].repeat(n, 1, 1, 1), k), 2)
         v = torch.cat((run.v[l][:, :, :s0].repeat(n, 1, 1, 1), v), 2)
-        seen = torch.arange(s0 + S, device=x.device)[None, :] <= torch.arange(s0, s0 + S, device=x.device)[:, None]
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=seen)
-    else:
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return blk.attn.proj(y.transpose(1, 2).reshape(N, S, C))
+    return attention_output(blk, attend(q, k, v))
 
 
 def _finish(model: HookedSprout, run: _Run, x: Tensor, layer: int, stage: str, s0: int, n: int,
@@ -252,15 +206,15 @@ def _head_z(model: HookedSprout, run: _Run, src: dict, site: str, l: int, heads:
         v = run.v[l][:, h]
         s = src[act_name(site, l)]
         if site == "q":
-            q = apply_rope(blk.attn.q_norm(s[:, :, h]), cos, sin)
+            q = rotate(blk.attn.q_norm, s[:, :, h], cos, sin)
         elif site == "k":
-            k = apply_rope(blk.attn.k_norm(s[:, :, h]), cos, sin)
+            k = rotate(blk.attn.k_norm, s[:, :, h], cos, sin)
         elif site == "v":
             v = s[:, :, h]
         if site == "pattern":
             y = torch.matmul(s[:, h], v)
         else:
-            y = F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], is_causal=True)[:, 0]
+            y = attend(q[:, None], k[:, None], v[:, None])[:, 0]
         z[rows, :, h] = y
     return z
 
@@ -272,7 +226,7 @@ def _fast_values(model: HookedSprout, base: Tensor, src_tokens: Tensor, metric, 
     run = _Run(model, base, site)
     names = [act_name(site, l) for l in range(L)]
     _, src = model.run_with_cache(src_tokens, names_filter=names, return_cache_object=False)
-    bound = _bind(metric, base)
+    bound = bind_patch_metric(metric, base)
     read = read_positions(bound, T)
     unpatched = float(metric_from_read_logits(bound, run.logits[:, read], read)[0])  # the run being patched, as it is
     gpt = model.model
@@ -422,7 +376,8 @@ def activation_patch(
         ``metric`` and the convention.
     """
     model = as_hooked(model)
-    clean_t, corrupt_t, clean_v, corrupt_v, name = _endpoints(model, clean, corrupted, metric, site, by, direction)
+    _check_site(site, by)
+    clean_t, corrupt_t, clean_v, corrupt_v, name = patch_endpoints(model, clean, corrupted, metric, direction)
     base, source = (corrupt_t, clean_t) if direction == "denoise" else (clean_t, corrupt_t)
     patches = _patches(model, site, by, clean_t.shape[1])
     if method not in ("fast", "naive"):
@@ -439,26 +394,6 @@ def activation_patch(
             vals = _fast_values(model, base, source, metric, site, by, patches)
     return _table(model, clean_t, patches, vals, clean_v, corrupt_v, site=site, by=by, direction=direction,
                   metric=name, method="exact")
-
-
-def _endpoints(model: HookedSprout, clean, corrupted, metric, site: Optional[str], by: Optional[str],
-               direction: str) -> tuple[Tensor, Tensor, float, float, str]:
-    """The arguments checked (``site`` None: a path patch, no site), both inputs as ids, the metric on each
-    unpatched run and its name; runs the metric cannot tell apart are a PatchingError (a score divides by their
-    difference)."""
-    if site is not None:
-        _check_site(site, by)
-    if direction not in ("denoise", "noise"):
-        raise PatchingError(f"direction must be 'denoise' (clean into corrupted) or 'noise' (the reverse), got {direction!r}")
-    clean_t, corrupt_t = _inputs(model, clean, corrupted)
-    clean_v, name = _run_value(model, metric, clean_t)
-    corrupt_v, _ = _run_value(model, metric, corrupt_t)
-    if abs(clean_v - corrupt_v) < 1e-6:
-        same = "the texts are the same" if torch.equal(clean_t, corrupt_t) else "the metric does not tell them apart"
-        raise PatchingError(
-            f"the {name} is {clean_v:.4g} on both runs ({same}): a score needs a clean and a corrupted run that differ"
-        )
-    return clean_t, corrupt_t, clean_v, corrupt_v, name
 
 
 def _table(model: HookedSprout, clean_t: Tensor, patches, vals, clean_v: float, corrupt_v: float, **attrs) -> pd.DataFrame:
@@ -503,13 +438,14 @@ def attribution_patch(model, clean, corrupted, metric: MetricLike, site: Site = 
         run: ``corrupted`` when denoising).
     """
     model = as_hooked(model)
-    clean_t, corrupt_t, clean_v, corrupt_v, name = _endpoints(model, clean, corrupted, metric, site, by, direction)
+    _check_site(site, by)
+    clean_t, corrupt_t, clean_v, corrupt_v, name = patch_endpoints(model, clean, corrupted, metric, direction)
     base, source = (corrupt_t, clean_t) if direction == "denoise" else (clean_t, corrupt_t)
     names = [act_name(site, l) for l in range(model.cfg.n_layers)]
     with torch.no_grad():
         _, src = model.run_with_cache(source, names_filter=names, return_cache_object=False)
     try:
-        run_v, acts, grads = metric_gradients(model, base, names, _bind(metric, base))
+        run_v, acts, grads = metric_gradients(model, base, names, bind_patch_metric(metric, base))
     except MetricError as e:
         raise PatchingError(str(e)) from None
     per_layer = [((src[n].to(acts[n].dtype) - acts[n]) * grads[n]).double() for n in names]
@@ -554,238 +490,6 @@ def patch_macs(cfg, seq_len: int, site: str = "resid_pre", by: str = "layer_pos"
             fast += per_l * (later * (S * block + d * S * (S + 2 * c0 + 1)) + read * d * V)
     naive = n_patches * forward
     return {"naive": float(naive), "fast": fast, "ratio": fast / naive}
-
-
-# --------------------------------------------------------------------------------------------
-# path patching: one head's output only as it enters chosen heads' queries, keys or values
-
-Sender = tuple[int, int]
-Receiver = tuple[int, int, str]
-
-
-def _check_receivers(model: HookedSprout, receivers) -> list[Receiver]:
-    """``receivers`` as ``(layer, head, "q" | "k" | "v")`` tuples of ints; PatchingError naming the bad one."""
-    L, H = model.cfg.n_layers, model.cfg.n_heads
-    form = f"a receiver is (layer, head, 'q' | 'k' | 'v') with layer 0..{L - 1}, head 0..{H - 1}"
-    if isinstance(receivers, (str, bytes)) or not hasattr(receivers, "__iter__"):
-        raise PatchingError(f"receivers is a list of receivers: {form}; got {receivers!r}")
-    out = []
-    for r in receivers:
-        if not isinstance(r, (tuple, list)) or len(r) != 3 or r[2] not in ("q", "k", "v"):
-            raise PatchingError(f"{form}; got {r!r}")
-        out.append((check_index(r[0], "receivers layer", L, what=f"{form}; got {r!r}", error=PatchingError),
-                    check_index(r[1], "receivers head", H, what=f"{form}; got {r!r}", error=PatchingError), r[2]))
-    if not out:
-        raise PatchingError("receivers is empty: name at least one (layer, head, 'q' | 'k' | 'v')")
-    return out
-
-
-def _check_sender(model: HookedSprout, s) -> Sender:
-    """One sender head as a ``(layer, head)`` tuple of ints; PatchingError naming it otherwise."""
-    L, H = model.cfg.n_layers, model.cfg.n_heads
-    form = f"a sender is (layer, head) with layer 0..{L - 1}, head 0..{H - 1}; got {s!r}"
-    if not isinstance(s, (tuple, list)) or len(s) != 2:
-        raise PatchingError(form)
-    return (check_index(s[0], "senders layer", L, what=form, error=PatchingError),
-            check_index(s[1], "senders head", H, what=form, error=PatchingError))
-
-
-def _check_path(model: HookedSprout, senders: Sequence[Sender], receivers: Sequence[Receiver]) -> None:
-    if not receivers:
-        raise PatchingError("receivers is empty: name at least one (layer, head, 'q' | 'k' | 'v')")
-    first = min(r[0] for r in receivers)
-    for s in senders:
-        if s[0] >= first:
-            raise PatchingError(
-                f"sender {s} is not before every receiver (first receiver layer {first}): a path runs from an earlier "
-                "layer to a later one"
-            )
-
-
-def _path_values(model: HookedSprout, base: Tensor, source: Tensor, metric, sender_sets: list[list[Sender]],
-                 receivers: Sequence[Receiver], batched: bool) -> list[float]:
-    """The metric for each set of senders, their changed output reaching only ``receivers``."""
-    B, T = base.shape
-    L = model.cfg.n_layers
-    names = [act_name("z", l) for l in range(L)] + [act_name("resid_pre", l) for l in range(L)]
-    _, bc = model.run_with_cache(base, names_filter=names, return_cache_object=False)
-    _, sc = model.run_with_cache(source, names_filter=names, return_cache_object=False)
-    W_O = model.W_O
-    gpt = model.model
-    first = min(r[0] for r in receivers)
-    bound = _bind(metric, base)
-    read = read_positions(bound, T)
-
-    def new_inputs(senders: list[Sender]) -> dict[tuple[int, str], Tensor]:
-        """Per (receiver layer, q/k/v): the raw projections (B, T, head, d_head) with the senders' change added."""
-        out = {}
-        for l2 in sorted({r[0] for r in receivers}):
-            delta = sum(((sc[act_name("z", l)][:, :, h] - bc[act_name("z", l)][:, :, h]) @ W_O[l, h]
-                         for l, h in senders if l < l2), torch.zeros(B, T, model.cfg.d_model))
-            blk = gpt.blocks[l2]
-            q, k, v = blk.attn.heads(blk.norm1(bc[act_name("resid_pre", l2)] + delta))
-            for kind, t in zip("qkv", (q, k, v)):
-                out[(l2, kind)] = t.transpose(1, 2)  # (B, T, head, d_head), as the hooks see it
-        return out
-
-    def hooks_for(inputs: list[dict]) -> list:
-        hooks = []
-        for l2, kind in {(r[0], r[2]) for r in receivers}:
-            heads = [r[1] for r in receivers if r[0] == l2 and r[2] == kind]
-            new = torch.cat([inp[(l2, kind)] for inp in inputs])  # (n*B, T, head, d_head)
-
-            def fn(act, hook, new=new, heads=heads):
-                act = act.clone()
-                act[:, :, heads] = new[:, :, heads]
-                return act
-
-            hooks.append((f"blocks.{l2}.attn.hook_{kind}", fn))
-        return hooks
-
-    values = []
-    if batched:
-        inputs = [new_inputs(s) for s in sender_sets]
-        n = len(inputs)
-        start = bc[act_name("resid_pre", first)].repeat(n, 1, 1)
-        logits = model.run_with_hooks(start, start_at_layer=first, fwd_hooks=hooks_for(inputs))
-        return metric_from_read_logits(bound, logits[:, read], read).tolist()
-    for s in sender_sets:
-        logits = model.run_with_hooks(base, fwd_hooks=hooks_for([new_inputs(s)]))
-        values.append(float(metric_from_read_logits(bound, logits[:, read], read)[0]))
-    return values
-
-
-@torch.no_grad()
-def path_patch(
-    model,
-    clean,
-    corrupted,
-    metric: MetricLike,
-    receivers: Sequence[Receiver],
-    senders: Optional[Sequence[Union[Sender, Sequence[Sender]]]] = None,
-    direction: Literal["denoise", "noise"] = "denoise",
-    method: Literal["fast", "naive"] = "fast",
-) -> pd.DataFrame:
-    """Path patching: each sender head's change, clean vs corrupted, let through only to ``receivers``.
-
-    A sender's output (its ``hook_z`` through ``W_O``) changes to the other run's, but only as the
-    receivers read it: their queries, keys or values (``(layer, head, "q" | "k" | "v")``) are
-    recomputed from the stream of the run being patched plus that change, and every other part of
-    the model sees the run unchanged. So a previous-token head -> induction head (keys) path
-    measures exactly the composition the chapter describes.
-
-    Args:
-        senders: heads ``(layer, head)`` to try, one at a time, or lists of heads to patch together
-            (one row each); default every head in a layer before the first receiver.
-        direction, metric, clean, corrupted: as in :func:`activation_patch`.
-        method: "fast" runs every sender in one batched forward from the first receiver's layer;
-            "naive" one full forward per sender (the reference).
-
-    Returns:
-        One row per sender (or set of senders):
-
-        | column | meaning |
-        |---|---|
-        | ``layer``, ``block``, ``head`` | the sender (the set's first head): layer 0-indexed, block = layer + 1 |
-        | ``heads`` | the set, ``"block B head H + ..."`` |
-        | ``value`` | the metric with that path patched, in the metric's units |
-        | ``score`` | ``(value - corrupted) / (clean - corrupted)``: 0 = the corrupted run, 1 = the clean run |
-
-        ``df.attrs`` holds ``clean``, ``corrupted``, ``receivers`` and ``direction``.
-    """
-    model = as_hooked(model)
-    receivers, sets, clean_v, corrupt_v, name, base, source = _path_setup(
-        model, clean, corrupted, metric, receivers, senders, direction)
-    with model.lock:  # the user-hook check sees this caller's hooks only (as in activation_patch)
-        user_hooks = any(is_hooked(hp) for hp in model.hook_dict.values())
-        vals = _path_values(model, base, source, metric, sets, receivers, batched=method == "fast" and not user_hooks)
-    return _path_table(sets, vals, clean_v, corrupt_v, receivers=receivers, direction=direction, metric=name,
-                       method="exact")
-
-
-def _path_setup(model: HookedSprout, clean, corrupted, metric, receivers, senders, direction: str):
-    """Path patching's arguments checked: ``(receivers, sender sets, clean value, corrupted value, metric name,
-    base ids, source ids)``; senders default to every head before the first receiver's layer, one set each."""
-    receivers = _check_receivers(model, receivers)
-    if senders is None:
-        first = min((r[0] for r in receivers), default=0)
-        senders = [(l, h) for l in range(first) for h in range(model.cfg.n_heads)]
-    if isinstance(senders, (str, bytes)) or not hasattr(senders, "__iter__"):
-        raise PatchingError(f"senders is a list of (layer, head) heads, or of lists of heads; got {senders!r}")
-    one = lambda s: isinstance(s, (tuple, list)) and len(s) == 2 and not any(isinstance(x, (tuple, list)) for x in s)  # noqa: E731
-    sets = [[_check_sender(model, s)] if one(s) else [_check_sender(model, x) for x in s] if isinstance(s, (tuple, list))
-            else [_check_sender(model, s)] for s in senders]
-    _check_path(model, [h for st in sets for h in st], receivers)
-    if not sets or not all(sets):
-        raise PatchingError("no senders: the receivers are in the first layer, which no head precedes")
-    clean_t, corrupt_t, clean_v, corrupt_v, name = _endpoints(model, clean, corrupted, metric, None, None, direction)
-    base, source = (corrupt_t, clean_t) if direction == "denoise" else (clean_t, corrupt_t)
-    return receivers, sets, clean_v, corrupt_v, name, base, source
-
-
-def _path_table(sets, vals, clean_v: float, corrupt_v: float, **attrs) -> pd.DataFrame:
-    df = pd.DataFrame([dict(layer=st[0][0], block=st[0][0] + 1, head=st[0][1],
-                            heads=" + ".join(f"block {l + 1} head {h}" for l, h in st),
-                            value=v, score=(v - corrupt_v) / (clean_v - corrupt_v)) for st, v in zip(sets, vals)])
-    df.attrs.update(clean=clean_v, corrupted=corrupt_v, **attrs,
-                    convention="layer 0-indexed; block = layer + 1; score 0 = corrupted, 1 = clean")
-    return df
-
-
-def attribution_path_patch(model, clean, corrupted, metric: MetricLike, receivers: Sequence[Receiver],
-                           senders: Optional[Sequence[Union[Sender, Sequence[Sender]]]] = None,
-                           direction: Literal["denoise", "noise"] = "denoise") -> pd.DataFrame:
-    """Path patching to first order: every sender's path to ``receivers`` estimated from one forward and one
-    backward pass (edge attribution patching, Syed et al. 2023).
-
-    For a sender set, its change ``Δ`` (each sender's ``hook_z`` difference through ``W_O``) is carried into each
-    receiver's query, key or value input by the derivative of that input (ln1 then the projection) at the run
-    being patched, ``d input = J · Δ`` (forward-mode autodiff), and met by the metric's gradient there:
-    ``value ≈ run + Σ grad · (J · Δ)``. It is the derivative of :func:`path_patch`'s value along ``t · Δ`` at
-    ``t = 0`` (the tests check it by central differences); use it to rank many senders and confirm the top ones
-    exactly.
-
-    Returns:
-        :func:`path_patch`'s table (``layer, block, head, heads, value, score``) with estimated values;
-        ``attrs["method"]`` is ``"attribution"``, ``attrs["run_value"]`` the metric the gradient was taken at.
-    """
-    model = as_hooked(model)
-    receivers, sets, clean_v, corrupt_v, name, base, source = _path_setup(
-        model, clean, corrupted, metric, receivers, senders, direction)
-    layers2 = sorted({r[0] for r in receivers})
-    z_names = [act_name("z", l) for l in range(layers2[-1])]
-    inputs = sorted({(r[0], r[2]) for r in receivers})
-    with torch.no_grad():
-        _, src = model.run_with_cache(source, names_filter=z_names, return_cache_object=False)
-    names = [act_name(kind, l2) for l2, kind in inputs] + z_names + [act_name("resid_pre", l2) for l2 in layers2]
-    try:
-        # the receivers' own inputs cut from the stream: path patching recomputes them from the run and the senders'
-        # change only, so no other path (an earlier receiver's effect on a later one, say) may reach them
-        frozen = {act_name(kind, l2): [r[1] for r in receivers if r[0] == l2 and r[2] == kind] for l2, kind in inputs}
-        run_v, acts, grads = metric_gradients(model, base, names, _bind(metric, base), frozen=frozen)
-    except MetricError as e:
-        raise PatchingError(str(e)) from None
-    W_O = model.W_O.detach()
-    vals = []
-    for st in sets:
-        total = 0.0
-        for l2 in layers2:
-            before = [(l, h) for l, h in st if l < l2]
-            if not before:
-                continue
-            delta = sum((src[act_name("z", l)][:, :, h] - acts[act_name("z", l)][:, :, h]) @ W_O[l, h] for l, h in before)
-            blk, x = model.model.blocks[l2], acts[act_name("resid_pre", l2)]
-            with torch.no_grad(), warnings.catch_warnings():
-                # torch.func's own use of torch.jit.script warns on every call; nothing for a user to change
-                warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.*deprecated", category=DeprecationWarning)
-                _, tangents = torch.func.jvp(lambda d: blk.attn.heads(blk.norm1(x + d)), (torch.zeros_like(x),), (delta,))
-            for kind, t in zip("qkv", tangents):
-                heads = [r[1] for r in receivers if r[0] == l2 and r[2] == kind]
-                if heads:  # t: (batch, head, pos, d_head); the hooks see (batch, pos, head, d_head)
-                    total += float((grads[act_name(kind, l2)][:, :, heads] * t.transpose(1, 2)[:, :, heads]).double().sum())
-        vals.append(run_v + total)
-    return _path_table(sets, vals, clean_v, corrupt_v, receivers=receivers, direction=direction, metric=name,
-                       method="attribution", run_value=run_v)
 
 
 def patching_agreement(exact: pd.DataFrame, estimate: pd.DataFrame) -> pd.DataFrame:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from sprout_interp.core.arguments import check_count, check_number
-from sprout_model.model import GPT, Block, apply_rope
+from sprout_interp.core.attention_maths import attend, attention_output, rotated_qkv
+from sprout_model.model import GPT, Block
 
 __all__ = ["HookedRunner", "KVCacheRunner", "MAX_NEW_TOKENS", "check_sampling"]
 
@@ -65,17 +65,13 @@ class KVCacheRunner:
 
     def _block(self, i: int, blk: Block, x: Tensor, start: int, fresh: bool) -> Tensor:
         T = x.shape[1]
-        cos, sin = self.gpt.cos[start : start + T], self.gpt.sin[start : start + T]
-        q, k, v = blk.attn.heads(blk.norm1(x))
-        q, k = apply_rope(blk.attn.q_norm(q), cos, sin), apply_rope(blk.attn.k_norm(k), cos, sin)
+        q, k, v = rotated_qkv(blk, x, self.gpt.cos[start : start + T], self.gpt.sin[start : start + T])
         if fresh:
             self.kv.append((k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
-            k_all, v_all = (torch.cat((old, new), dim=2) for old, new in zip(self.kv[i], (k, v)))
-            self.kv[i] = (k_all, v_all)
-            y = F.scaled_dot_product_attention(q, k_all, v_all)  # one query: it sees every stored key
-        x = x + blk.attn.proj(y.transpose(1, 2).reshape(x.shape))
+            k, v = (torch.cat((old, new), dim=2) for old, new in zip(self.kv[i], (k, v)))
+            self.kv[i] = (k, v)
+        x = x + attention_output(blk, attend(q, k, v))  # one new query sees every stored key
         return x + blk.ffn(blk.norm2(x))
 
     def __call__(self, idx: Tensor) -> tuple[Tensor, None]:

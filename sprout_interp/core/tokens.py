@@ -34,13 +34,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Union
 
 import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
-from sprout_interp.core.errors import ContextLengthError, SproutError, TokenizationError
+from sprout_interp.core.arguments import describe, integer
+from sprout_interp.core.errors import ArgumentError, ContextLengthError, SproutError, TokenizationError
 from sprout_model.tokenizer import EOT, TokenizerError
 from sprout_model.tokenizer import encode as _encode
 
@@ -58,6 +59,11 @@ __all__ = [
     "texts_to_tokens",
     "ids_to_str_tokens",
     "ids_to_string",
+    "token_bytes",
+    "byte_labels",
+    "token_labels",
+    "merge_byte_labels",
+    "CONTINUED",
     "CHUNK_CHARS",
     "GPT2_SPLIT_PATTERN",
     "is_rust_panic",
@@ -65,6 +71,7 @@ __all__ = [
     "check_tokenizer",
     "tokenizer_from_json",
     "encode_ids",
+    "token_id",
 ]
 
 #: Characters one call into the Rust tokenizer reads at most; a module attribute, so a test can change it.
@@ -397,3 +404,107 @@ def ids_to_string(tokenizer, ids: Sequence[int] | Tensor) -> str:
     """The text of a sequence of token ids (special tokens kept)."""
     _require(tokenizer)
     return tokenizer_call("decoding token ids", tokenizer.decode, _as_id_list(ids), skip_special_tokens=False)
+
+
+# -- readable labels for tokens that are pieces of a UTF-8 character ------------------------------------------
+
+
+def _byte_alphabet() -> dict[str, int]:
+    """The byte-level BPE's alphabet (GPT-2's ``bytes_to_unicode``): the character a byte is written as in the
+    vocabulary -> that byte."""
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    cs, n = list(bs), 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+_BYTE_OF = _byte_alphabet()
+#: the label of a token whose bytes all continue a character that an earlier token of the text starts (the
+#: character itself is on that token): U+25CC DOTTED CIRCLE, the usual stand-in for "attached to what comes before"
+CONTINUED = "◌"
+_BYTE_MARK = re.compile(r"⟨0x([0-9A-F]{2})⟩")
+
+
+def token_bytes(tokenizer, ids: Sequence[int] | Tensor) -> list[bytes]:
+    """The bytes each token id stands for (a byte-level BPE's token can hold part of a UTF-8 character; special
+    tokens and the tokens of a vocabulary that is not byte-level: their text's UTF-8)."""
+    _require(tokenizer)
+    byte_level = type(getattr(tokenizer, "decoder", None)).__name__ == "ByteLevel"
+    out = []
+    for i in _as_id_list(ids):
+        piece = tokenizer_call("reading a token", tokenizer.id_to_token, i)
+        if piece is None:
+            raise TokenizationError(f"token id {i} is not in the vocabulary (0..{tokenizer.get_vocab_size() - 1})")
+        if byte_level and all(ch in _BYTE_OF for ch in piece):
+            out.append(bytes(_BYTE_OF[ch] for ch in piece))
+        else:
+            out.append(ids_to_string(tokenizer, [i]).encode("utf-8"))
+    return out
+
+
+def byte_labels(pieces: Sequence[bytes]) -> list[str]:
+    """One readable label per token of a text, given each token's bytes: every UTF-8 character is written on the
+    token that holds its first byte, merged across the tokens it spans; a token whose bytes all continue a
+    character begun before it is labelled :data:`CONTINUED`; a byte that belongs to no complete character (a lone
+    piece, a character cut by the text's end) is written ``⟨0xE2⟩``."""
+    owner = [t for t, p in enumerate(pieces) for _ in p]  # the token of each byte
+    data = b"".join(pieces)
+    labels = [""] * len(pieces)
+    i = 0
+    while i < len(data):
+        lead = data[i]
+        size = 1 if lead < 0x80 else 2 if 0xC2 <= lead <= 0xDF else 3 if 0xE0 <= lead <= 0xEF else \
+            4 if 0xF0 <= lead <= 0xF4 else 0
+        ch = None
+        if size and i + size <= len(data):
+            try:
+                ch = data[i:i + size].decode("utf-8")
+            except UnicodeDecodeError:
+                ch = None
+        if ch is None:  # not the start of a whole character: the byte alone
+            labels[owner[i]] += f"⟨0x{lead:02X}⟩"
+            i += 1
+        else:
+            labels[owner[i]] += ch
+            i += size
+    return [lab if lab or not p else CONTINUED for lab, p in zip(labels, pieces)]
+
+
+def token_labels(tokenizer, ids: Sequence[int] | Tensor) -> list[str]:
+    """One readable label per token id of a text (:func:`byte_labels` of :func:`token_bytes`): where
+    :func:`ids_to_str_tokens` shows each piece of a split character as '\ufffd', this merges the pieces into the
+    character, or shows a lone piece's bytes as ``⟨0xE2⟩``. For one id alone (a vocabulary table), a piece shows
+    its bytes."""
+    return byte_labels(token_bytes(tokenizer, ids))
+
+
+def merge_byte_labels(labels: Sequence[str]) -> list[str]:
+    """Labels made for tokens one at a time (:func:`token_labels` of a single id, where a piece shows as
+    ``⟨0xE2⟩``) relabelled as one text: adjacent pieces that form a character are merged as :func:`byte_labels`
+    merges them. Labels without a byte mark are kept as they are."""
+    if not any(_BYTE_MARK.search(lab) for lab in labels):
+        return list(labels)
+    pieces = []
+    for lab in labels:
+        parts = _BYTE_MARK.split(lab)  # text, byte, text, byte, ..., text
+        pieces.append(b"".join(bytes([int(x, 16)]) if k % 2 else x.encode("utf-8") for k, x in enumerate(parts)))
+    return byte_labels(pieces)
+
+
+def token_id(model, token: Union[str, int], name: str = "token") -> int:
+    """The id of ``token`` for ``model`` (a HookedSprout): a whole-number id (numpy / torch integers too), or a
+    string that is exactly one token (``model.to_single_token``; else SproutError saying its pieces). ``name`` is
+    the argument it came in, for the ArgumentError of an id outside the vocabulary or of something that is no
+    token (a bool, a float)."""
+    if isinstance(token, str):
+        return model.to_single_token(token)
+    i, V = integer(token), model.cfg.d_vocab
+    if i is None:
+        raise ArgumentError(f"{name}={describe(token)} is not a token: pass a string of one token or a whole-number id 0..{V - 1}")
+    if not 0 <= i < V:
+        raise ArgumentError(f"{name}: token id {i} is outside the vocabulary (0..{V - 1})")
+    return i

@@ -16,7 +16,7 @@ On disk an SAE is a folder in SAELens's format: ``sae_weights.safetensors`` with
 ``normalize_activations``, ``reshape_activations``, ``metadata`` with ``model_name``, ``hook_name``,
 ``hook_layer``, ``context_size``, ``prepend_bos`` …; the pre-6.0 flat keys ``model_name``, ``hook_name``,
 ``hook_layer`` too) plus a ``sprout`` block: the checkpoint's fingerprint (its config and the sha256 of its
-weights and vocabulary, :func:`sprout_interp.lens.tuned_lens.fingerprint`), the training recipe and its
+weights and vocabulary, :func:`sprout_interp.core.fingerprints.fingerprint`), the training recipe and its
 numbers. :func:`load_sae` refuses a folder made for another checkpoint or hook point with
 :class:`~sprout_interp.core.errors.SAEMismatchError`.
 
@@ -38,10 +38,10 @@ from sprout_interp.core.arguments import check_index
 from sprout_interp.core.configs import check_finite
 from sprout_interp.core.errors import NotACheckpointError, SAEMismatchError, SAENotFoundError, SproutError
 from sprout_interp.core.files import as_path, read_json
+from sprout_interp.core.fingerprints import check_fingerprint, fingerprint, fingerprint_mismatch
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import as_hooked
 from sprout_interp.core.loading import read_safetensors
-from sprout_interp.lens.tuned_lens import check_fingerprint, fingerprint
 
 __all__ = [
     "SAE_WEIGHTS", "SAE_CFG", "RECIPE", "SparseAutoencoder", "resid_hook", "hook_layer", "sae_folder",
@@ -206,18 +206,6 @@ def save_sae(sae: SparseAutoencoder, folder: Union[str, Path], dtype: torch.dtyp
     return folder
 
 
-def _mismatch(expected: dict, found: dict) -> list[str]:
-    out = []
-    ce, cf = expected.get("config", {}), found.get("config", {})
-    diff = sorted(k for k in set(ce) | set(cf) if ce.get(k) != cf.get(k))
-    if diff:
-        out.append("config (" + ", ".join(f"{k}: SAE's {cf.get(k)!r} vs model's {ce.get(k)!r}" for k in diff[:4]) + ")")
-    for key, what in (("vocab_sha256", "vocabulary"), ("weights_sha256", "weights")):
-        if expected.get(key) != found.get(key):
-            out.append(what)
-    return out
-
-
 def _cfg_fields(cfg: dict, where: str) -> tuple[int, int, int, str, dict]:
     """(d_in, d_sae, k, hook name, info) from a cfg.json object, each of the form :func:`save_sae` writes;
     :class:`SAEMismatchError` naming the entry otherwise (nothing is converted: ``"16"`` or ``16.0`` is no width)."""
@@ -306,7 +294,7 @@ def check_for_model(sae: SparseAutoencoder, model, layer: Optional[int] = None, 
         warnings.warn(f"{where} records no checkpoint fingerprint: nothing checks that it was trained on "
                       f"{m.name or 'this model'}", UserWarning, stacklevel=3)
         return
-    bad = _mismatch(fingerprint(m), fp)
+    bad = fingerprint_mismatch(fingerprint(m), fp, "SAE")
     if bad:
         raise SAEMismatchError(
             f"{where} was trained for another checkpoint ({sae.info.get('trained_on') or 'unknown'}): its "

@@ -19,7 +19,7 @@ On disk a set is a folder: ``layer_{i}.safetensors`` per layer with the tensors 
 JSON object (JSON is YAML, so circuit-tracer's ``yaml.safe_load`` reads it too) with circuit-tracer's keys
 (``model_kind``, ``feature_input_hook = "mlp.hook_in"``, ``feature_output_hook = "mlp.hook_out"``,
 ``activation = "topk"``, ``k``, ``transcoders``: the layer files) plus a ``sprout`` block: our hook names, the
-checkpoint's fingerprint (:func:`sprout_interp.lens.tuned_lens.fingerprint`) and each layer's training and
+checkpoint's fingerprint (:func:`sprout_interp.core.fingerprints.fingerprint`) and each layer's training and
 quality numbers. :func:`load_transcoders` checks the fingerprint and every file before it allocates a tensor.
 
 Shipped sets live beside their checkpoint: ``<checkpoint>/transcoders/``.
@@ -41,15 +41,15 @@ from sprout_interp.core.arguments import check_count, check_index, check_indices
 from sprout_interp.core.configs import check_finite
 from sprout_interp.core.errors import NotACheckpointError, SproutError, TranscoderMismatchError, TranscoderNotFoundError
 from sprout_interp.core.files import as_path, read_json
+from sprout_interp.core.fingerprints import check_fingerprint, fingerprint, fingerprint_mismatch
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import as_hooked
 from sprout_interp.core.loading import read_safetensors
-from sprout_interp.lens.tuned_lens import check_fingerprint, fingerprint
 
 __all__ = [
     "TC_CONFIG", "TC_RECIPE", "FEATURE_INPUT_HOOK", "FEATURE_OUTPUT_HOOK", "Transcoder", "TranscoderSet",
     "input_hook", "output_hook", "mlp_input", "layer_file", "transcoder_folder", "save_transcoder_layer",
-    "save_transcoders", "load_transcoders", "fingerprint_mismatch",
+    "save_transcoders", "load_transcoders",
 ]
 
 TC_CONFIG = "config.yaml"
@@ -303,24 +303,6 @@ def save_transcoders(ts: TranscoderSet, folder: Union[str, Path], dtype: torch.d
     return Path(folder)
 
 
-def fingerprint_mismatch(expected: dict, found: object) -> list[str]:
-    """What differs between the model's fingerprint ``expected`` and the one a file records, ``found``: a list
-    of "config (...)", "vocabulary", "weights" (empty when they match; ["fingerprint"] when ``found`` is not
-    an object)."""
-    if not isinstance(found, dict):
-        return ["fingerprint"]
-    out = []
-    ce, cf = expected.get("config", {}), found.get("config")
-    if not isinstance(cf, dict) or cf != ce:
-        keys = sorted(k for k in set(ce) | set(cf if isinstance(cf, dict) else {})
-                      if not isinstance(cf, dict) or ce.get(k) != cf.get(k))
-        out.append("config (" + ", ".join(keys[:4]) + ")")
-    for key, what in (("vocab_sha256", "vocabulary"), ("weights_sha256", "weights")):
-        if expected.get(key) != found.get(key):
-            out.append(what)
-    return out
-
-
 def _bad(folder: Path, why: str) -> TranscoderMismatchError:
     return TranscoderMismatchError(
         f"the transcoders in {folder} cannot be used: {why}. Train them again "
@@ -390,7 +372,7 @@ def load_transcoders(model, folder: Union[str, Path, None] = None,
         raise TranscoderMismatchError(f"the transcoders in {folder} read {d_model}-dimensional activations but "
                                       f"{m.name or 'the model'} has d_model {m.cfg.d_model}: they belong to another model")
     fp = check_fingerprint(sprout.get("fingerprint"), f"the transcoders in {folder}", TranscoderMismatchError)
-    bad = fingerprint_mismatch(fingerprint(m), fp)
+    bad = fingerprint_mismatch(fingerprint(m), fp, "transcoders")
     if bad:
         raise TranscoderMismatchError(
             f"the transcoders in {folder} were trained for another checkpoint ({cfg.get('model_name') or 'unknown'}): "

@@ -26,18 +26,17 @@ from jaxtyping import Float
 from torch import Tensor
 
 from sprout_interp.core.errors import SproutError
+from sprout_interp.core.fingerprints import fingerprint, fingerprint_mismatch
 from sprout_interp.core.hooked import as_hooked
 from sprout_interp.core.tokens import ModelInput
 from sprout_interp.features.metrics import held_out_tokens
 from sprout_interp.features.transcoder import (
     Transcoder,
     TranscoderSet,
-    fingerprint_mismatch,
     input_hook,
     mlp_input,
     output_hook,
 )
-from sprout_interp.lens.tuned_lens import fingerprint
 
 __all__ = ["run_with_transcoders", "transcoder_quality", "replacement_quality", "TC_QUALITY_UNITS"]
 

@@ -17,8 +17,6 @@ raises :class:`~sprout_interp.core.errors.TunedLensMismatchError`.
 """
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import json
 import math
 import sys
@@ -35,12 +33,13 @@ from torch import Tensor, nn
 from sprout_interp.core.configs import check_finite
 from sprout_interp.core.errors import NotACheckpointError, SproutError, TunedLensMismatchError
 from sprout_interp.core.files import as_path, read_json
+from sprout_interp.core.fingerprints import check_fingerprint, fingerprint, fingerprint_mismatch
 from sprout_interp.core.hooked import as_hooked
 from sprout_interp.core.loading import read_safetensors
 from sprout_interp.lens.residual import residual_stack
 
 __all__ = [
-    "LENS_WEIGHTS", "LENS_INFO", "TunedLens", "read_out", "fingerprint", "check_fingerprint", "lens_path", "save_tuned_lens",
+    "LENS_WEIGHTS", "LENS_INFO", "TunedLens", "read_out", "lens_path", "save_tuned_lens",
     "load_tuned_lens", "find_tuned_lens", "train_tuned_lens", "lens_kl", "MissingTunedLensWarning",
 ]
 
@@ -102,58 +101,6 @@ class TunedLens(nn.Module):
         return read_out(model, self.translate(stack))
 
 
-# -- the checkpoint's fingerprint --------------------------------------------------------------------------
-
-
-def _sha(h: "hashlib._Hash") -> str:
-    return h.hexdigest()
-
-
-def fingerprint(model) -> dict:
-    """What a lens must match: the model's Config (``config``), sha256 of its weights (names, shapes and
-    float32 values, in name order: ``weights_sha256``) and of its vocabulary (``vocab_sha256``; "none"
-    without a tokenizer)."""
-    m = as_hooked(model)
-    cfg = m.model.cfg
-    config = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(vars(cfg))
-    h = hashlib.sha256()
-    for name, t in sorted(m.model.state_dict().items()):
-        h.update(f"{name}:{tuple(t.shape)};".encode())
-        h.update(t.detach().float().contiguous().cpu().numpy().tobytes())
-    tok = m.tokenizer
-    if tok is None:
-        vocab = "none"
-    else:
-        items = sorted(tok.get_vocab(with_added_tokens=True).items())
-        vocab = hashlib.sha256(json.dumps(items, ensure_ascii=False).encode()).hexdigest()
-    return {"config": json.loads(json.dumps(config, default=str)), "weights_sha256": _sha(h), "vocab_sha256": vocab}
-
-
-def check_fingerprint(fp: object, where: str, error: type[SproutError]) -> dict:
-    """``fp``, a fingerprint read from a file, when it has the form :func:`fingerprint` gives (an object whose
-    ``config`` is an object and whose ``weights_sha256`` / ``vocab_sha256`` are strings; missing parts count as
-    different). Raises ``error``, naming ``where``, for anything else (a list, a string, a number)."""
-    ok = isinstance(fp, dict) and isinstance(fp.get("config", {}), dict) and all(
-        isinstance(fp.get(k, ""), str) for k in ("weights_sha256", "vocab_sha256"))
-    if not ok:
-        raise error(f"{where} is damaged: its fingerprint is {str(fp)[:80]!r} ({type(fp).__name__}), not an object "
-                    "with a config object and sha256 strings as fingerprint(model) writes. Train it again")
-    return fp
-
-
-def _mismatch(expected: dict, found: dict) -> list[str]:
-    out = []
-    ce, cf = expected.get("config", {}), found.get("config", {})
-    diff = sorted(k for k in set(ce) | set(cf) if ce.get(k) != cf.get(k))
-    if diff:
-        out.append("config (" + ", ".join(f"{k}: lens {cf.get(k)!r} vs model {ce.get(k)!r}" for k in diff[:4]) + ")")
-    if expected.get("vocab_sha256") != found.get("vocab_sha256"):
-        out.append("vocabulary")
-    if expected.get("weights_sha256") != found.get("weights_sha256"):
-        out.append("weights")
-    return out
-
-
 # -- save / load ------------------------------------------------------------------------------------------
 
 
@@ -206,7 +153,7 @@ def load_tuned_lens(model, folder: str | Path | None = None) -> TunedLens:
         info = read_json(folder / LENS_INFO, "tuned lens")
     except SproutError as e:  # damaged, oversized, not an object, unreadable
         raise TunedLensMismatchError(f"{where} cannot be read: {e}. Train it again") from None
-    bad = _mismatch(fingerprint(m), check_fingerprint(info.get("fingerprint", {}), where, TunedLensMismatchError))
+    bad = fingerprint_mismatch(fingerprint(m), check_fingerprint(info.get("fingerprint", {}), where, TunedLensMismatchError), "lens")
     if bad:
         raise TunedLensMismatchError(
             f"{where} was trained for another checkpoint: its {', '.join(bad)} differ from "

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import plotly.graph_objects as go
 
 __all__ = ["FULL_COLUMN", "HALF_COLUMN", "PLOTLY_JS", "escape_label", "figures_html", "plotly_js", "save_figure",
-           "show_token", "title_below_toolbar", "top_margin", "wrap_text"]
+           "show_token", "title_below_toolbar", "top_margin", "wrap_text", "MODEL_COLORS", "model_style",
+           "thinned_ticks"]
 
 #: the narrowest a page draws a figure: the main column of a 1280-pixel browser window (Streamlit's wide layout,
 #: sidebar open), and half of it (a figure in one of two columns); pixels
@@ -166,3 +167,25 @@ def figures_html(figures, title: str = "figures") -> str:
     return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + _html.escape(str(title))
             + "</title>\n<script>" + _plotly_source() + "</script></head>\n<body style=\"font-family: sans-serif\">"
             + "<h1>" + _html.escape(str(title)) + "</h1>\n" + "\n".join(parts) + "\n</body></html>\n")
+
+
+#: one colour per model, of clearly different hues (ColorBrewer Set1, colour-blind safer than shades of one
+#: hue), and a bar pattern each, so models stay apart in grey print too
+MODEL_COLORS = ("#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00", "#a65628", "#f781bf", "#999999")
+MODEL_PATTERNS = ("", "/", ".", "x", "-", "|", "+", "\\")
+
+
+def model_style(i: int) -> dict:
+    """The bar ``marker`` of the ``i``-th model: its colour and its fill pattern."""
+    return dict(color=MODEL_COLORS[i % len(MODEL_COLORS)],
+                pattern=dict(shape=MODEL_PATTERNS[i % len(MODEL_PATTERNS)], fillmode="overlay", size=6))
+
+
+def thinned_ticks(labels: Sequence[str], most: int = 24) -> dict:
+    """x-axis settings that label at most ``most`` of a category axis's ``labels`` (every k-th one, in order)."""
+    labels = list(dict.fromkeys(labels))
+    if len(labels) <= most:
+        return {}
+    step = -(-len(labels) // most)
+    keep = labels[::step]
+    return dict(tickmode="array", tickvals=keep, ticktext=keep)

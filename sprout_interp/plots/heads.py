@@ -15,19 +15,21 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from sprout_interp.circuits.heads import block_label, head_label
 from sprout_interp.plots.common import (
     FULL_COLUMN,
     HALF_COLUMN,
+    model_style,
     show_token,
+    thinned_ticks,
     title_below_toolbar,
     top_margin,
     wrap_text,
 )
 
 __all__ = [
-    "block_label", "head_grid", "pattern_figure", "head_scores_heatmap", "head_scores_figure",
+    "head_grid", "pattern_figure", "head_scores_heatmap", "head_scores_figure",
     "sweep_heatmap", "compare_models_figure", "name_copying_figure", "all_heads_figure", "attention_hover_html",
-    "MODEL_COLORS", "model_style", "thinned_ticks",
 ]
 
 _SCORE_TITLES = {
@@ -45,11 +47,6 @@ def _vis(s: str) -> str:
     """A token for the HTML text view, where its own spaces show: newlines and tabs made visible."""
     s = str(s).replace("\n", "↵").replace("\t", "⇥")
     return "␣" if s == " " else s
-
-
-def block_label(layer: int) -> str:
-    """'block 3 (layer 2)': the chapter's count, then the code's index."""
-    return f"block {layer + 1} (layer {layer})"
 
 
 def head_grid(df: pd.DataFrame, value: str) -> tuple[np.ndarray, list[int], list[int]]:
@@ -189,11 +186,11 @@ def all_heads_figure(
     plot_w, plot_h = H * side + (H - 1) * hgap, L * side + (L - 1) * vgap
     fig = make_subplots(rows=L, cols=H, horizontal_spacing=hgap / plot_w if H > 1 else 0.0,
                         vertical_spacing=vgap / plot_h if L > 1 else 0.0,
-                        subplot_titles=[f"block {l + 1} head {h}" for l in range(L) for h in range(H)])
+                        subplot_titles=[head_label(l, h, with_layer=False) for l in range(L) for h in range(H)])
     for l in range(L):
         for h in range(H):
             fig.add_trace(go.Heatmap(
-                z=p[l, h], x=labels, y=labels, coloraxis="coloraxis", name=f"block {l + 1} head {h}",
+                z=p[l, h], x=labels, y=labels, coloraxis="coloraxis", name=head_label(l, h, with_layer=False),
                 hovertemplate=f"block {l + 1} head {h} (layer {l})<br>query %{{y}}<br>key %{{x}}<br>"
                               "attention %{z:.3f}<extra></extra>",
             ), row=l + 1, col=h + 1)
@@ -341,28 +338,6 @@ def compare_models_figure(df: pd.DataFrame, models: Optional[Sequence[str]] = No
     fig.update_yaxes(title="P(token | text before it)")
     fig.update_xaxes(title="pos:token predicted (pos = 0-based input index)", tickangle=-60, **thinned_ticks(x))
     return fig
-
-
-#: one colour per model, of clearly different hues (ColorBrewer Set1, colour-blind safer than shades of one
-#: hue), and a bar pattern each, so models stay apart in grey print too
-MODEL_COLORS = ("#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00", "#a65628", "#f781bf", "#999999")
-MODEL_PATTERNS = ("", "/", ".", "x", "-", "|", "+", "\\")
-
-
-def model_style(i: int) -> dict:
-    """The bar ``marker`` of the ``i``-th model: its colour and its fill pattern."""
-    return dict(color=MODEL_COLORS[i % len(MODEL_COLORS)],
-                pattern=dict(shape=MODEL_PATTERNS[i % len(MODEL_PATTERNS)], fillmode="overlay", size=6))
-
-
-def thinned_ticks(labels: Sequence[str], most: int = 24) -> dict:
-    """x-axis settings that label at most ``most`` of a category axis's ``labels`` (every k-th one, in order)."""
-    labels = list(dict.fromkeys(labels))
-    if len(labels) <= most:
-        return {}
-    step = -(-len(labels) // most)
-    keep = labels[::step]
-    return dict(tickmode="array", tickvals=keep, ticktext=keep)
 
 
 def name_copying_figure(df: pd.DataFrame, title: Optional[str] = None) -> go.Figure:

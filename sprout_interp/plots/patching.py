@@ -10,8 +10,16 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from sprout_interp.plots.common import FULL_COLUMN, HALF_COLUMN, show_token, title_below_toolbar, top_margin, wrap_text
-from sprout_interp.plots.heads import thinned_ticks
+from sprout_interp.circuits.heads import head_label
+from sprout_interp.plots.common import (
+    FULL_COLUMN,
+    HALF_COLUMN,
+    show_token,
+    thinned_ticks,
+    title_below_toolbar,
+    top_margin,
+    wrap_text,
+)
 
 __all__ = ["patching_heatmap", "head_patching_heatmap", "contribution_graph_figure", "patching_agreement_figure", "NODE_KINDS"]
 
@@ -96,7 +104,7 @@ def contribution_graph_figure(nodes: pd.DataFrame, edges: pd.DataFrame, tokens: 
             return float(1 + L * (H + 1))
         return float(1 + layer * (H + 1) + (H if kind == "mlp" else head))
 
-    rows = [(0.0, "embedding")] + [(y("head", l, h), f"block {l + 1} head {h}") for l in range(L) for h in range(H)] \
+    rows = [(0.0, "embedding")] + [(y("head", l, h), head_label(l, h, with_layer=False)) for l in range(L) for h in range(H)] \
         + [(y("mlp", l), f"block {l + 1} feed-forward") for l in range(L)] + [(y("out"), "output")]
     rows.sort()
     labels = [f"{p}: {show_token(t, 8)}" for p, t in enumerate(tokens)]

@@ -203,6 +203,15 @@ def script_parser(name: str, description: str | None):
     return p
 
 
+def held_out_arguments(p, n: int, length: int = 256, n_help: str = "held-out windows",
+                       length_help: str = "tokens per held-out window", seed_help: str = "seed of the held-out sample") -> None:
+    """Add the held-out sample's ``--n`` (windows), ``--length`` (tokens per window) and ``--seed`` to parser ``p``,
+    the arguments :func:`held_out` reads; each script gives its own defaults and says what the windows are for."""
+    p.add_argument("--n", type=int, default=n, help=n_help)
+    p.add_argument("--length", type=int, default=length, help=length_help)
+    p.add_argument("--seed", type=int, default=0, help=seed_help)
+
+
 def set_threads(n: int | None) -> None:
     """Run torch on ``n`` CPU threads (None or 0: leave torch's default)."""
     import torch
