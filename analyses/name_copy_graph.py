@@ -5,6 +5,7 @@ parts: what is read at the first occurrence (the features at the first " Plax" a
 by the induction head's OV (attention from the first occurrence's position to the last one), into the logit.
 
     python analyses/name_copy_graph.py                       # gpt-4 and sprout (shipped, with their transcoders)
+    python analyses/name_copy_graph.py --models gpt-4 --no-held-out --random 5    # about 30 s
     python analyses/name_copy_graph.py --models sprout --random 40 --no-held-out
 
 Prompts: the story of ``sprout_interp.core.texts.TEXTS`` (the chapter's "Zorbin Plax" text; the chapter's own is
@@ -31,12 +32,11 @@ intervention, measured in the frozen replacement model (exact; the graph's edges
    computation.
 
 Beside them, for context: the features at ``p1`` alone and at ``p1 - 1`` alone, the current token's features
-alone and every error node zeroed (each against random
-features). Verdicts: a part is REPRODUCED when its real-model change lowers the target's logit by at least
-``DROP`` and (parts 1, 2) by at least ``SPECIFIC`` times the largest change of its controls; PARTLY when one of
-the two holds, each judged twice: in the graph (its frozen replacement model, whose changes the edges predict
-exactly, with frozen controls) and in the real model; part 3 REPRODUCED at a direct share of at least
-``DIRECT_SHARE``, PARTLY at half of that. The graph freezes the attention patterns, so what the first occurrence
+alone and every error node zeroed (each against random features). Verdicts, each part judged twice (in the graph:
+its frozen replacement model, whose changes the edges predict exactly, against frozen controls; and in the real
+model): REPRODUCED when the change lowers the target's logit by at least ``DROP`` and by at least ``SPECIFIC``
+times the largest change of its controls, PARTLY when one of the two holds; part 3 REPRODUCED at a direct share of
+at least ``DIRECT_SHARE``, PARTLY at half of that. The graph freezes the attention patterns, so what the first occurrence
 does through the induction head's queries and keys (the previous-token head's write that makes it attend) is in
 the real model's numbers and not in the graph's.
 Writes interventions.csv, verdicts.csv and one graph file per model and prompt into out/name_copy_graph/.
