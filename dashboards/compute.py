@@ -30,7 +30,12 @@ def tokens(_m, text: str):
 
 @st.cache_data(**_CACHE)
 def str_tokens(_m, key: str, text: str) -> list[str]:
-    return list(_m.to_str_tokens(tokens(_m, text)[0]))
+    """One label per token of the text: a character split over several tokens is shown whole on its first piece
+    (the others '◌'), a lone piece as its bytes ``⟨0xE2⟩`` (``core.tokens.token_labels``)."""
+    from sprout_interp.core.tokens import token_labels
+
+    ids = tokens(_m, text)[0]
+    return token_labels(_m.tokenizer, ids) if _m.tokenizer is not None else list(_m.to_str_tokens(ids))
 
 
 # -- logit lens -------------------------------------------------------------------------------

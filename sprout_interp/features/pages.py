@@ -29,6 +29,7 @@ from torch import Tensor
 
 from sprout_interp.core.errors import SproutError
 from sprout_interp.core.hooked import as_hooked
+from sprout_interp.core.tokens import byte_labels, merge_byte_labels, token_bytes
 from sprout_interp.features.inputs import feature_input
 from sprout_interp.features.metrics import held_out_tokens
 from sprout_interp.features.sae import SparseAutoencoder, check_for_model
@@ -76,11 +77,13 @@ class FeatureIndex:
 
 
 def vocabulary_strings(model) -> list[str]:
-    """One string per vocabulary id (``"#id"`` for a model without a tokenizer), for tables."""
+    """One readable label per vocabulary id, for tables (``"#id"`` for a model without a tokenizer): the token's
+    text, or for a piece of a UTF-8 character its bytes as ``⟨0xE2⟩`` (``core.tokens.token_labels`` of the id
+    alone; a context's window merges adjacent pieces back into the character, :func:`top_contexts`)."""
     m = as_hooked(model)
     if m.tokenizer is None:  # ids-only model: tables show the ids
         return [f"#{i}" for i in range(m.cfg.d_vocab)]
-    return list(m.to_str_tokens(torch.arange(m.cfg.d_vocab)))
+    return [byte_labels([b])[0] for b in token_bytes(m.tokenizer, range(m.cfg.d_vocab))]
 
 
 @torch.no_grad()
@@ -180,7 +183,8 @@ def top_contexts(
 ) -> pd.DataFrame:
     """The contexts of the flat positions ``order`` (indices into ``acts.flatten()``, strongest first), one row
     each: ``rank, seq, pos, token, activation, tokens, acts, center`` -- ``tokens``/``acts`` the window from
-    ``before`` tokens before to ``after`` after (cut at padding), ``center`` the firing token's index in it."""
+    ``before`` tokens before to ``after`` after (cut at padding; the window's pieces of a UTF-8 character merged
+    into it, ``core.tokens.merge_byte_labels``), ``center`` the firing token's index in it."""
     T = acts.shape[1]
     flat = acts.flatten()
     rows = []
@@ -191,7 +195,7 @@ def top_contexts(
             hi = min(hi, int(mask[s].sum()))
         ids = tokens[s, lo:hi].tolist()
         rows.append(dict(rank=rank, seq=s, pos=p, token=strings[int(tokens[s, p])],
-                         activation=float(flat[j]), tokens=[strings[i] for i in ids],
+                         activation=float(flat[j]), tokens=merge_byte_labels([strings[i] for i in ids]),
                          acts=[float(a) for a in acts[s, lo:hi]], center=p - lo))
     return pd.DataFrame(rows, columns=["rank", "seq", "pos", "token", "activation", "tokens", "acts", "center"])
 
