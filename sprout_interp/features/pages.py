@@ -37,7 +37,7 @@ from sprout_interp.features.sae import SparseAutoencoder, check_for_model
 __all__ = [
     "FeatureIndex", "FeatureSummary", "index_features", "feature_acts", "logit_effects", "feature_summary",
     "feature_summaries",
-    "describe", "features_on_text", "features_for_token", "feature_table", "top_contexts", "token_shares",
+    "describe", "repeat_flags", "where_it_fires", "features_on_text", "features_for_token", "feature_table", "top_contexts", "token_shares",
     "token_tables", "promoted_suppressed", "vocabulary_strings", "index_transcoder_features",
     "transcoder_feature_summary", "transcoder_promoted",
 ]
@@ -62,6 +62,7 @@ class FeatureIndex:
     token_strings: list[str] = field(repr=False, default_factory=list)
     mask: Optional[Tensor] = None
     notice: Optional[str] = None
+    repeats: Optional[tuple] = field(default=None, repr=False)  # repeat_flags of the sample, once computed
 
     @property
     def n_tokens(self) -> int:
@@ -150,6 +151,8 @@ class FeatureSummary:
         promoted / suppressed: ``rank, token, logit`` (logits per unit activation).
         top_tokens: ``token, count, share, mean_act`` over the tokens it fires on; ``top_previous`` likewise for
             the token before.
+        where: where in its text it fires (:func:`where_it_fires`: shares on repeated tokens and repeated pairs
+            beside the sample's base rates, its mean position).
     """
 
     feature: int
@@ -166,6 +169,7 @@ class FeatureSummary:
     top_tokens: pd.DataFrame
     top_previous: pd.DataFrame
     description: str
+    where: dict = field(default_factory=dict)
 
     @property
     def block(self) -> int:
@@ -239,12 +243,75 @@ def token_shares(strings: list[str], weights: list[float], n: int) -> pd.DataFra
     return pd.DataFrame(rows, columns=["token", "count", "share", "mean_act"])
 
 
+def repeat_flags(tokens: Int[Tensor, "batch pos"], mask: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+    """Where each token stands in its own sequence: ``(seen, continued)``, boolean ``(batch, pos)``. ``seen``: the
+    token occurred earlier in the sequence (a repeat); ``continued``: the token before it occurred earlier followed
+    by this same token (the pair repeats: where an induction head predicts, e.g. a name's second occurrence after
+    its first word). Padding (``mask`` False) is neither and is not looked at."""
+    B, T = tokens.shape
+    seen = torch.zeros(B, T, dtype=torch.bool)
+    cont = torch.zeros(B, T, dtype=torch.bool)
+    for b in range(B):
+        row = tokens[b].tolist()
+        n = T if mask is None else int(mask[b].sum())
+        singles, pairs = set(), set()
+        for p in range(n):
+            seen[b, p] = row[p] in singles
+            cont[b, p] = p > 0 and (row[p - 1], row[p]) in pairs
+            singles.add(row[p])
+            if p > 0:
+                pairs.add((row[p - 1], row[p]))
+    return seen, cont
+
+
+def where_it_fires(index: FeatureIndex, acts: Float[Tensor, "batch pos"], order: Int[Tensor, " n"]) -> dict:
+    """Where in its text a latent fires, from its strongest firings ``order`` (flat positions, as in
+    :func:`token_tables`) weighted by activation, beside the same share over every real token of the sample:
+    ``repeat_share`` / ``repeat_base`` (on a token seen earlier in the sequence) and ``continued_share`` /
+    ``continued_base`` (where the pair before-and-this repeats: the second occurrence of a name or phrase), each a
+    share from 0 to 1; ``mean_pos`` (activation-weighted, 0-based) and ``n`` (firings counted)."""
+    if index.repeats is None:
+        index.repeats = repeat_flags(index.tokens, index.mask)
+    seen, cont = index.repeats
+    real = torch.ones_like(seen) if index.mask is None else index.mask.bool()
+    T = acts.shape[1]
+    js = order.tolist()
+    w = [float(acts[j // T, j % T]) for j in js]
+    total = sum(w) or 1.0
+
+    def share(flags: Tensor) -> float:
+        return sum(wk for wk, j in zip(w, js) if flags[j // T, j % T]) / total
+
+    n_real = max(int(real.sum()), 1)
+    return dict(repeat_share=share(seen), repeat_base=int((seen & real).sum()) / n_real,
+                continued_share=share(cont), continued_base=int((cont & real).sum()) / n_real,
+                mean_pos=sum(wk * (j % T) for wk, j in zip(w, js)) / total, n=len(js))
+
+
+def _where_text(where: Optional[dict]) -> str:
+    """The part of a description that says where in the text a latent fires, when that stands out from the
+    sample's base rates (twice as often, or half as often, as a token of the sample); else ""."""
+    if not where or not where.get("n"):
+        return ""
+    c, cb, r, rb = (where[k] for k in ("continued_share", "continued_base", "repeat_share", "repeat_base"))
+    if c >= 0.5 and c >= 2 * cb:
+        return (f"where an earlier pair of tokens repeats, as at the second occurrence of a name ({c:.0%} of its "
+                f"activation, {cb:.0%} of tokens)")
+    if r >= 0.5 and r >= 1.5 * rb:
+        return f"on tokens seen earlier in the text ({r:.0%} of its activation, {rb:.0%} of tokens)"
+    if r <= 0.5 * rb:
+        return f"on a token's first occurrence in the text (only {r:.0%} of its activation on repeats, {rb:.0%} of tokens)"
+    return ""
+
+
 def _quote(tokens: list[str]) -> str:
     return ", ".join(repr(t) for t in tokens)
 
 
-def describe(top_tokens: pd.DataFrame, top_previous: pd.DataFrame, promoted: pd.DataFrame, frequency: float) -> str:
-    """A short description from a latent's top tokens: what it fires on (or after), and what it promotes."""
+def describe(top_tokens: pd.DataFrame, top_previous: pd.DataFrame, promoted: pd.DataFrame, frequency: float,
+             where: Optional[dict] = None) -> str:
+    """A short description from a latent's measurements: what it fires on (or after) by its top tokens, where in
+    the text it fires when that stands out (``where``: :func:`where_it_fires`), and what it promotes."""
     if frequency == 0 or top_tokens.empty:
         return "never fires on the sample (dead)"
     cur, prev = top_tokens.head(3), top_previous.head(3)
@@ -257,6 +324,9 @@ def describe(top_tokens: pd.DataFrame, top_previous: pd.DataFrame, promoted: pd.
         what = f"fires on many tokens, most on {_quote(list(cur['token']))} ({cur_share:.0%})"
     if frequency > 0.1:
         what += f"; dense ({frequency:.0%} of tokens)"
+    place = _where_text(where)
+    if place:
+        what += f"; {place}"
     return f"{what}; promotes {_quote(list(promoted['token'].head(3)))}"
 
 
@@ -331,13 +401,14 @@ def _summary(index: FeatureIndex, feature: int, layer: int, effect: Float[Tensor
         histogram = pd.DataFrame(columns=["left", "right", "count"])
     promoted, suppressed = promoted_suppressed(effect, strings, n_tokens)
     top_tokens, top_previous = token_tables(acts, index.tokens, strings, order[:top_for_tokens], n_tokens)
+    where = where_it_fires(index, acts, order[:top_for_tokens])
     freq = n_active / max(index.n_tokens, 1)
     return FeatureSummary(
         feature=feature, layer=layer, hook_name=index.hook_name, frequency=freq,
         max_activation=float(nz.max()) if n_active else 0.0, mean_activation=float(nz.mean()) if n_active else 0.0,
         n_tokens=index.n_tokens, contexts=contexts, histogram=histogram, promoted=promoted, suppressed=suppressed,
         top_tokens=top_tokens, top_previous=top_previous,
-        description=describe(top_tokens, top_previous, promoted, freq),
+        description=describe(top_tokens, top_previous, promoted, freq, where), where=where,
     )
 
 
