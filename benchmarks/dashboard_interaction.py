@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/dashboard_interaction.py                 # sprout (gpt-4 if not installed)
     .venv/bin/python benchmarks/dashboard_interaction.py --model gpt-4 --reps 7
     .venv/bin/python benchmarks/dashboard_interaction.py --sprout-shaped  # also a random-weight Sprout-sized model
+    .venv/bin/python benchmarks/dashboard_interaction.py --cold --load    # each page first after a restart, busy CPU
 
 Each page is opened in its own session (streamlit.testing.v1.AppTest, the script run without a
 browser) on a 512-token text, loaded once (first load: model, analyses, caches; the pages are opened
@@ -13,6 +14,12 @@ load (wall-clock, and the CPU time of the whole process over it, every thread: t
 waiting for a busy machine's CPUs does not inflate), and the median, fastest and slowest redraw over ``--reps``
 rounds. Times are the script run (what the server does for an interaction); the browser's own drawing is not
 included. The load average before and after is printed: on a shared machine, read the table with it.
+
+``--cold`` empties every Streamlit cache (models included) before each page's first load: each first load is
+then that page opened first on a freshly started server (the model's load included), in any order.
+``--load`` runs one training thread beside the measured pages for the whole run (:func:`training_load`: a
+gpt-1-sized model trained on random tokens in a subprocess with one torch thread, as a training run shares a
+machine), and stops it at the end, even on failure; the table's heading gives the steps it made.
 
 ``--sprout-shaped`` adds a model with Sprout's shape (8 blocks, d_model 384, 6 heads) and random
 weights, saved to a temporary folder: its timings stand in for the trained sprout before that
@@ -66,7 +73,83 @@ def sprout_shaped(folder: Path) -> Path:
     return save_checkpoint(gpt, folder, Path(loading.SHIPPED_DIR) / "tokenizer.json", {"note": "random weights"})
 
 
-# page -> (file, widget kind, key, two values to alternate, what the interaction is)
+LOAD_SCRIPT = """
+import sys, time, torch
+torch.set_num_threads(1)
+from sprout_model import GPT
+from sprout_model.presets import PRESETS
+torch.manual_seed(0)
+model = GPT(PRESETS["gpt-1"]).train()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+vocab = PRESETS["gpt-1"].vocab_size
+steps, t0 = 0, time.perf_counter()
+while True:
+    x = torch.randint(0, vocab, (8, 257))
+    _, loss = model(x[:, :-1], targets=x[:, 1:])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    steps += 1
+    print(f"{steps} {time.perf_counter() - t0:.1f}", flush=True)
+"""
+
+
+class training_load:
+    """One training thread beside the benchmark, as a context manager: a subprocess that trains a gpt-1-sized model
+    (sprout_model's preset, one torch thread) on random tokens until the block ends; ``steps()`` is how many steps
+    it has made and how many seconds it has run. Stopped (terminated, then killed) on leaving, even on failure."""
+
+    def __init__(self, on: bool = True):
+        self.on, self.proc, self.last = on, None, "0 0"
+
+    def __enter__(self):
+        if self.on:
+            import subprocess
+
+            self.log = tempfile.TemporaryFile(mode="w+")
+            self.proc = subprocess.Popen([sys.executable, "-c", LOAD_SCRIPT], stdout=self.log,
+                                         stderr=subprocess.DEVNULL, cwd=ROOT)
+            t = time.perf_counter()
+            while self._read() == "0 0" and self.proc.poll() is None and time.perf_counter() - t < 60:
+                time.sleep(0.2)  # running: its first step is done
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the training load stopped at once (exit code {self.proc.returncode})")
+        return self
+
+    def _read(self) -> str:
+        self.log.seek(0)
+        lines = self.log.read().split()
+        return " ".join(lines[-2:]) if len(lines) >= 2 else "0 0"
+
+    def steps(self) -> tuple[int, float]:
+        """(training steps made, seconds it ran) so far."""
+        if self.proc is None:
+            return 0, 0.0
+        n, secs = self._read().split()
+        return int(n), float(secs)
+
+    def __exit__(self, *exc):
+        if self.proc is not None:
+            self.last = self.steps()
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait()
+            self.log.close()
+        return False
+
+
+def empty_caches() -> None:
+    """Forget every cached answer and model, as a freshly started server has none."""
+    import streamlit as st
+
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+# page -> (file, widget kind, key ("{key}": the model's), two values to alternate, what the interaction is)
 INTERACTIONS = {
     "anatomy": ("views/anatomy.py", "radio", "anatomy_part", ("ffn", "attention"), "show another part's code"),
     "logit_lens": ("views/logit_lens.py", "number_input", "lens_pos", (100, 101), "pick another cell"),
@@ -76,15 +159,19 @@ INTERACTIONS = {
     "compare": ("views/compare.py", "slider", "cmp_start", (200, 1), "scroll the per-token chart"),
     "patching": ("views/patching.py", "slider", "patch_pos", (38, 39), "graph of another prediction"),
     "positions": ("views/positions.py", "number_input", "pos_m", (50, 51), "move the query"),
-    "features": ("views/features.py", "radio", "feat_how", ("by token", "by number"), "find a feature by token"),
+    "features": ("views/features.py", "selectbox", "feat_layer_{key}", (3, 1), "another SAE's layer"),
+    "steering": ("views/steering.py", "select_slider", "steer_coeff", (4.0, 2.0), "another coefficient"),
+    "neurons": ("views/neurons.py", "radio", "nrn_kind", ("mean", "zero"), "ablate the neuron another way"),
 }
 
 
-def run_model(key: str, path: str | None, text: str, reps: int) -> list[dict]:
+def run_model(key: str, path: str | None, text: str, reps: int, cold: bool = False) -> list[dict]:
     from streamlit.testing.v1 import AppTest
 
     sessions, first, first_cpu, pages = {}, {}, {}, dict(INTERACTIONS)
     for page, (file, kind, wkey, *_rest) in INTERACTIONS.items():
+        if cold:
+            empty_caches()
         at = AppTest.from_file(str(APP), default_timeout=900)
         at.session_state["model_choice"] = OWN_PATH if path else key
         if path:
@@ -98,7 +185,7 @@ def run_model(key: str, path: str | None, text: str, reps: int) -> list[dict]:
         if at.exception or at.error:
             raise RuntimeError(f"{page}: {[e.value for e in [*at.exception, *at.error]]}")
         try:
-            getattr(at, kind)(key=wkey)
+            getattr(at, kind)(key=wkey.format(key=key))
         except KeyError:  # the page has nothing to interact with for this model (a features page without an SAE)
             print(f"note: {page}: no {kind} {wkey!r} on the page for {key}; first load only", file=sys.stderr)
             del pages[page]
@@ -107,7 +194,7 @@ def run_model(key: str, path: str | None, text: str, reps: int) -> list[dict]:
     def interact(page: str, value) -> float:
         _, kind, wkey, _, _ = INTERACTIONS[page]
         at = sessions[page]
-        getattr(at, kind)(key=wkey).set_value(value)
+        getattr(at, kind)(key=wkey.format(key=key)).set_value(value)
         t = time.perf_counter()
         at.run()
         dt = time.perf_counter() - t
@@ -131,12 +218,47 @@ def run_model(key: str, path: str | None, text: str, reps: int) -> list[dict]:
     ]
 
 
+# button -> (page file, URL parameters that open its section, button key, what it computes)
+BUTTONS = {
+    "confirm the circuit": ("views/ablations.py", {}, "abl_confirm_btn", "mean-ablates the circuit's candidates"),
+    "copying sweep": ("views/attention.py", {"repeated": "1"}, "copy_btn", "each head zero-ablated alone"),
+}
+
+
+def time_buttons(key: str, path: str | None, text: str) -> list[dict]:
+    """Seconds from a click on each of :data:`BUTTONS` to the page drawn again, each on empty caches (the page's
+    first load before the click is not counted)."""
+    from streamlit.testing.v1 import AppTest
+
+    rows = []
+    for name, (file, params, button, what) in BUTTONS.items():
+        empty_caches()
+        at = AppTest.from_file(str(APP), default_timeout=900)
+        at.query_params.update(params)
+        at.session_state["model_choice"] = OWN_PATH if path else key
+        if path:
+            at.session_state["model_path"] = path
+        at.session_state["text_choice"], at.session_state["own_text"] = OWN_TEXT, text
+        at.switch_page(file).run()
+        at.button(key=button).click()
+        t, c = time.perf_counter(), time.process_time()
+        at.run()
+        rows.append(dict(model=key, button=name, what=what, seconds=time.perf_counter() - t,
+                         cpu=time.process_time() - c))
+        if at.exception or at.error:
+            raise RuntimeError(f"{name}: {[e.value for e in [*at.exception, *at.error]]}")
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="shipped name or checkpoint path (default: sprout, else gpt-4)")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--sprout-shaped", action="store_true", help="also time a random-weight Sprout-shaped model")
     ap.add_argument("--pages", nargs="*", default=list(INTERACTIONS), choices=list(INTERACTIONS))
+    ap.add_argument("--cold", action="store_true", help="empty every cache before each page's first load")
+    ap.add_argument("--load", action="store_true", help="run one training thread beside the pages (training_load)")
+    ap.add_argument("--buttons", action="store_true", help="also time the slowest buttons (BUTTONS) after a click")
     a = ap.parse_args(argv)
     for page in list(INTERACTIONS):
         if page not in a.pages:
@@ -161,17 +283,21 @@ def main(argv=None) -> int:
         models.append(("sprout-shaped (random weights)", str(sprout_shaped(Path(tmp.name) / "sprout-shaped"))))
 
     load_before = os.getloadavg()
-    rows = []
-    for key, path in models:
-        m = si.load(path or key)
-        text, source = text_of(m)
-        print(f"{key}: {m.cfg.n_layers} blocks, d_model {m.cfg.d_model}, {m.cfg.n_heads} heads; text: {source}; "
-              f"torch threads {torch.get_num_threads()}", file=sys.stderr)
-        rows += run_model(key, path, text, a.reps)
-
+    rows, clicks = [], []
+    with training_load(a.load) as load:
+        for key, path in models:
+            m = si.load(path or key)
+            text, source = text_of(m)
+            print(f"{key}: {m.cfg.n_layers} blocks, d_model {m.cfg.d_model}, {m.cfg.n_heads} heads; text: {source}; "
+                  f"torch threads {torch.get_num_threads()}", file=sys.stderr)
+            rows += run_model(key, path, text, a.reps, cold=a.cold)
+            clicks += time_buttons(key, path, text) if a.buttons else []
+    beside = (f"; beside one training thread ({load.last[0]} steps of a gpt-1-sized model in {load.last[1]:.0f} s)"
+              if a.load else "")
+    how = "each page first on an empty cache" if a.cold else "pages in this order, each reusing what earlier ones cached"
     print(f"\nDashboard first load and redraw after one interaction (AppTest script run, {N_TOKENS}-token text, "
-          f"median of {a.reps} interleaved rounds; {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}; "
-          f"load average {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after)\n")
+          f"{how}, median of {a.reps} interleaved rounds; {os.cpu_count()} CPUs, torch threads "
+          f"{torch.get_num_threads()}; load average {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after{beside})\n")
     w = max(len(r["model"]) for r in rows)
     wi = max(26, *(len(r["interaction"]) for r in rows))
     print(f"| {'model':{w}s} | page       | {'interaction':{wi}s} | first load | its CPU time | median redraw | fastest | "
@@ -180,6 +306,10 @@ def main(argv=None) -> int:
     for r in rows:
         print(f"| {r['model']:{w}s} | {r['page']:10s} | {r['interaction']:{wi}s} | {r['first']:8.2f} s | "
               f"{r['first_cpu']:10.2f} s | {r['median']:11.2f} s | {r['fastest']:5.2f} s | {r['slowest']:5.2f} s |")
+    if clicks:
+        print("\n| model | button | what it computes | click to page drawn | its CPU time |\n|---|---|---|---:|---:|")
+        for r in clicks:
+            print(f"| {r['model']} | {r['button']} | {r['what']} | {r['seconds']:.2f} s | {r['cpu']:.2f} s |")
     if tmp is not None:
         tmp.cleanup()
     return 0
