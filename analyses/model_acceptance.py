@@ -6,7 +6,7 @@
 The bar (each part measured on its own, the same way for both models):
 
 - **every block works**: the later half of the blocks (5-8 in Sprout) together worth at least 0.30 nats on held-out
-  text, and each block alone worth more than 0.02 nats (``sprout_interp.circuits.knockout.block_knockout``: the
+  text, and each block alone worth more than 0.02 nats (``sprout_interp.behaviour.knockout.block_knockout``: the
   rise of the mean loss when a block stops writing to the stream; --n windows of --length tokens, seed --seed, from
   the validation documents of --corpus, "default" unless told: its documents are held out for a model of "default"
   and of "large" alike);
@@ -41,8 +41,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sprout_interp.behaviour.knockout import block_knockout
 from sprout_interp.circuits.attention import head_scores
-from sprout_interp.circuits.knockout import block_knockout
 from sprout_interp.core.texts import TEXTS
 from sprout_interp.lens.logit_lens import CHAPTER_SPROUT_CONFIDENCE, logit_lens, penultimate_vs_final
 from sprout_interp.lens.residual import residual_rms

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sprout_interp.circuits.compare import (
+from sprout_interp.behaviour.compare import (
     compare_models,
     name_copying_table,
     piece_probabilities,

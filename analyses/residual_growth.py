@@ -11,7 +11,7 @@ block (counted from 1, as the chapter; ``blocks.{n-1}.hook_resid_post`` in code)
 positions, on a seeded sample of held-out text (--n windows of --length tokens from the validation
 documents) and on the three ready-made texts. Beside it, what each block is worth: the rise of the
 mean loss (nats) on the held-out sample when the block stops writing to the stream
-(``sprout_interp.circuits.knockout.block_knockout``), each block alone and the later half of the blocks together,
+(``sprout_interp.behaviour.knockout.block_knockout``), each block alone and the later half of the blocks together,
 and the same on --train-n windows of the model's training text: a block worth much more there than on held-out
 text has learned the training text by heart. ``--corpus default`` takes both samples from "default" for every
 model (its documents are split the same inside "large"). Writes
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sprout_interp.circuits.knockout import block_knockout
+from sprout_interp.behaviour.knockout import block_knockout
 from sprout_interp.core.texts import TEXTS
 from sprout_interp.lens.residual import CHAPTER_GPT4_GROWTH, CHAPTER_GPT4_RMS, growth_claims, residual_rms
 from sprout_interp.plots import rms_growth_chart
@@ -190,7 +190,7 @@ def report(measured: dict[str, pd.DataFrame], claims: list[Claim], args: Namespa
         "loss (nats)": [f"{v:.3f}" for v in knock["loss"]], "rise (nats)": [f"+{v:.3f}" for v in knock["change"]],
     })
     print_table(ktable, "what each block is worth: the loss when it stops writing to the stream (its attention and "
-                        "feed-forward outputs zeroed), against the clean loss (sprout_interp.circuits.knockout.block_knockout)")
+                        "feed-forward outputs zeroed), against the clean loss (sprout_interp.behaviour.knockout.block_knockout)")
     if (knock["text_set"] == "train").any():
         side = knock.pivot_table(index=["model", "blocks"], columns="text_set", values="change", sort=False).reset_index()
         side = side.dropna(subset=["train"])

@@ -17,7 +17,7 @@ import torch
 from timing import interleaved, medians
 
 import sprout_interp as si
-from sprout_interp.circuits import steering
+from sprout_interp.behaviour import steering
 from sprout_interp.circuits.metrics import LogitDiff
 from sprout_interp.core.texts import held_out_for
 

@@ -13,8 +13,9 @@ import precomputed
 import state
 import streamlit as st
 
-from sprout_interp.circuits import ablation, attention, compare, per_token
-from sprout_interp.circuits.knockout import block_knockout
+from sprout_interp.behaviour import compare, per_token
+from sprout_interp.behaviour.knockout import block_knockout
+from sprout_interp.circuits import ablation, attention
 from sprout_interp.core.errors import AblationError
 from sprout_interp.core.texts import TEXTS
 from sprout_interp.lens import residual
@@ -365,7 +366,7 @@ def patching(_m, key: str, clean: str, corrupted: str, answer: str, wrong: str, 
     """``activation_patch`` (``method="exact"``) or ``attribution_patch`` (``"attribution"``) of clean into corrupted
     with the logit difference answer - wrong at the last position."""
     from sprout_interp import patching as P
-    from sprout_interp.circuits.attribution import token_id
+    from sprout_interp.core.tokens import token_id
 
     metric = P.LogitDiff(token_id(_m, answer), token_id(_m, wrong))
     run = P.attribution_patch if method == "attribution" else P.activation_patch
@@ -402,8 +403,8 @@ def head_effects(_m, key: str, text: str, layer: int, head: int, pos: int):
 
 
 def _logit_diff(_m, answer: str, wrong: str):
-    from sprout_interp.circuits.attribution import token_id
     from sprout_interp.circuits.metrics import LogitDiff
+    from sprout_interp.core.tokens import token_id
 
     return LogitDiff(token_id(_m, answer), token_id(_m, wrong))
 
@@ -412,7 +413,7 @@ def _logit_diff(_m, answer: str, wrong: str):
 def steering_layers(_m, key: str, positive: tuple, negative: tuple, prompt: str, answer: str, wrong: str,
                     coeff: float):
     """``steering_layers`` of the contrast on the prompt, the metric logit[answer] - logit[wrong] at its end."""
-    from sprout_interp.circuits import steering
+    from sprout_interp.behaviour import steering
 
     return steering.steering_layers(_m, list(positive), list(negative), prompt, coeff=coeff,
                                     metric=_logit_diff(_m, answer, wrong))
@@ -421,7 +422,7 @@ def steering_layers(_m, key: str, positive: tuple, negative: tuple, prompt: str,
 @st.cache_data(**_CACHE)
 def steering_vector(_m, key: str, positive: tuple, negative: tuple, layer: int):
     """The contrast's vector entering block ``layer``: shared by the coefficient sweep and the continuations."""
-    from sprout_interp.circuits import steering
+    from sprout_interp.behaviour import steering
 
     return steering.steering_vector(_m, list(positive), list(negative), layer)
 
@@ -430,7 +431,7 @@ def steering_vector(_m, key: str, positive: tuple, negative: tuple, layer: int):
 def steering_effect(_m, key: str, positive: tuple, negative: tuple, prompt: str, answer: str, wrong: str,
                     layer: int, coeffs: tuple, text: str):
     """(the logit difference on the prompt, the loss on ``text``), each by coefficient, steered at ``layer``."""
-    from sprout_interp.circuits import steering
+    from sprout_interp.behaviour import steering
 
     v = steering_vector(_m, key, positive, negative, layer)
     effect = steering.steering_effect(_m, prompt, v, layer, coeffs, _logit_diff(_m, answer, wrong))
@@ -441,7 +442,7 @@ def steering_effect(_m, key: str, positive: tuple, negative: tuple, prompt: str,
 @st.cache_data(**_CACHE)
 def steered_generations(_m, key: str, positive: tuple, negative: tuple, prompt: str, layer: int, coeffs: tuple):
     """The prompt's continuation under each coefficient, one seed for all."""
-    from sprout_interp.circuits import steering
+    from sprout_interp.behaviour import steering
 
     v = steering_vector(_m, key, positive, negative, layer)
     return steering.steered_generations(_m, prompt, v, layer, coeffs, max_new_tokens=20, seed=0)
@@ -571,8 +572,8 @@ def neuron_on_text(_m, key: str, text: str, layer: int, neuron: int):
 @st.cache_data(**_CACHE)
 def neuron_ablation(_m, key: str, text: str, layer: int, neuron: int, kind: str, pos: int, answer: str, wrong: str):
     """(the loss on the text, the logit difference at ``pos``), each with the neuron ablated beside clean."""
-    from sprout_interp.circuits.attribution import token_id
     from sprout_interp.circuits.metrics import LogitDiff, LogProb
+    from sprout_interp.core.tokens import token_id
     from sprout_interp.features.neurons import ablate_neurons
 
     toks = tokens(_m, text)

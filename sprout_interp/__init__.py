@@ -1,5 +1,15 @@
 """sprout_interp: interpretability toolkit for Sprout, the course's small GPT."""
 from sprout_interp import features as sae  # si.sae.load_sae(m, 3), si.sae.feature_summary(m, sae, f)
+from sprout_interp.behaviour.compare import compare_models
+from sprout_interp.behaviour.knockout import block_knockout
+from sprout_interp.behaviour.steering import (
+    steered,
+    steered_generations,
+    steering_controls,
+    steering_effect,
+    steering_layers,
+    steering_vector,
+)
 from sprout_interp.circuits import (
     metrics,  # si.metrics.LogitDiff / LogProb / Loss / TargetLogProb: one metric protocol
     patching,  # si.patching.activation_patch(model, clean, corrupted, metric, site=..., by=...)
@@ -8,20 +18,10 @@ from sprout_interp.circuits.ablation import ablate, ablation_sweep, attribution_
 from sprout_interp.circuits.attention import attention_patterns, head_scores
 from sprout_interp.circuits.attribution import direct_logit_attribution, head_token_effects
 from sprout_interp.circuits.attribution_graph import attribution_graph
-from sprout_interp.circuits.compare import compare_models
 from sprout_interp.circuits.composition import composition_scores, composition_table
 from sprout_interp.circuits.graphs import AttributionGraph, graph_scores, load_graph, prune_graph
 from sprout_interp.circuits.induction import find_induction_circuit
-from sprout_interp.circuits.knockout import block_knockout
 from sprout_interp.circuits.ov_circuit import full_ov_circuit, ov_copying_scores
-from sprout_interp.circuits.steering import (
-    steered,
-    steered_generations,
-    steering_controls,
-    steering_effect,
-    steering_layers,
-    steering_vector,
-)
 from sprout_interp.core.errors import (
     AblationError,
     ArgumentError,

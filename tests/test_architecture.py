@@ -21,10 +21,11 @@ LAYERS = {
     "core": 0,       # the model: errors, tokens, texts, loading, the hooked wrapper, exports
     "anatomy": 1,    # the chapter's parameter counts and RoPE maths, from a config
     "lens": 2,       # reading the residual stream: residual, logit lens, tuned lens
-    "circuits": 3,   # heads, ablation, knockout, attribution, patching, composition
-    "features": 3,   # sparse autoencoders and their feature pages
-    "plots": 4,      # figures, from analysis results
-    "report": 5,     # what scripts share
+    "circuits": 3,   # heads, ablation, attribution, patching, composition, attribution graphs
+    "features": 3,   # sparse autoencoders, transcoders, neurons and their pages
+    "behaviour": 4,  # what the model does and what it does changed as a whole: per-token tables, comparison, knockout, steering
+    "plots": 5,      # figures, from analysis results
+    "report": 6,     # what scripts share
 }
 #: inside core, the order its modules may import each other in (a module imports only ones before it)
 CORE_ORDER = ["errors", "arguments", "tokens", "texts", "limits", "files", "pickles", "configs", "loading", "export", "hook_points",

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import sprout_interp as si
+from sprout_interp.behaviour.per_token import next_token_table
 from sprout_interp.circuits.attention import attention_row
 from sprout_interp.circuits.metrics import LogitDiff
-from sprout_interp.circuits.per_token import next_token_table
 from sprout_interp.core.hooked import HookedSprout
 from sprout_interp.lens.residual import stream_rms
 

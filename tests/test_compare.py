@@ -9,8 +9,8 @@ from conftest import tiny_config
 from tokenizers import Tokenizer
 
 from sprout_interp import HookedSprout
+from sprout_interp.behaviour.compare import compare_models, name_copying_table, piece_probabilities
 from sprout_interp.circuits.ablation import name_copying_under_ablation
-from sprout_interp.circuits.compare import compare_models, name_copying_table, piece_probabilities
 from sprout_interp.core.errors import SproutError
 from sprout_model import GPT
 from sprout_model.evaluation import NAME_TEXTS, name_copying
@@ -109,7 +109,7 @@ def test_shipped_compare_models():
 def test_every_per_token_table_puts_token_at_pos(models):
     """One vocabulary across tables: ``token`` is the input token at ``pos`` (0-based), ``context`` the one before
     and ``next_token`` the one after, whichever function made the table."""
-    from sprout_interp.circuits.per_token import ablation_effect, next_token_table
+    from sprout_interp.behaviour.per_token import ablation_effect, next_token_table
     from sprout_interp.lens.logit_lens import trajectories
 
     m = models["two"]

@@ -425,7 +425,7 @@ def test_patching_pages_link_opens_the_neurons_page_on_the_graphs_prediction_who
 
 def test_patching_page_compares_attribution_patching_with_the_exact_scores(gpt4):
     from sprout_interp import patching as P
-    from sprout_interp.circuits.attribution import token_id
+    from sprout_interp.core.tokens import token_id
 
     at = app("patching")
     at.session_state["patch_attribution"] = True
@@ -855,7 +855,7 @@ def test_no_path_box_flag_keeps_the_operators_model(monkeypatch):
 
 @pytest.mark.acceptance  # over 3 s
 def test_steering_page_shows_the_librarys_numbers_and_samples_only_when_asked(gpt4):
-    from sprout_interp.circuits import steering
+    from sprout_interp.behaviour import steering
     from sprout_interp.circuits.metrics import LogitDiff
 
     at = ok(app("steering").run())

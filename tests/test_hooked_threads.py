@@ -166,7 +166,7 @@ def test_hooks_block_holds_other_threads_off(shared):
 
 
 def _patch_calls(m: HookedSprout, clean: torch.Tensor, corrupt: torch.Tensor):
-    from sprout_interp.circuits.knockout import block_knockout
+    from sprout_interp.behaviour.knockout import block_knockout
     from sprout_interp.circuits.metrics import LogitDiff
     from sprout_interp.circuits.patching import activation_patch, path_patch
 

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from conftest import tiny_config
 
 from sprout_interp import HookedSprout
-from sprout_interp.circuits.knockout import block_knockout
+from sprout_interp.behaviour.knockout import block_knockout
 from sprout_interp.core.errors import AblationError
 from sprout_model import GPT
 

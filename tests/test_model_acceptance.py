@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import analysis_script, tiny_config
 
-from sprout_interp.circuits.knockout import block_knockout
+from sprout_interp.behaviour.knockout import block_knockout
 from sprout_interp.core import texts
 from sprout_interp.core.texts import TEXTS
 from sprout_interp.report.cli import load_models

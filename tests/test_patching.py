@@ -310,7 +310,7 @@ def test_attribution_patching_agrees_with_exact_patching_on_the_shipped_sprout()
     import numpy as np
 
     import sprout_interp as si
-    from sprout_interp.circuits.attribution import token_id
+    from sprout_interp.core.tokens import token_id
 
     m = si.load("sprout")
     clean = ("When the boat came in, old Zorbin Plax was waiting on the pier. The sailors tied the ropes, and the "

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from sprout_interp import HookedSprout
+from sprout_interp.behaviour.per_token import ablation_effect, next_token_table
 from sprout_interp.circuits.ablation import ablate
-from sprout_interp.circuits.per_token import ablation_effect, next_token_table
 from sprout_interp.core.errors import AblationError, ContextLengthError
 from sprout_interp.lens.residual import residual_rms
 from sprout_interp.plots import rms_position_chart, token_change_chart

@@ -216,7 +216,7 @@ def test_shipped_validation_sample_is_held_out_text():
 
 @pytest.mark.parametrize("corpus", [None, "large"])
 def test_residual_growth_script_with_a_held_out_sample(tiny_checkpoint, tmp_path, monkeypatch, capsys, corpus):
-    from sprout_interp.circuits.knockout import block_knockout
+    from sprout_interp.behaviour.knockout import block_knockout
 
     docs = tuple(" ".join(list(TEXTS.values())[i % 3].split()[j:] + ["end"]) for i, j in enumerate(range(0, 40, 5)))
     train_docs = tuple(" ".join(d.split()[::-1]) for d in docs)  # other text than the held-out documents

@@ -1,4 +1,4 @@
-"""Activation steering (sprout_interp.circuits.steering) against the chapter's own model code with the vector added
+"""Activation steering (sprout_interp.behaviour.steering) against the chapter's own model code with the vector added
 by hand, the fast path against the loop of hooked forwards, and the shipped Sprout steered by a she/he contrast."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import sprout_interp as si
-from sprout_interp.circuits import steering as st
+from sprout_interp.behaviour import steering as st
 from sprout_interp.circuits.metrics import LogitDiff, LogProb, MetricError
 
 pytestmark = pytest.mark.unit

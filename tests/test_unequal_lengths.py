@@ -11,11 +11,11 @@ import pytest
 import torch
 
 import sprout_interp as si
+from sprout_interp.behaviour.knockout import block_knockout
+from sprout_interp.behaviour.steering import steering_effect, steering_vector
 from sprout_interp.circuits.ablation import ablate, ablation_sweep, attribution_sweep, head_means
 from sprout_interp.circuits.attention import attention_patterns, pattern_scores
-from sprout_interp.circuits.knockout import block_knockout
 from sprout_interp.circuits.metrics import LogitDiff, LogProb, Loss, MetricError, TargetLogProb
-from sprout_interp.circuits.steering import steering_effect, steering_vector
 from sprout_interp.core.errors import UnequalLengthsError
 from sprout_interp.core.texts import TEXTS
 from sprout_interp.features import neurons as nrn

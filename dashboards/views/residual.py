@@ -37,7 +37,7 @@ with c[1]:
 st.subheader("What each block is worth")
 st.caption("The loss on this text (nats per token) when one block stops writing to the stream: its attention "
            "and feed-forward outputs zeroed, so the stream passes through it unchanged. The bar is the rise over "
-           "the clean loss; blocks counted from 1. `sprout_interp.circuits.knockout.block_knockout`.")
+           "the clean loss; blocks counted from 1. `sprout_interp.behaviour.knockout.block_knockout`.")
 if toks.shape[-1] < 2:
     st.info("A loss needs at least two tokens: type a longer text to see what each block is worth.")
 else:

@@ -5,8 +5,8 @@ import compute
 import state
 import streamlit as st
 
+from sprout_interp.behaviour.steering import EXAMPLE
 from sprout_interp.circuits.heads import block_label
-from sprout_interp.circuits.steering import EXAMPLE
 from sprout_interp.plots.steering import steering_effect_figure, steering_layers_figure, zero_vector_blocks
 
 COEFFS = tuple(float(c) for c in range(-8, 9))

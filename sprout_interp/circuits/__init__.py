@@ -1,11 +1,9 @@
 """Finding and testing circuits: attention patterns and head scores, the induction-circuit finder with its
-per-part verdicts (``attention``), head ablations and the exact fast sweep (``ablation``), block knockouts
-(``knockout``), per-token effects (``per_token``), model comparison (``compare``), direct logit attribution and
+per-part verdicts (``attention``), head ablations and the exact fast sweep (``ablation``), direct logit attribution and
 the contribution graph (``attribution``), activation and attribution patching (``patching``; the two runs they
-compare in ``patch_runs``), path patching (``path_patching``), Q/K/V composition
-scores (``composition``), each head's full OV circuit (``ov_circuit``) and activation steering
-(``steering``), attribution graphs over transcoder features (``attribution_graph``; the graph object, its file,
-pruning and scores in ``graphs``; intervention checks in ``graph_interventions``). Tensors or text in, tensors or
+compare in ``patch_runs``), path patching (``path_patching``), Q/K/V composition scores (``composition``), each
+head's full OV circuit (``ov_circuit``), attribution graphs over transcoder features (``attribution_graph``; the
+graph object, its file, pruning and scores in ``graphs``; intervention checks in ``graph_interventions``). Tensors or text in, tensors or
 DataFrames out; no plotting.
 
 May import: ``sprout_interp.core``, ``sprout_interp.lens``, ``sprout_interp.features.transcoder`` (the transcoders

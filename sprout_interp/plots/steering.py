@@ -1,4 +1,4 @@
-"""Figures for activation steering (plotly; data from sprout_interp.circuits.steering).
+"""Figures for activation steering (plotly; data from sprout_interp.behaviour.steering).
 
 Every figure says its convention: blocks counted from 1 (the chapter's "layer N"), layers from 0 in the hover.
 """

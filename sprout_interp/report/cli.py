@@ -27,6 +27,7 @@ __all__ = [
     "candidates_left_out",
     "evidence_table",
     "held_out",
+    "held_out_arguments",
     "load_models",
     "mean_reference",
     "models_frame",
