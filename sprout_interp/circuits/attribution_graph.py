@@ -57,11 +57,11 @@ from sprout_interp.core.errors import (
     TranscoderMismatchError,
     TranscoderNotFoundError,
 )
+from sprout_interp.core.fingerprints import fingerprint, fingerprint_mismatch
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import HookedSprout, as_hooked
 from sprout_interp.core.tokens import eot_id
-from sprout_interp.features.transcoder import Transcoder, TranscoderSet, fingerprint_mismatch, load_transcoders, mlp_input
-from sprout_interp.lens.tuned_lens import fingerprint
+from sprout_interp.features.transcoder import Transcoder, TranscoderSet, load_transcoders, mlp_input
 
 __all__ = ["LocalReplacement", "check_transcoders", "prompt_tokens", "local_replacement", "salient_logits",
            "attribution_graph", "partial_influence", "random_transcoders", "graph_macs"]
