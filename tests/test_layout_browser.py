@@ -309,3 +309,41 @@ def test_the_attribution_graph_keeps_its_nodes_apart_and_a_click_opens_a_feature
         time.sleep(0.5)
     assert any(f"Feature {feature}, block {int(layer) + 1} (layer {layer}) transcoder" in h for h in browser.texts(d, "h3"))
     assert browser.problems(d) == []
+
+
+def test_the_attribution_graph_reopens_a_saved_graph_file_and_refuses_another_file(site, tmp_path):
+    """A graph saved with graph.save (the page's download) and uploaded is shown as it was saved (its node count and
+    its scores); a file that is no graph gets an error naming what it is, and the page keeps working."""
+    from selenium.webdriver.common.by import By
+
+    import sprout_interp as si
+
+    url, d = site
+    m = si.load("gpt-4")
+    g = si.attribution_graph(m, "When Mary and John went to the store, Mary", max_feature_nodes=300)
+    path = g.save(tmp_path / "mary.safetensors")
+    rep, comp = si.graph_scores(g)
+    bad = tmp_path / "not_a_graph.safetensors"
+    bad.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      " + b"\x00" * 64)
+    _open(d, url, "/attribution_graph?model=gpt-4", 1)
+    d.find_element(By.XPATH, "//*[contains(text(), 'open a saved graph file')]").click()
+    time.sleep(0.5)
+    for f, want in ((path, f"{len(g.nodes):,}"), (bad, None)):
+        d.find_element(By.CSS_SELECTOR, 'input[type=file][accept*=".safetensors"]').send_keys(str(f))
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            said = " ".join(browser.texts(d, '[data-testid="stAlert"]') + browser.texts(d, '[data-testid="stMetricValue"]'))
+            if ("uploaded graph" in said if want else "not an attribution graph file" in said):
+                break
+            time.sleep(0.5)
+        if want:
+            browser.wait_for_page(d, n_plots=1, timeout=300)
+            values = browser.texts(d, '[data-testid="stMetricValue"]')
+            assert values[0] == want and f"{rep:.3f}" in values and f"{comp:.3f}" in values, values
+            assert "(from file)" in values
+            assert browser.problems(d) == []
+        else:
+            assert any("not an attribution graph file" in p for p in browser.problems(d)), browser.problems(d)
+        d.execute_script("const b = document.querySelector('[data-testid=\"stFileChipDeleteBtn\"]');"
+                         "(b.querySelector('button') || b).click();")
+        time.sleep(1.0)
