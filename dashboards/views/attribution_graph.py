@@ -32,7 +32,7 @@ MAX_EDGES = 600  # the strongest edges drawn (thousands of faint lines hide the 
 
 with st.expander("open a saved graph file (.safetensors)"):
     up = st.file_uploader("a graph written by graph.save(path) or this page's download", type=["safetensors"],
-                          key="ag_upload", max_upload_size=1024)
+                          key="ag_upload", max_upload_size=512)
 graph, gkey, seconds, own = None, "", None, True
 if up is not None:
     data = up.getvalue()
