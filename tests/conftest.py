@@ -70,6 +70,18 @@ def tiny_config(**overrides) -> Config:
 
 
 @pytest.fixture
+def no_shipped(tmp_path, monkeypatch) -> Path:
+    """The loader's shipped-checkpoint folder made an empty one: a test of loading never sees the real shipped
+    checkpoints (they may or may not be there). Use it with ``pytest.mark.usefixtures("no_shipped")``."""
+    from sprout_interp.core import loading
+
+    empty = tmp_path / "no_shipped"
+    empty.mkdir()
+    monkeypatch.setattr(loading, "SHIPPED_DIR", empty)
+    return empty
+
+
+@pytest.fixture
 def tiny_cfg() -> Config:
     return tiny_config()
 

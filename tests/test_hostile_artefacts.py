@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fixtures.files import make_tokenizer, refused
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, models
 
@@ -37,23 +38,6 @@ from sprout_model.model import Config
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def make_tokenizer(path: Path, vocab: int = 64) -> Tokenizer:
-    tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0"))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tok.save(str(path))
-    return tok
-
-
-def refused(cls: type, *words: str, call=None) -> str:
-    """Run ``call``; assert it raised ``cls`` (a SproutError) with every word in one line of message."""
-    with pytest.raises(errors.SproutError) as e:
-        call()
-    assert isinstance(e.value, cls), f"{type(e.value).__name__}: {e.value}"
-    msg = str(e.value)
-    assert "\n" not in msg and all(w in msg for w in words), msg
-    return msg
 
 
 def state_dict(model: GPT, **changes: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -24,33 +24,18 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import tiny_config
+from fixtures.files import make_tokenizer, refused
 from safetensors.torch import save_file
-from tokenizers import Tokenizer, models
 
-from sprout_interp.core import errors, limits, loading
+from sprout_interp.core import errors, limits
 from sprout_interp.core.configs import expected_shapes, validate_config
 from sprout_interp.core.loading import load_checkpoint
 from sprout_model import GPT
 from sprout_model.checkpoint import save_checkpoint
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("no_shipped")]
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def make_tokenizer(path: Path, vocab: int = 64) -> Path:
-    tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0"))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tok.save(str(path))
-    return path
-
-
-@pytest.fixture(autouse=True)
-def no_shipped(tmp_path, monkeypatch):
-    empty = tmp_path / "no_shipped"
-    empty.mkdir()
-    monkeypatch.setattr(loading, "SHIPPED_DIR", empty)
-    return empty
 
 
 @pytest.fixture
@@ -70,16 +55,6 @@ def weights(tiny_model, **changes) -> dict[str, torch.Tensor]:
     sd = {k: v.clone() for k, v in tiny_model.state_dict().items() if k != "head.weight"}
     sd.update(changes)
     return sd
-
-
-def refused(cls: type, *words: str, call=None):
-    """Run ``call``; assert it raised ``cls`` (a SproutError) with every word in one line of message."""
-    with pytest.raises(errors.SproutError) as e:
-        call()
-    assert isinstance(e.value, cls), f"{type(e.value).__name__}: {e.value}"
-    msg = str(e.value)
-    assert "\n" not in msg and all(w in msg for w in words), msg
-    return msg
 
 
 # --- config.json: types and ranges before anything is built --------------------------------------

@@ -27,7 +27,7 @@ from sprout_model import GPT, Config
 from sprout_model.checkpoint import save_checkpoint
 from sprout_model.tokenizer import train_tokenizer
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("no_shipped")]
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_TOKENIZER = ROOT / "model" / "checkpoints" / "tokenizer.json"
@@ -71,13 +71,6 @@ def tiny_gpt() -> GPT:
 def checkpoint(tmp_path: Path, gpt: GPT, spec: dict, name: str = "ckpt") -> Path:
     """A checkpoint folder whose own tokenizer.json is ``spec``."""
     return save_checkpoint(gpt, tmp_path / name, write(tmp_path / f"{name}-src", spec), {})
-
-
-@pytest.fixture(autouse=True)
-def no_shipped(tmp_path, monkeypatch):
-    empty = tmp_path / "no_shipped"
-    empty.mkdir()
-    monkeypatch.setattr(loading, "SHIPPED_DIR", empty)
 
 
 def refused(call, *words: str) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import tiny_config
+from fixtures.files import make_tokenizer
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, models
 
@@ -20,31 +21,14 @@ from sprout_model import GPT
 from sprout_model.checkpoint import SHIPPED_DIR as REAL_SHIPPED_DIR
 from sprout_model.checkpoint import save_checkpoint
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("no_shipped")]
 
 TOKENS = torch.tensor([[1, 5, 9, 2, 33, 63, 0, 7, 7, 12]])
-
-
-def make_tokenizer(path: Path, vocab: int = 64) -> Path:
-    """A word-level tokenizer with exactly ``vocab`` tokens, written to ``path``."""
-    tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0"))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tok.save(str(path))
-    return path
 
 
 def logits(model: GPT) -> torch.Tensor:
     with torch.no_grad():
         return model(TOKENS)[0]
-
-
-@pytest.fixture(autouse=True)
-def no_shipped(tmp_path, monkeypatch):
-    """Unit tests never see the real shipped folder (it may or may not exist yet)."""
-    empty = tmp_path / "no_shipped"
-    empty.mkdir()
-    monkeypatch.setattr(loading, "SHIPPED_DIR", empty)
-    return empty
 
 
 @pytest.fixture
