@@ -25,7 +25,8 @@ from pathlib import Path
 import torch
 
 import sprout_interp as si
-from sprout_interp.circuits.attribution_graph import graph_macs, random_transcoders
+from sprout_interp.circuits.attribution_graph import graph_macs
+from sprout_interp.circuits.local_replacement import random_transcoders
 from sprout_interp.core.errors import TranscoderNotFoundError
 from sprout_interp.features.transcoder import load_transcoders
 

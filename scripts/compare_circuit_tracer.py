@@ -44,8 +44,9 @@ from typing import Optional
 import torch
 
 import sprout_interp as si
-from sprout_interp.circuits.attribution_graph import graph_macs, prompt_tokens
+from sprout_interp.circuits.attribution_graph import graph_macs
 from sprout_interp.circuits.graphs import AttributionGraph, graph_scores
+from sprout_interp.circuits.local_replacement import prompt_tokens
 from sprout_interp.core.texts import TEXTS
 from sprout_interp.features.transcoder import load_transcoders, save_transcoders
 

@@ -12,13 +12,7 @@ from conftest import tiny_config
 from safetensors.torch import save_file
 
 import sprout_interp as si
-from sprout_interp.circuits.attribution_graph import (
-    attribution_graph,
-    graph_macs,
-    local_replacement,
-    random_transcoders,
-    salient_logits,
-)
+from sprout_interp.circuits.attribution_graph import attribution_graph, graph_macs
 from sprout_interp.circuits.graph_interventions import (
     ablation_prediction,
     copy_positions,
@@ -36,6 +30,7 @@ from sprout_interp.circuits.graphs import (
     normalized_adjacency,
     prune_graph,
 )
+from sprout_interp.circuits.local_replacement import local_replacement, random_transcoders, salient_logits
 from sprout_interp.core.errors import (
     AttributionGraphError,
     NotAPathError,

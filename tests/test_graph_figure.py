@@ -10,8 +10,9 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from sprout_interp.circuits.attribution_graph import attribution_graph, random_transcoders
+from sprout_interp.circuits.attribution_graph import attribution_graph
 from sprout_interp.circuits.graphs import node_influence, prune_graph
+from sprout_interp.circuits.local_replacement import random_transcoders
 from sprout_interp.core.hooked import HookedSprout
 from sprout_interp.plots.graph import KIND_CODES, attribution_graph_figure, graph_tables, group_nodes, node_key
 from sprout_model import GPT

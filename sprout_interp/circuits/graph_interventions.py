@@ -32,14 +32,10 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from sprout_interp.circuits.attribution_graph import (
-    LocalReplacement,
-    TranscodersLike,
-    attribution_graph,
-    local_replacement,
-)
+from sprout_interp.circuits.attribution_graph import attribution_graph
 from sprout_interp.circuits.graphs import AttributionGraph, node_influence
 from sprout_interp.circuits.heads import head_label
+from sprout_interp.circuits.local_replacement import LocalReplacement, TranscodersLike, local_replacement
 from sprout_interp.core.arguments import check_count, check_index, check_indices, check_number
 from sprout_interp.core.errors import AttributionGraphError
 from sprout_interp.core.hook_points import act_name
