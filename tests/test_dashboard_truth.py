@@ -135,17 +135,20 @@ def check_attention_page(at: AppTest, circ, ind, confirmed: bool) -> None:
 
 
 def test_the_dashboard_circuit_uses_the_claims_scripts_settings():
-    """compute's circuit settings are analyses/induction_heads.py's defaults and the library's own defaults."""
+    """The dashboard's circuit settings (dashboards/precomputed.py, which compute calls and the precomputed files
+    record) are analyses/induction_heads.py's defaults and the library's own defaults."""
     a, compute = _args(), _compute()
-    assert (compute.CIRCUIT_REF_N, compute.CIRCUIT_LOSS_N, compute.CIRCUIT_LENGTH, compute.CIRCUIT_SEED) == (
+    pre = compute.precomputed
+    assert (pre.CIRCUIT_REF_N, pre.CIRCUIT_LOSS_N, pre.CIRCUIT_LENGTH, pre.CIRCUIT_SEED) == (
         a.ref_n, a.loss_n, a.length, a.seed)
     assert a.kind == "mean" and (a.seq_len, a.batch, a.n) == (64, 16, 8)
+    assert pre.SCORES == dict(seq_len=a.seq_len, batch=a.batch, seed=a.seed)
     finder = inspect.signature(find_induction_circuit).parameters
     assert finder["on"].default == "both" and finder["threshold"].default == a.threshold
     scores = inspect.signature(head_scores).parameters
     assert (scores["natural_n"].default, scores["natural_length"].default) == (a.n, a.length)
-    src = inspect.getsource(compute)
-    assert 'on="random"' not in src and "on='random'" not in src
+    for src in (inspect.getsource(compute), inspect.getsource(pre)):
+        assert 'on="random"' not in src and "on='random'" not in src
 
 
 @pytest.mark.acceptance  # 3-15 s each
