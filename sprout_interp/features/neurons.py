@@ -49,7 +49,14 @@ from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import as_hooked
 from sprout_interp.features.inputs import feature_input
 from sprout_interp.features.metrics import held_out_tokens
-from sprout_interp.features.pages import describe, promoted_suppressed, token_tables, top_contexts, vocabulary_strings
+from sprout_interp.features.pages import (
+    describe,
+    token_occurrences,
+    top_contexts,
+    unit_tables,
+    value_histogram,
+    vocabulary_strings,
+)
 
 __all__ = [
     "NeuronIndex", "NeuronSummary", "index_neurons", "neuron_acts", "neuron_logit_effects", "neuron_summary",
@@ -239,25 +246,17 @@ def neuron_summary(
     pos_order = pos_order[flat[pos_order] > 0]
     neg_order = torch.argsort(torch.where(valid, flat, torch.inf))[:n_contexts]
     neg_order = neg_order[flat[neg_order] < 0]
-    contexts = top_contexts(acts, index.tokens, strings, pos_order[:n_contexts], index.mask, before, after)
+    t = unit_tables(acts, index.tokens, strings, index.mask, pos_order, neuron_logit_effects(m, layer, neuron),
+                    n_contexts, before, after, n_tokens, top_for_tokens)
     negative = top_contexts(acts, index.tokens, strings, neg_order, index.mask, before, after)
-    if real.numel() and hi > lo:
-        counts = torch.histc(real, bins=bins, min=lo, max=hi)
-        edges = torch.linspace(lo, hi, bins + 1)
-        histogram = pd.DataFrame({"left": edges[:-1].tolist(), "right": edges[1:].tolist(), "count": counts.long().tolist()})
-    else:
-        histogram = pd.DataFrame(columns=["left", "right", "count"])
-    promoted, suppressed = promoted_suppressed(neuron_logit_effects(m, layer, neuron), strings, n_tokens)
-    top_tokens, top_previous = token_tables(acts, index.tokens, strings, pos_order[:top_for_tokens], n_tokens)
     freq = float((real > FIRE_AT * hi).sum()) / n_real if hi > 0 else 0.0
     return NeuronSummary(
         neuron=neuron, layer=layer, hook_name=index.hook_name, frequency=freq, max_activation=hi, min_activation=lo,
         mean_activation=float(real.mean()) if real.numel() else 0.0,
         std_activation=float(real.std()) if real.numel() > 1 else 0.0,
-        positive_share=float((real > 0).sum()) / n_real, n_tokens=index.n_tokens, contexts=contexts,
-        negative_contexts=negative, histogram=histogram, promoted=promoted, suppressed=suppressed,
-        top_tokens=top_tokens, top_previous=top_previous,
-        description=describe(top_tokens, top_previous, promoted, freq),
+        positive_share=float((real > 0).sum()) / n_real, n_tokens=index.n_tokens, negative_contexts=negative,
+        histogram=value_histogram(real, lo, hi, bins),
+        description=describe(t["top_tokens"], t["top_previous"], t["promoted"], freq), **t,
     )
 
 
@@ -285,13 +284,7 @@ def neurons_for_token(index: NeuronIndex, token: Union[int, str], n: int = 10, m
     mean_act`` (its mean activation on the token's occurrences in the sample), ``z`` (that mean minus its mean over
     the whole sample, in its standard deviations; the ranking), ``occurrences``. Empty when the token does not
     occur."""
-    if isinstance(token, str):
-        if model is None:
-            raise SproutError("to search by a token string, pass model=... (its tokenizer reads the string)")
-        token = as_hooked(model).to_single_token(token)
-    where = index.tokens == int(token)
-    if index.mask is not None:
-        where &= index.mask
+    where = token_occurrences(index.tokens, index.mask, token, model)
     occ = int(where.sum())
     if occ == 0:
         return pd.DataFrame(columns=["neuron", "mean_act", "z", "occurrences"])

@@ -24,7 +24,7 @@ from typing import Optional, Union
 
 import pandas as pd
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from sprout_interp.core.errors import SproutError
@@ -38,7 +38,8 @@ __all__ = [
     "FeatureIndex", "FeatureSummary", "index_features", "feature_acts", "logit_effects", "feature_summary",
     "feature_summaries",
     "describe", "repeat_flags", "where_it_fires", "features_on_text", "features_for_token", "feature_table", "top_contexts", "token_shares",
-    "token_tables", "promoted_suppressed", "vocabulary_strings", "index_transcoder_features",
+    "token_tables", "promoted_suppressed", "vocabulary_strings", "index_transcoder_features", "unit_tables",
+    "value_histogram", "token_occurrences",
     "transcoder_feature_summary", "transcoder_promoted",
 ]
 
@@ -243,6 +244,41 @@ def token_shares(strings: list[str], weights: list[float], n: int) -> pd.DataFra
     return pd.DataFrame(rows, columns=["token", "count", "share", "mean_act"])
 
 
+def value_histogram(values: Float[Tensor, " n"], lo: float, hi: float, bins: int) -> pd.DataFrame:
+    """``left, right, count``: ``values`` in ``bins`` equal bins from ``lo`` to ``hi`` (no rows when there is no
+    value or ``hi <= lo``)."""
+    if not values.numel() or not hi > lo:
+        return pd.DataFrame(columns=["left", "right", "count"])
+    counts = torch.histc(values, bins=bins, min=lo, max=hi)
+    edges = torch.linspace(lo, hi, bins + 1)
+    return pd.DataFrame({"left": edges[:-1].tolist(), "right": edges[1:].tolist(), "count": counts.long().tolist()})
+
+
+def unit_tables(acts: Float[Tensor, "batch pos"], tokens: Int[Tensor, "batch pos"], strings: list[str],
+                mask: Optional[Tensor], order: Int[Tensor, " n"], effect: Float[Tensor, " vocab"], n_contexts: int,
+                before: int, after: int, n_tokens: int, top_for_tokens: int) -> dict[str, pd.DataFrame]:
+    """What every unit's page (an SAE latent, a transcoder feature, a neuron) shows from its activations ``acts`` on
+    a sample and its direct effect on the logits: ``contexts`` (:func:`top_contexts` of the first ``n_contexts``
+    flat positions of ``order``, strongest first), ``promoted`` and ``suppressed`` (:func:`promoted_suppressed`),
+    ``top_tokens`` and ``top_previous`` (:func:`token_tables` of the first ``top_for_tokens``)."""
+    promoted, suppressed = promoted_suppressed(effect, strings, n_tokens)
+    top_tokens, top_previous = token_tables(acts, tokens, strings, order[:top_for_tokens], n_tokens)
+    return dict(contexts=top_contexts(acts, tokens, strings, order[:n_contexts], mask, before, after),
+                promoted=promoted, suppressed=suppressed, top_tokens=top_tokens, top_previous=top_previous)
+
+
+def token_occurrences(tokens: Int[Tensor, "batch pos"], mask: Optional[Tensor], token: Union[int, str],
+                      model=None) -> Bool[Tensor, "batch pos"]:
+    """Where ``token`` (an id, or a string that is one token: then pass ``model``, whose tokenizer reads it) stands
+    among the real tokens of a sample."""
+    if isinstance(token, str):
+        if model is None:
+            raise SproutError("to search by a token string, pass model=... (its tokenizer reads the string)")
+        token = as_hooked(model).to_single_token(token)
+    where = tokens == int(token)
+    return where if mask is None else where & mask
+
+
 def repeat_flags(tokens: Int[Tensor, "batch pos"], mask: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     """Where each token stands in its own sequence: ``(seen, continued)``, boolean ``(batch, pos)``. ``seen``: the
     token occurred earlier in the sequence (a repeat); ``continued``: the token before it occurred earlier followed
@@ -390,25 +426,16 @@ def _summary(index: FeatureIndex, feature: int, layer: int, effect: Float[Tensor
     n_active = int(active.sum())
     order = torch.argsort(flat, descending=True)[:max(n_contexts, top_for_tokens)]
     order = order[flat[order] > 0]
-    contexts = top_contexts(acts, index.tokens, strings, order[:n_contexts], index.mask, before, after)
     nz = flat[active]
-    if n_active:
-        hist = torch.histc(nz, bins=bins, min=0.0, max=float(nz.max()))
-        edges = torch.linspace(0.0, float(nz.max()), bins + 1)
-        histogram = pd.DataFrame({"left": edges[:-1].tolist(), "right": edges[1:].tolist(),
-                                  "count": hist.long().tolist()})
-    else:
-        histogram = pd.DataFrame(columns=["left", "right", "count"])
-    promoted, suppressed = promoted_suppressed(effect, strings, n_tokens)
-    top_tokens, top_previous = token_tables(acts, index.tokens, strings, order[:top_for_tokens], n_tokens)
+    t = unit_tables(acts, index.tokens, strings, index.mask, order, effect, n_contexts, before, after, n_tokens,
+                    top_for_tokens)
     where = where_it_fires(index, acts, order[:top_for_tokens])
     freq = n_active / max(index.n_tokens, 1)
     return FeatureSummary(
         feature=feature, layer=layer, hook_name=index.hook_name, frequency=freq,
         max_activation=float(nz.max()) if n_active else 0.0, mean_activation=float(nz.mean()) if n_active else 0.0,
-        n_tokens=index.n_tokens, contexts=contexts, histogram=histogram, promoted=promoted, suppressed=suppressed,
-        top_tokens=top_tokens, top_previous=top_previous,
-        description=describe(top_tokens, top_previous, promoted, freq, where), where=where,
+        n_tokens=index.n_tokens, histogram=value_histogram(nz, 0.0, float(nz.max()) if n_active else 0.0, bins),
+        description=describe(t["top_tokens"], t["top_previous"], t["promoted"], freq, where), where=where, **t,
     )
 
 
@@ -533,13 +560,7 @@ def features_for_token(index: FeatureIndex, token: Union[int, str], n: int = 10,
     """The latents that fire most on ``token`` (an id, or a string that is one token: then pass ``model``):
     ``feature, mean_act`` (mean over the token's occurrences in the sample, 0 where off), ``share`` (of the
     occurrences on which it fires), ``occurrences``."""
-    if isinstance(token, str):
-        if model is None:
-            raise SproutError("to search by a token string, pass model=... (its tokenizer reads the string)")
-        token = as_hooked(model).to_single_token(token)
-    where = index.tokens == int(token)
-    if index.mask is not None:
-        where &= index.mask
+    where = token_occurrences(index.tokens, index.mask, token, model)
     occ = int(where.sum())
     if occ == 0:
         return pd.DataFrame(columns=["feature", "mean_act", "share", "occurrences"])
