@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import traceback
 
+import show
 import state
 import streamlit as st
 
@@ -39,4 +40,4 @@ except BaseException as err:  # last line of defence: a page's failure is shown 
         st.code(traceback.format_exc())
 finally:  # also after state.stop(): the link keeps what was chosen, the sidebar offers what was drawn
     state.write_url()
-    state.page_downloads(page.title if page is not None else "page")
+    show.page_downloads(page.title if page is not None else "page")

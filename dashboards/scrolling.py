@@ -6,7 +6,7 @@ the box around it scrolls, and the box opens with the chosen position's column i
 """
 from __future__ import annotations
 
-import state
+import show
 import streamlit as st
 
 # waits for the box's figure to be drawn, then scrolls the box as little as brings x value __X__ into view with room
@@ -30,13 +30,13 @@ _SCROLL_JS = """<script>
 
 
 def chart(fig, name: str, box: str, column: float, **kw):
-    """``state.chart`` of ``fig`` at its own ``layout.width`` inside a box (Streamlit key ``box``) that scrolls
+    """``show.chart`` of ``fig`` at its own ``layout.width`` inside a box (Streamlit key ``box``) that scrolls
     sideways when the figure is wider than the page, opened with the figure's x value ``column`` in view.
-    Returns what ``state.chart`` returns (the selection, with ``on_select``)."""
+    Returns what ``show.chart`` returns (the selection, with ``on_select``)."""
     px = int(fig.layout.width)
     st.html(f"<style>.st-key-{box} {{ overflow-x: auto; }} .st-key-{box} [data-testid='stElementContainer'], "
             f".st-key-{box} [data-testid='stPlotlyChart'] {{ min-width: {px}px; }}</style>")
     with st.container(key=box):
-        out = state.chart(fig, name, width=px, **kw)
+        out = show.chart(fig, name, width=px, **kw)
     st.html(_SCROLL_JS.replace("__BOX__", box).replace("__X__", f"{float(column):g}"), unsafe_allow_javascript=True)
     return out

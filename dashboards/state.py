@@ -1,14 +1,11 @@
-"""What every page shares: the chosen model (cached once per process), the chosen text, error display, the
-URL that keeps a view, the downloads, and uploads.
+"""What every page shares: the chosen model (cached once per process), the chosen text, the URL that keeps a view,
+and error display. Figures and tables with their downloads are ``show.py``'s; uploaded checkpoints ``uploads.py``'s.
 
 The URL: the sidebar keeps the model and the text in ``?model=…&text=…``, and a page keeps its main choices
 there with :func:`bind` (a link, a bookmark or a reload restores them); :func:`write_url` writes them after
-every run (``app.py`` calls it, also after :func:`stop`). Downloads: :func:`chart` draws a figure and adds it to
-the page's one HTML file (:func:`page_downloads`, in the sidebar), :func:`table` draws a table with its CSV
-button; both files are made only when clicked. Uploads (:func:`save_upload`) go to a folder of their own and
-through the same loader as a path. ``-- --no-path-box`` or ``SPROUT_DASHBOARD_NO_PATH_BOX=1`` hides the path box,
-and so does listening on anything but loopback, unless started with ``-- --allow-remote-paths``
-(:func:`path_box_allowed`, ``serving.py``).
+every run (``app.py`` calls it, also after :func:`stop`). ``-- --no-path-box`` or
+``SPROUT_DASHBOARD_NO_PATH_BOX=1`` hides the path box, and so does listening on anything but loopback, unless
+started with ``-- --allow-remote-paths`` (:func:`path_box_allowed`, ``serving.py``).
 
 Everything a person typed (a path, a text) or that derives from it (a model's name, an error message
 quoting it) is shown through :func:`md` (inside markdown) or :func:`plain` (inside a plotly title or
@@ -18,12 +15,10 @@ lone surrogates by :func:`clean_text` before any widget or the tokenizer sees it
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import html
 import os
 import re
 import sys
-import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import serving
 import streamlit as st
+import uploads
 
 import sprout_interp as si
 from sprout_interp.core import loading
@@ -46,13 +42,8 @@ TOKENIZER_SEP = " + tokenizer "  # a model key with a tokenizer passed for it: "
 MAX_TEXT_CHARS = 100_000  # a typed text is cut here (the model reads at most its context, 512 tokens)
 TYPED = ("own_text", "model_path", "model_tokenizer")  # session keys of what a person types
 UPLOAD = "upload checkpoint files…"
-MAX_UPLOAD_MB = 512  # one upload of checkpoint files (Sprout's own weights are 70 MB in float32)
-MAX_UPLOADS = 8  # upload folders kept on the server; older ones are deleted
 MAX_TEXT_UPLOAD_MB = 1
 MAX_URL_TEXT = 2_000  # a typed text longer than this is not put in the link (links this long are already unwieldy)
-#: the files an upload may hold: a checkpoint folder's, or one weights file
-UPLOAD_NAMES = ("config.json", "tokenizer.json", "train.json", "model.safetensors")
-WEIGHT_SUFFIXES = (".pt", ".pth", ".safetensors")
 NO_PATH_BOX_ENV = "SPROUT_DASHBOARD_NO_PATH_BOX"
 
 
@@ -159,14 +150,14 @@ def sidebar() -> None:
                                "warning, since nothing can check that it was trained with this tokenizer.")
         elif choice == UPLOAD:
             files = st.file_uploader(
-                "checkpoint files", accept_multiple_files=True, key="model_upload", max_upload_size=MAX_UPLOAD_MB,
+                "checkpoint files", accept_multiple_files=True, key="model_upload", max_upload_size=uploads.MAX_UPLOAD_MB,
                 type=["json", "safetensors", "pt", "pth"],
                 help="A checkpoint folder's files (model.safetensors with its config.json, and tokenizer.json, "
                      "train.json if you have them), or one .pt/.safetensors file. The loader checks them as it "
                      "checks a path; an uploaded model is not kept in the page's link.")
             try:
-                st.session_state["upload_key"] = save_upload(files or [])
-            except UploadError as err:
+                st.session_state["upload_key"] = uploads.save_upload(files or [])
+            except uploads.UploadError as err:
                 st.session_state["upload_key"] = ""
                 st.error(md(err))
         tchoice = st.selectbox("text", list(TEXTS) + [OWN_TEXT], key="text_choice")
@@ -206,84 +197,10 @@ def _exposure_notice(exposed: list[str], allowed: bool) -> None:
                    f"can read this machine's files, add `-- {serving.ALLOW_REMOTE_PATHS}`.")
 
 
-# -- uploads ------------------------------------------------------------------------------------
-
-
-class UploadError(si.SproutError):
-    """Uploaded files that cannot be a checkpoint (the message says what to upload instead)."""
-
-
-def _upload_dir() -> Path:
-    return Path(tempfile.gettempdir()) / "sprout-dashboard-uploads"
-
-
-def save_upload(files) -> str:
-    """Write uploaded checkpoint files to a folder of their own (named by their content's hash, so the same
-    upload is the same model to the cache) and return the path to load: the folder, or the one weights file.
-    Only a checkpoint folder's file names (:data:`UPLOAD_NAMES`) or one weights file are taken; the loader
-    then checks the contents as it checks any path. "" when nothing is uploaded yet."""
-    if not files:
-        return ""
-    names = [Path(f.name).name for f in files]
-    if len(set(names)) != len(names):
-        raise UploadError("Two uploaded files have the same name: upload each file once.")
-    weights = [n for n in names if n.lower().endswith(WEIGHT_SUFFIXES)]
-    if len(weights) != 1:
-        raise UploadError(f"Upload exactly one weights file (.safetensors, .pt or .pth); got {len(weights)}.")
-    others = [n for n in names if n not in weights]
-    bad = [n for n in others if n not in UPLOAD_NAMES]
-    if bad:
-        raise UploadError(f"Only {', '.join(UPLOAD_NAMES)} may go with the weights; not {', '.join(bad)}.")
-    total = sum(f.size for f in files)
-    if total > MAX_UPLOAD_MB << 20:
-        raise UploadError(f"The upload is {total / 2**20:,.0f} MB; at most {MAX_UPLOAD_MB} MB are accepted.")
-    h = hashlib.sha256()
-    for f in sorted(files, key=lambda f: Path(f.name).name):
-        h.update(Path(f.name).name.encode() + b"\0")
-        h.update(f.getvalue())
-    base = _upload_dir()
-    base.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if hasattr(os, "getuid") and (base.is_symlink() or base.stat().st_uid != os.getuid()):
-        raise UploadError(f"The upload folder {base} belongs to someone else: uploads are off on this server.")
-    folder = base / h.hexdigest()[:24]
-    w = weights[0]
-    # a folder upload keeps the loader's names; a lone weights file keeps its suffix (what the loader reads it by)
-    target = {n: n for n in others}
-    target[w] = "model.safetensors" if w.lower().endswith(".safetensors") else "model" + Path(w).suffix.lower()
-    folder.mkdir(parents=True, exist_ok=True)
-    for f in files:
-        out = folder / target[Path(f.name).name]
-        if not out.is_file() or out.stat().st_size != f.size:
-            # a name of its own per writer (two sessions may upload the same files at once), then one rename
-            fd, tmp = tempfile.mkstemp(dir=folder, prefix=out.name + ".", suffix=".part")
-            with os.fdopen(fd, "wb") as part:
-                part.write(f.getvalue())
-            os.replace(tmp, out)
-    os.utime(folder)  # the newest use, for _forget_old_uploads
-    _forget_old_uploads(keep=folder)
-    # with its config the folder is a checkpoint folder; otherwise the loader reads the weights file (and a
-    # tokenizer.json beside it)
-    return str(folder if "config.json" in others else folder / target[w])
-
-
-def _forget_old_uploads(keep: Path, most: int = MAX_UPLOADS) -> None:
-    """Delete all but the ``most`` newest upload folders (``keep`` always stays): uploads must not fill the disk.
-    A model already loaded from a deleted folder stays usable until the cache lets it go."""
-    import shutil
-
-    try:
-        folders = sorted((p for p in _upload_dir().iterdir() if p.is_dir() and p != keep),
-                         key=lambda p: p.stat().st_mtime, reverse=True)
-    except OSError:
-        return
-    for old in folders[max(most - 1, 0):]:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def is_upload(key: str) -> bool:
     """Whether a model key is an uploaded checkpoint's folder or file."""
     # by its text only: a typed path is never resolved here (it may be a symlink loop, or not exist)
-    return key.partition(TOKENIZER_SEP)[0].startswith(str(_upload_dir()) + os.sep)
+    return key.partition(TOKENIZER_SEP)[0].startswith(str(uploads.upload_dir()) + os.sep)
 
 
 def shown_key(key: str) -> str:
@@ -460,65 +377,6 @@ def write_url() -> None:
     _say_refused(want)
 
 
-# -- figures and tables, with their downloads ---------------------------------------------------
-
-#: the plotly tool bar of every chart: its camera button saves a PNG drawn by the browser (no network, no kaleido)
-PLOTLY_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
-
-
-def chart(fig, name: str, **kw):
-    """``st.plotly_chart`` with the dashboard's tool bar; the figure joins this page's HTML download."""
-    st.session_state.setdefault("_figs_run", []).append((name, fig))
-    kw.setdefault("width", "content")
-    return st.plotly_chart(fig, config=PLOTLY_CONFIG, **kw)
-
-
-def table(df, name: str, data=None, **kw):
-    """``st.dataframe(data or df)`` with a button that downloads ``df`` as CSV (written only when clicked)."""
-    kw.setdefault("hide_index", True)
-    out = st.dataframe(df if data is None else data, **kw)
-    st.download_button(f"⬇ {name} (CSV)", data=lambda: df.to_csv(index=False).encode("utf-8"),
-                       file_name=_file_name(name) + ".csv", mime="text/csv", on_click="ignore",
-                       key=f"csv_{_file_name(name)}")
-    return out
-
-
-def _file_name(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_").lower() or "table"
-
-
-def page_downloads(page: str) -> None:
-    """In the sidebar: every figure the page drew, in one HTML file (plotly.js inline once: it opens offline)."""
-    figs = list(st.session_state.get("_figs_run") or [])
-    if not figs:
-        return
-    from sprout_interp.plots.common import figures_html
-
-    title = f"Sprout dashboard: {page}"
-    st.sidebar.download_button(
-        f"⬇ this page's {len(figs)} figure(s) (HTML)", data=lambda: figures_html(figs, title).encode("utf-8"),
-        file_name=_file_name(page) + "_figures.html", mime="text/html", on_click="ignore", key="dl_page_figures",
-        help="One HTML file with every figure of this page, plotly.js inside it once: it opens without a network. "
-             "Each chart's camera button saves it as a PNG (and in the HTML file, as an SVG).")
-
-
-def take_click(chart_key: str, n: int = 2) -> tuple[int, ...] | None:
-    """What a click on the chart ``chart_key`` (drawn with ``on_select="rerun"``) picked in the previous run: the
-    first ``n`` ints of the selected point's customdata (:func:`sprout_interp.plots.picking.picked`), once. None
-    when nothing is selected, or when this selection was taken already (the widgets it set may have moved on
-    since). Call it before drawing the widgets the click sets."""
-    from sprout_interp.plots.picking import picked
-
-    now, seen = picked(st.session_state.get(chart_key), n), f"_taken_{chart_key}"
-    if now is None:
-        st.session_state.pop(seen, None)  # deselected: the same point, clicked again, counts again
-        return None
-    if st.session_state.get(seen) == now:
-        return None
-    st.session_state[seen] = now
-    return now
-
-
 def header(title: str, what: str = "") -> None:
     """The page title, one line on what it shows, and the layer convention."""
     st.header(title)
@@ -552,19 +410,14 @@ def current_model() -> si.HookedSprout | None:
     try:
         m = load_model(key)
     except si.SproutError as err:
-        st.error(f"Could not load **{md(shown)}**: {md(_hide_upload_paths(str(err)))}")
+        st.error(f"Could not load **{md(shown)}**: {md(uploads.hide_upload_paths(str(err)))}")
         return None
     except Exception as err:  # a damaged file can make torch or safetensors raise anything
-        st.error(f"Could not load **{md(shown)}**: {md(type(err).__name__)}: {md(_hide_upload_paths(str(err)))}")
+        st.error(f"Could not load **{md(shown)}**: {md(type(err).__name__)}: {md(uploads.hide_upload_paths(str(err)))}")
         return None
     for w in m.info.get("warnings") or []:
-        st.warning(f"**{md(shown if is_upload(key) else m.name or key)}**: {md(_hide_upload_paths(str(w)))}")
+        st.warning(f"**{md(shown if is_upload(key) else m.name or key)}**: {md(uploads.hide_upload_paths(str(w)))}")
     return m
-
-
-def _hide_upload_paths(msg: str) -> str:
-    """A loader message with the uploads' temporary folder written as "upload/"."""
-    return msg.replace(str(_upload_dir()) + os.sep, "upload/").replace(str(_upload_dir().resolve()) + os.sep, "upload/")
 
 
 def current_text() -> str:

@@ -828,17 +828,17 @@ def test_old_uploads_are_deleted(monkeypatch, tmp_path):
     """At most MAX_UPLOADS upload folders stay on the server: the newest, and always the one in use."""
     sys.path.insert(0, str(APP.parent))
     try:
-        import state
+        import uploads
     finally:
         sys.path.remove(str(APP.parent))
-    monkeypatch.setattr(state, "_upload_dir", lambda: tmp_path)
+    monkeypatch.setattr(uploads, "upload_dir", lambda: tmp_path)
     import os
     import time
 
     for i in range(5):
         (tmp_path / f"u{i}").mkdir()
         os.utime(tmp_path / f"u{i}", (time.time() - 100 + i, time.time() - 100 + i))
-    state._forget_old_uploads(keep=tmp_path / "u0", most=3)
+    uploads.forget_old_uploads(keep=tmp_path / "u0", most=3)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["u0", "u3", "u4"]
 
 

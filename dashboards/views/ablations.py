@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import compute
+import show
 import state
 import streamlit as st
 
@@ -103,13 +104,13 @@ else:
     width = 60
     state.clamp_state("abl_start", 1, max(n - width + 1, 1))
     start = st.slider("first predicted token shown (pos, 0-based)", 1, max(n - width + 1, 1), key="abl_start") if n > width else 1
-    state.chart(token_change_chart(eff, positions=range(start, start + width),
+    show.chart(token_change_chart(eff, positions=range(start, start + width),
                                    title=f"change in P(actual next token) with {len(heads)} head(s) {kind}-ablated "
                                          f"(tokens {start}–{min(start + width, n + 1) - 1} of {n})"),
                 "change in P(next token)")
     st.markdown("**Every token**, largest drop first (position = the predicted token's index in the text, "
                 "the first token being 0; context = the token before it)")
-    state.table(eff.sort_values("prob_change"), "every token, ablated")
+    show.table(eff.sort_values("prob_change"), "every token, ablated")
 
 st.subheader("Every head alone")
 st.markdown(f"Ablate each of the {L * H} heads by itself ({kind}) and measure the loss on this text: which heads "
@@ -121,9 +122,9 @@ if st.button(f"run the full sweep ({L * H} heads, {kind})", key="abl_sweep_btn")
 if want in st.session_state.get(flag, set()):
     with st.spinner("sweeping every head…"), state.shown_errors("the sweep"):
         sw = compute.sweep(m, key, text, kind)
-    state.chart(sweep_heatmap(sw, title=f"loss change, {kind}"), "sweep")
+    show.chart(sweep_heatmap(sw, title=f"loss change, {kind}"), "sweep")
     st.caption(f"Change in the mean loss on this text (nats/token) when that head alone is {kind}-ablated; "
                f"clean loss {float(sw['clean'].iloc[0]):.3f}. Rows: block (from 1) and layer (code index).")
-    state.table(sw.sort_values("change", ascending=False), "sweep")
+    show.table(sw.sort_values("change", ascending=False), "sweep")
 else:
     st.caption("The sweep runs only when you ask: it is the slowest thing on this page.")

@@ -1,6 +1,7 @@
 """Anatomy: the one-page diagram, each part's real code with line numbers, and a parameter calculator."""
 from __future__ import annotations
 
+import show
 import state
 import streamlit as st
 
@@ -28,7 +29,7 @@ with right:
                "the file's own)")
     st.code(anatomy.numbered(code, first), language="python", wrap_lines=True)
 with left:
-    state.chart(model_diagram(n_layer, selected=key), "model diagram", width="stretch")
+    show.chart(model_diagram(n_layer, selected=key), "model diagram", width="stretch")
 
 st.subheader("Count your own model")
 state.bind("preset", "calc_preset", state.one_of(list(anatomy.CALCULATOR_PRESETS)))

@@ -3,6 +3,7 @@ itself to hover over), the head scores with the induction circuit, and the repea
 from __future__ import annotations
 
 import compute
+import show
 import state
 import streamlit as st
 
@@ -36,7 +37,7 @@ state.bind("head", "attn_head", state.int_in(0, H - 1))
 state.bind("n", "attn_n", state.int_in(1, T))
 state.remember("attn_layer", induction[0] if induction else 0, 0, L - 1)
 state.remember("attn_head", induction[1] if induction else 0, 0, H - 1)
-clicked = state.take_click("attn_all")  # a click on a head's small pattern below (previous run) chooses that head
+clicked = show.take_click("attn_all")  # a click on a head's small pattern below (previous run) chooses that head
 if clicked is not None and 0 <= clicked[0] < L and 0 <= clicked[1] < H:
     st.session_state["attn_layer"], st.session_state["attn_head"] = clicked
 layer = c[0].selectbox("block", list(range(L)), format_func=block_label, key="attn_layer")
@@ -51,7 +52,7 @@ with st.spinner("running the model…"), state.shown_errors("the attention patte
     pats = compute.all_patterns(m, key, text, n)
     strs = compute.str_tokens(m, key, text)
     every = compute.all_heads_chart(m, key, text, n, induction)
-state.chart(every, "every head", key="attn_all", on_select="rerun", selection_mode="points")
+show.chart(every, "every head", key="attn_all", on_select="rerun", selection_mode="points")
 framed = (f"Framed in red: the induction head the circuit finder names, {block_label(induction[0])}, head {induction[1]} "
           f"(induction score {circ.induction_score:.2f} on repeated random tokens)." if induction else
           f"No head is framed: the circuit finder finds no induction head in this model (the best induction score, "
@@ -64,7 +65,7 @@ st.caption(f"One small pattern per head, first {n} of {T} tokens, all on one col
 st.subheader(f"{block_label(layer)}, head {head}")
 left, right = st.columns([1, 1])
 with left:
-    state.chart(pattern_figure(pats[layer, head], strs[:n], title=f"{block_label(layer)}, head {head} "
+    show.chart(pattern_figure(pats[layer, head], strs[:n], title=f"{block_label(layer)}, head {head} "
                                f"(blocks.{layer}.attn.hook_pattern), first {n} of {T} tokens"), "the chosen head")
 with right:
     st.html(attention_hover_html(pats[layer, head], strs[:n], element_id=f"attn-hover-{layer}-{head}",
@@ -90,11 +91,11 @@ def _mark(row):
     return ["background-color: #fff3b0" if hit else ""] * len(row)
 
 
-state.table(scores, "head scores", data=scores.style.apply(_mark, axis=1).format(precision=3))
+show.table(scores, "head scores", data=scores.style.apply(_mark, axis=1).format(precision=3))
 st.caption("Highlighted: the heads of the induction circuit above (the circuit finder's call, as in the README's "
            "claims: scores on repeated random tokens and on held-out text, not on this text); the table's *_text columns "
            "are this text's. layer = index in code (blocks.{layer}); block = layer + 1, the chapter's count.")
-state.chart(head_scores_figure(scores), "head scores")
+show.chart(head_scores_figure(scores), "head scores")
 
 st.subheader("What each head writes: its full OV circuit")
 st.markdown("Where a head looks is half of copying; the other half is what it writes there. The full OV circuit "
@@ -105,7 +106,7 @@ st.markdown("Where a head looks is half of copying; the other half is what it wr
             "text makes it do.")
 with state.shown_errors("the full OV circuits"):
     ov = compute.ov_copying(m, key, False)
-state.chart(head_scores_heatmap(ov, "copying_score", zmin=-1.0, zmax=1.0, colorscale="RdBu",
+show.chart(head_scores_heatmap(ov, "copying_score", zmin=-1.0, zmax=1.0, colorscale="RdBu",
                                 title="full OV circuit copying score (Σλ / Σ|λ|; blocks from 1, heads from 0)"),
             "OV copying scores")
 state.bind("ov_ranks", "ov_ranks_open", state.as_bool, state.fmt_bool)
@@ -114,7 +115,7 @@ if st.toggle("also rank each token's own logit in what the head writes (one voca
     with st.spinner("ranking every token's own logit in every head's full OV circuit…"), \
             state.shown_errors("the OV self-ranks"):
         ov = compute.ov_copying(m, key, True)
-    state.table(ov, "OV copying")
+    show.table(ov, "OV copying")
     st.caption("self_top_k: the share of the vocabulary whose own token is among the 5 the head promotes most "
                "when it reads that token; self_rank_median: the median rank of a token's own logit (0 = the largest).")
 
@@ -150,7 +151,7 @@ with st.expander("run the test: the copy losses, the chosen head on the repeated
         k[0].metric("loss on copy 1 (nats/token)", f"{first:.2f}")
         k[1].metric("loss on copy 2", f"{second:.2f}")
         k[2].metric("ratio copy 2 / copy 1", f"{ratio:.2f}", help="near 1: no copying; far below 0.5: an induction circuit")
-        state.chart(pattern_figure(rpat[head], rstrs, title=f"{block_label(layer)}, head {head} on {seq_len} random "
+        show.chart(pattern_figure(rpat[head], rstrs, title=f"{block_label(layer)}, head {head} on {seq_len} random "
                                    f"tokens repeated twice"), "repeated tokens")
 
         st.markdown("**Which heads does copying need?** Ablate each head alone on the repeated tokens and see how much the "
@@ -165,8 +166,8 @@ with st.expander("run the test: the copy losses, the chosen head on the repeated
                 cs = compute.copying_sweep(m, key, progress=lambda done, total: bar.progress(
                     done / total, text=f"ablating each head alone on the repeated tokens: {done} of {total} heads done…"))
             bar.empty()
-            state.chart(head_scores_heatmap(cs, "change", zmin=None, zmax=None, colorscale="Reds",
+            show.chart(head_scores_heatmap(cs, "change", zmin=None, zmax=None, colorscale="Reds",
                                             title="copying ratio change when the head is zero-ablated"), "copying sweep")
             st.caption(f"How much the copying ratio (loss on copy 2 / copy 1; clean {cs.attrs['clean']:.2f}) rises when that "
                        "head alone is zero-ablated, on 16 rows of 64 random tokens repeated twice.")
-            state.table(cs, "copying sweep")
+            show.table(cs, "copying sweep")

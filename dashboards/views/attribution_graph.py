@@ -5,7 +5,9 @@ import hashlib
 import re
 
 import compute
+import graph_compute
 import scrolling
+import show
 import state
 import streamlit as st
 
@@ -38,14 +40,14 @@ if up is not None:
     data = up.getvalue()
     digest = hashlib.sha256(data).hexdigest()
     with st.spinner("reading the graph file…"), state.shown_errors("the uploaded graph"):
-        graph = compute.uploaded_graph(digest, data)
+        graph = graph_compute.uploaded_graph(digest, data)
     gkey, own = f"upload:{digest}", graph.info.get("model_name") == (m.name or "")
     st.info(f"Showing the uploaded graph ({state.md(up.name)}: {state.md(graph)}). Remove the file above to compute "
             "one for the text in the sidebar." + ("" if own else " It was made with another model than the one in "
                                                   "the sidebar, so its features have no pages here."))
 else:
     try:
-        compute.graph_transcoders(m, key)
+        graph_compute.graph_transcoders(m, key)
     except TranscoderNotFoundError as err:
         st.info(f"**{state.md(m.name or key)} has no transcoders**, so no attribution graph can be made for it: a graph "
                 "replaces every block's feed-forward with its transcoder. The shipped **sprout** and **gpt-4** come "
@@ -60,7 +62,7 @@ else:
     if hi < 1:
         st.warning("The text is too short for a graph: type a longer text.")
         state.stop()
-    first = compute.graph_end(strs)
+    first = graph_compute.graph_end(strs)
     state.bind("end", "ag_end", state.int_in(1, hi))
     state.bind("max_features", "ag_max", state.one_of(MAX_FEATURES))
     state.remember("ag_end", min(first or hi, hi), 1, hi)
@@ -78,11 +80,11 @@ else:
                   if first == end else ""))
     with st.spinner(f"computing the attribution graph of {end} tokens (about half a minute for Sprout at 2,048 "
                     "features on two CPU cores; then kept for every threshold)…"), state.shown_errors("the graph"):
-        graph, seconds = compute.attribution_graph(m, key, text, end, int(max_features))
+        graph, seconds = graph_compute.attribution_graph(m, key, text, end, int(max_features))
     gkey = f"{key}|{end}|{max_features}|{hashlib.sha256(text.encode()).hexdigest()}"
 
 with st.spinner("measuring each node's influence…"), state.shown_errors("the graph's scores"):
-    influence, replacement, completeness, _ = compute.graph_influence(graph, gkey)
+    influence, replacement, completeness, _ = graph_compute.graph_influence(graph, gkey)
 nodes_all = graph.nodes
 keys = [node_key(r.kind, r.layer, r.pos, r.feature, r.token_id) for r in nodes_all.itertuples()]
 index_of = dict(zip(keys, range(len(keys))))
@@ -166,7 +168,7 @@ if st.session_state.get("ag_card") not in index_of:
     st.session_state.pop("ag_card", None)
 
 # a click on a node (previous run): a feature opens its card below; any node can then be pinned
-clicked = state.take_click("ag_graph", 2)
+clicked = show.take_click("ag_graph", 2)
 if clicked is not None and 0 <= clicked[1] < len(keys):
     ck = keys[clicked[1]]
     st.session_state["ag_clicked"] = ck
@@ -182,12 +184,12 @@ pins = list(st.session_state.get("ag_pins") or [])
 supers = {s.partition(":")[0]: s.partition(":")[2].split(",") for s in st.session_state.get("ag_super") or []}
 keep = tuple(sorted({index_of[x] for x in pins} | {index_of[x] for ms in supers.values() for x in ms}))
 with st.spinner("pruning…"), state.shown_errors("the pruned graph"):
-    nodes, edges = compute.graph_view(graph, gkey, float(node_thr), float(edge_thr), keep)
+    nodes, edges = graph_compute.graph_view(graph, gkey, float(node_thr), float(edge_thr), keep)
 notes = {}
 if own:
     feats = tuple(sorted({(int(r.layer), int(r.feature)) for r in nodes[nodes["kind"] == "feature"].itertuples()}))
     with state.shown_errors("the features' tokens"):
-        top = compute.graph_promoted(m, key, feats)
+        top = graph_compute.graph_promoted(m, key, feats)
     notes = {r.key: "promotes " + ", ".join(show_token(t) for t in top.get((int(r.layer), int(r.feature)), []))
              for r in nodes[nodes["kind"] == "feature"].itertuples()}
 drawn, drawn_edges = group_nodes(nodes, edges, supers)
@@ -264,7 +266,7 @@ if card in index_of:
     else:
         with st.spinner(f"reading block {layer + 1}'s transcoder features on held-out text (once per block)…"), \
                 state.shown_errors("the feature's card"):
-            page = compute.transcoder_page(m, key, layer, feature)
+            page = graph_compute.transcoder_page(m, key, layer, feature)
         st.markdown(f"**{state.md(page.description)}** (from its top activations and promoted tokens)")
         c = st.columns(3)
         c[0].metric("fires on", f"{page.frequency:.2%}", help=f"of {page.n_tokens:,} held-out tokens")
@@ -275,7 +277,7 @@ if card in index_of:
         st.html(contexts_html(page.contexts))
         left, right = st.columns(2)
         with left:
-            state.chart(logit_effect_chart(page, title=f"tokens feature {feature} promotes and suppresses "
+            show.chart(logit_effect_chart(page, title=f"tokens feature {feature} promotes and suppresses "
                                                        "(W_dec · W_U)"), "feature card: promoted tokens")
         with right:
             st.markdown("**Tokens it fires on** (share of its top activations)")
@@ -292,9 +294,9 @@ else:
 
 with st.expander("the drawn nodes and edges (tables)"):
     cols = ["key", "kind", "layer", "block", "pos", "feature", "token", "activation", "logit_prob", "influence"]
-    state.table(nodes[cols].sort_values("influence", ascending=False), "graph nodes")
-    state.table(edges.assign(source=[keys[i] for i in edges["source"]], target=[keys[i] for i in edges["target"]]),
+    show.table(nodes[cols].sort_values("influence", ascending=False), "graph nodes")
+    show.table(edges.assign(source=[keys[i] for i in edges["source"]], target=[keys[i] for i in edges["target"]]),
                 "graph edges")
 st.download_button(f"⬇ the whole graph ({len(nodes_all):,} nodes) as a .safetensors file (reopen it above, or with "
-                   "si.load_graph)", data=lambda: compute.graph_file(graph), file_name="attribution_graph.safetensors",
+                   "si.load_graph)", data=lambda: graph_compute.graph_file(graph), file_name="attribution_graph.safetensors",
                    mime="application/octet-stream", on_click="ignore", key="ag_download")

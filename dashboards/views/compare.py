@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import compute
+import show
 import state
 import streamlit as st
 
@@ -62,22 +63,22 @@ state.bind("start", "cmp_start", state.int_in(1, max(n - width + 1, 1)))
 state.clamp_state("cmp_start", 1, max(n - width + 1, 1))
 start = st.slider("first predicted token shown (pos, 0-based)", 1, max(n - width + 1, 1), key="cmp_start") if n > width else 1
 label = {k: state.plain(state.shown_key(k)) for k in keys}  # a typed path is a legend entry: literal text, never plotly markup
-state.chart(compare_models_figure(df.rename(columns=label), models=[label[k] for k in keys],
+show.chart(compare_models_figure(df.rename(columns=label), models=[label[k] for k in keys],
                                   positions=range(start, start + width),
                                   title=f"P(actual next token), tokens {start}–{min(start + width, n + 1) - 1} of {n}"),
             "P(actual next token)")
 st.markdown("**Mean probability of the actual next token over the text**")
-state.table(df[keys].mean().rename("mean P(next token)").to_frame().T, "mean P(next token)")
+show.table(df[keys].mean().rename("mean P(next token)").to_frame().T, "mean P(next token)")
 with st.expander("every token"):
-    state.table(df, "every token")
+    show.table(df, "every token")
 
 st.subheader("Invented names")
 st.markdown(f"{len(NAME_TEXTS)} short stories each name an invented person twice (\"Zorbin Plax\" …). The first time the name's "
             "later tokens are a surprise; the second time a model that copies from context should expect them.")
 with st.spinner("reading the name stories…"), state.shown_errors("the name-copying view"):
     nc = compute.name_copying(tuple(keys))
-state.chart(name_copying_figure(nc.assign(model=nc["model"].map(lambda k: label.get(k, state.plain(k))))),
+show.chart(name_copying_figure(nc.assign(model=nc["model"].map(lambda k: label.get(k, state.plain(k))))),
             "invented names")
 table = nc.pivot_table(index=["model", "name"], columns="occurrence", values="prob", aggfunc="mean")
 table.columns = [f"occurrence {c}: mean P(later tokens)" for c in table.columns]
-state.table(table.reset_index(), "invented names")
+show.table(table.reset_index(), "invented names")

@@ -6,6 +6,7 @@ import hashlib
 import compute
 import pandas as pd
 import scrolling
+import show
 import state
 import streamlit as st
 
@@ -131,12 +132,12 @@ with right:
 # -- per-layer metrics -----------------------------------------------------------------------
 st.subheader("Confidence, accuracy and KL to the final output, by block")
 chapter = CHAPTER_SPROUT_CONFIDENCE if m.cfg.n_layers == 8 else None
-state.chart(layer_metrics_chart(summary.assign(model=state.plain(m.name or key)), color="model", dash=None,
+show.chart(layer_metrics_chart(summary.assign(model=state.plain(m.name or key)), color="model", dash=None,
                                 chapter=chapter, title=f"{state.plain(m.name or key)}: the logit lens by block (this text)"),
             "logit lens by block")
 if chapter is None:
     st.caption(f"The chapter's 77% / 59% are for Sprout's blocks 7 and 8; this model has {m.cfg.n_layers} blocks.")
-state.table(summary, "logit lens by block")
+show.table(summary, "logit lens by block")
 
 # -- per-token trajectories, both lenses -----------------------------------------------------
 # computed only once opened (both lenses over every row and token: more work than the rest of the page)

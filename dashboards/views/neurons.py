@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import compute
+import show
 import state
 import streamlit as st
 
@@ -47,8 +48,8 @@ st.caption(f"{state.md(what)} after {state.md(repr(strs[pos]))} (pos {pos}) is {
            f"neuron together writes {top.attrs['neurons_total']:+.2f} of it directly (the rest: the embedding, the "
            "heads, and what neurons do through later blocks, which only an ablation shows). The model's top guess "
            f"here: {state.md(repr(top_guess))}.")
-state.chart(neuron_attribution_chart(top), "neurons pushing the prediction")
-state.table(top, "neurons pushing the prediction")
+show.chart(neuron_attribution_chart(top), "neurons pushing the prediction")
+show.table(top, "neurons pushing the prediction")
 
 st.subheader("One neuron's page")
 state.bind("layer", "nrn_layer", state.int_in(0, L - 1))  # 0-indexed as on every page (block = layer + 1)
@@ -111,11 +112,11 @@ with st.expander(f"block {layer + 1} neuron {neuron} on held-out text: its stron
         left, right = st.columns(2)
         with left:
             if not page.histogram.empty:
-                state.chart(neuron_histogram(page), "neuron activation histogram")
+                show.chart(neuron_histogram(page), "neuron activation histogram")
             st.markdown("**Tokens it fires on** (share of its strongest positive activations)")
             st.dataframe(page.top_tokens, hide_index=True)
         with right:
-            state.chart(neuron_logit_effect_chart(page), "neuron logit effects")
+            show.chart(neuron_logit_effect_chart(page), "neuron logit effects")
             st.markdown("**The token before** (share of its strongest positive activations)")
             st.dataframe(page.top_previous, hide_index=True)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import compute
 import scrolling
+import show
 import state
 import streamlit as st
 
@@ -59,11 +60,11 @@ k = st.columns(3)
 k[0].metric("logit difference, clean run", f"{resid.attrs['clean']:.3f}")
 k[1].metric("logit difference, corrupted run", f"{resid.attrs['corrupted']:.3f}")
 k[2].metric("tokens", f"{len(toks)}")
-state.chart(patching_heatmap(resid, toks), "block x position patching", width="stretch")
+show.chart(patching_heatmap(resid, toks), "block x position patching", width="stretch")
 st.caption("Each cell: the stream entering that block (`blocks.{block-1}.hook_resid_pre`) at that position copied "
            "from the clean run into the corrupted run. Early blocks: the information sits where the texts differ; "
            "after the induction head's block it sits at the last position.")
-state.chart(head_patching_heatmap(heads), "head patching", width="stretch")
+show.chart(head_patching_heatmap(heads), "head patching", width="stretch")
 st.caption("Each cell: one head's output (`hook_z`, every position) copied from the clean run. Blocks counted from 1, "
            "heads from 0.")
 
@@ -86,14 +87,14 @@ if st.toggle("compare with attribution patching (every patch estimated from one 
     k[3].metric("largest error, heads (score)", f"{agree_heads.attrs['max_abs_error']:.2f}")
     c = st.columns(2)
     with c[0]:
-        state.chart(patching_agreement_figure(agree_resid), "attribution vs exact, stream", width="stretch")
+        show.chart(patching_agreement_figure(agree_resid), "attribution vs exact, stream", width="stretch")
     with c[1]:
-        state.chart(patching_agreement_figure(agree_heads), "attribution vs exact, heads", width="stretch")
+        show.chart(patching_agreement_figure(agree_heads), "attribution vs exact, heads", width="stretch")
     st.caption("Each marker: one patch, its exact score (one run of the model per patch) across, the attribution "
                "estimate up; on the dotted diagonal the estimate is exact. Colour: the block (counted from 1).")
     with st.expander("attribution patching tables"):
-        state.table(agree_resid, "attribution vs exact, stream")
-        state.table(agree_heads, "attribution vs exact, heads")
+        show.table(agree_resid, "attribution vs exact, stream")
+        show.table(agree_heads, "attribution vs exact, heads")
 
 st.subheader("Contribution graph (clean text)")
 n = len(toks)
@@ -107,7 +108,7 @@ thr = c[1].slider("keep parts ≥ % of the largest", 1, 50, key="patch_threshold
 with st.spinner("attributing the prediction…"), state.shown_errors("the contribution graph"):
     nodes, edges = compute.graph(m, key, clean, pos, thr / 100)
 # a click on a node (previous run) opens that part's own page, on this text
-node = state.take_click("patch_graph", 3)
+node = show.take_click("patch_graph", 3)
 if node is not None:
     kind, layer, head = node
     on_text = {"text": clean} if len(clean) <= state.MAX_URL_TEXT else {}
@@ -149,11 +150,11 @@ c = st.columns(2)
 c[0].markdown(f"**Tokens block {pick[0] + 1} head {pick[1]} promotes and suppresses at position {pos}** "
               "(direct effect on each logit)")
 with c[0]:
-    state.table(eff[["effect", "rank", "token", "logit"]], "the head's tokens")
+    show.table(eff[["effect", "rank", "token", "logit"]], "the head's tokens")
 c[1].markdown(f"**Where it looks from position {pos}** (attention weights, largest first)")
 with c[1]:
-    state.table(row.sort_values("weight", ascending=False).head(10), "where the head looks")
+    show.table(row.sort_values("weight", ascending=False).head(10), "where the head looks")
 with st.expander("tables"):
-    state.table(resid, "block x position patching")
-    state.table(heads, "head patching")
-    state.table(edges, "contribution graph edges")
+    show.table(resid, "block x position patching")
+    show.table(heads, "head patching")
+    show.table(edges, "contribution graph edges")

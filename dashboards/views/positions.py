@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import compute
+import show
 import state
 import streamlit as st
 
@@ -60,7 +61,7 @@ st.write(f"The same pair shifted to (m={m_pos - shift}, n={n_pos - shift}): **{s
 state.bind("size", "pos_size", state.int_in(16, 128))
 st.session_state.setdefault("pos_size", 64)
 size = st.slider("grid size", 16, 128, key="pos_size")
-state.chart(rope_grid_figure(rope.score_grid(q, k, size, base),
+show.chart(rope_grid_figure(rope.score_grid(q, k, size, base),
                              title="one pair of vectors at every (m, n): constant along each diagonal"),
             "RoPE score grid", width="stretch")
 turns = rope.turn_lengths(q.shape[-1], base)
@@ -69,14 +70,14 @@ st.caption(f"Pair 0 turns once every {turns[0]:.1f} positions; pair {len(turns) 
 if source == "model":
     st.subheader(f"{block_label(layer)}, head {head}: its real scores on the text")
     grid = full_grid[:size, :size]
-    state.chart(rope_grid_figure(grid, title=f"{block_label(layer)} head {head}: q·k / √d_head before the softmax "
+    show.chart(rope_grid_figure(grid, title=f"{block_label(layer)} head {head}: q·k / √d_head before the softmax "
                                              f"(first {min(size, T)} tokens)", colorbar="score"),
                 "the head's scores", width="stretch")
     r2 = by_distance.attrs["r2"]
     st.metric("share of the score's variance the distance explains", f"{r2:.0%}",
               help="1 − (variance within each distance) / (total variance), over every query–key pair of the text")
-    state.chart(distance_profile_figure(by_distance), "score by distance", width="stretch")
+    show.chart(distance_profile_figure(by_distance), "score by distance", width="stretch")
     st.caption("Each query's own vector and each key's own vector differ from token to token, so a real head's "
                "score is RoPE's function of the distance applied to different vectors: a narrow band (a high share) "
                "means the head attends by position, a wide one that the tokens decide.")
-    state.table(by_distance, "score by distance")
+    show.table(by_distance, "score by distance")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import compute
+import show
 import state
 import streamlit as st
 
@@ -22,17 +23,17 @@ with st.spinner("measuring the stream…"), state.shown_errors("the residual str
 state.bind("log", "rms_log", state.as_bool, state.fmt_bool)
 st.session_state.setdefault("rms_log", True)
 log_y = st.toggle("log scale", key="rms_log")
-state.chart(rms_growth_chart(rms.assign(model=name), color="model", dash=None, log_y=log_y,
+show.chart(rms_growth_chart(rms.assign(model=name), color="model", dash=None, log_y=log_y,
                              chapter=CHAPTER_GPT4_RMS, chapter_label="chapter (gpt-4, held-out text)",
                              title=f"{name}: RMS of the stream after each block (this text)"),
             "RMS after each block")
 c = st.columns(2)
 with c[0]:
     st.markdown("**Ours beside the chapter's gpt-4 figures**")
-    state.table(growth_claims(rms), "ours beside the chapter")
+    show.table(growth_claims(rms), "ours beside the chapter")
 with c[1]:
     st.markdown("**Every row** (block: from 1, 0 = after the embedding; layer: index in code, −1 = embedding)")
-    state.table(rms, "RMS after each block")
+    show.table(rms, "RMS after each block")
 
 st.subheader("What each block is worth")
 st.caption("The loss on this text (nats per token) when one block stops writing to the stream: its attention "
@@ -43,9 +44,9 @@ if toks.shape[-1] < 2:
 else:
     with st.spinner("knocking out each block…"), state.shown_errors("the block knockouts"):
         knock = compute.knockout(m, key, text)
-    state.chart(block_knockout_chart(knock, title=f"{name}: loss rise when a block stops writing (this text)"),
+    show.chart(block_knockout_chart(knock, title=f"{name}: loss rise when a block stops writing (this text)"),
                 "block knockouts")
-    state.table(knock.drop(columns=["layers"]), "block knockouts")
+    show.table(knock.drop(columns=["layers"]), "block knockouts")
 
 st.subheader("Per position")
 state.bind("per_position", "rms_per_position", state.as_bool, state.fmt_bool)
@@ -54,7 +55,7 @@ if st.toggle("show the RMS at every position", key="rms_per_position"):
         pp = compute.rms(m, key, text, per_position=True)
     blocks = st.multiselect("rows", list(range(m.cfg.n_layers + 1)), default=list(range(m.cfg.n_layers + 1)),
                             format_func=lambda b: "embedding" if b == 0 else f"block {b}", key=f"rms_rows_{key}")
-    state.chart(rms_position_chart(pp, blocks=blocks, log_y=log_y, tokens=compute.str_tokens(m, key, text)),
+    show.chart(rms_position_chart(pp, blocks=blocks, log_y=log_y, tokens=compute.str_tokens(m, key, text)),
                 "RMS at each position")
 else:
     st.caption("Turn it on to see the stream's size token by token.")

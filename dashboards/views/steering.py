@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import compute
+import show
 import state
 import streamlit as st
 
@@ -53,7 +54,7 @@ coeff = st.select_slider("coefficient (× the vector)", options=COEFFS, key="ste
 st.subheader("Which block does the contrast steer from?")
 with st.spinner("making each block's vector and steering with it…"), state.shown_errors("the steering by block"):
     layers = compute.steering_layers(m, key, positive, negative, prompt, answer, wrong, coeff)
-state.chart(steering_layers_figure(layers), "steering by block")
+show.chart(steering_layers_figure(layers), "steering by block")
 st.caption(f"Each bar: the vector made from the contrast entering that block, added {coeff:g} times there; the "
            f"change in the logit difference on the prompt (clean {float(layers['clean'].iloc[0]):.3f}). The vector is "
            "read from the stream at that block, so it grows with the stream and one coefficient is a comparable dose "
@@ -72,7 +73,7 @@ layer = st.selectbox("steer at block", list(range(L)), key="steer_layer", format
 
 with st.spinner("steering with every coefficient…"), state.shown_errors("the steering"):
     effect, loss = compute.steering_effect(m, key, positive, negative, prompt, answer, wrong, layer, COEFFS, text)
-state.chart(steering_effect_figure(effect, loss), "steering by coefficient")
+show.chart(steering_effect_figure(effect, loss), "steering by coefficient")
 row = effect.set_index("coeff").loc[coeff]
 lrow = loss.set_index("coeff").loc[coeff]
 k = st.columns(3)
@@ -80,7 +81,7 @@ k[0].metric(f"logit difference at coefficient {coeff:g}", f"{row['value']:.3f}",
 k[1].metric("loss on the sidebar's text (nats/token)", f"{lrow['value']:.3f}", f"{lrow['change']:+.3f}",
             delta_color="inverse")
 k[2].metric("added norm / stream norm", f"{row['added_norm']:.1f} / {row['stream_norm']:.1f}")
-state.table(effect.merge(loss[["coeff", "value", "change"]].rename(columns={"value": "loss", "change": "loss_change"}),
+show.table(effect.merge(loss[["coeff", "value", "change"]].rename(columns={"value": "loss", "change": "loss_change"}),
                          on="coeff"), "steering by coefficient")
 
 st.subheader("Steered continuations")
@@ -93,6 +94,6 @@ if st.button("sample the continuations", key="steer_generate_btn"):
 if want in st.session_state.get(gkey, set()):
     with st.spinner("sampling…"), state.shown_errors("the continuations"):
         gens = compute.steered_generations(m, key, positive, negative, prompt, layer, (-abs(coeff), 0.0, abs(coeff)))
-    state.table(gens, "steered continuations")
+    show.table(gens, "steered continuations")
 else:
     st.caption("Sampling runs only when you ask: with a hook on the model, each new token is a full forward.")

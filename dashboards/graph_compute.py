@@ -1,0 +1,125 @@
+"""Cached calls of the Attribution graph page: the transcoders, the graph of a prompt (kept in memory unpickled: a
+full Sprout graph's adjacency is about 0.9 GB), an uploaded graph file, its influence and pruned views, the tokens
+its features promote and a transcoder feature's card. Same rules as ``compute.py``: keyed by the model's key, pure
+functions of their arguments, no tensor maths."""
+from __future__ import annotations
+
+import streamlit as st
+from compute import tokens
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def graph_transcoders(_m, key: str):
+    """The transcoders shipped beside the checkpoint, one per block (TranscoderNotFoundError when it has none)."""
+    from sprout_interp.features.transcoder import load_transcoders
+
+    return load_transcoders(_m)
+
+
+def graph_end(strs: list[str]) -> int | None:
+    """Where a text's graph ends by default: just before the second occurrence of a repeated two-word name's
+    second word (the chapter's text: the second " Plax", so the logits predict it), else before the second piece
+    of the first name that comes back; None when no name repeats. A token count (the prompt is ``strs[:end]``)."""
+    from sprout_interp.features.search import repeated_names
+
+    again = repeated_names(strs)
+    second = again[again["occurrence"] == 2]
+    if second.empty:
+        return None
+    starts = set(second.loc[second["piece"] == 0, "pos"])
+    for p in sorted(starts):
+        if p - 1 in set(second["pos"]):  # a name right after another repeated name: a full name's second word
+            return int(p)
+    first = second[second["name"] == second["name"].iloc[0]]
+    return int(first["pos"].iloc[1] if len(first) > 1 else first["pos"].iloc[0])
+
+
+@st.cache_resource(max_entries=3, show_spinner=False)
+def attribution_graph(_m, key: str, text: str, end: int, max_features: int):
+    """(the attribution graph of the text's first ``end`` tokens, seconds it took): circuit-tracer's defaults
+    (bos first, logits covering 95% of the probability, at most 10) and at most ``max_features`` feature nodes.
+    A resource (not copied on each use): the adjacency holds (nodes)^2 float32."""
+    import time
+
+    from sprout_interp.circuits.attribution_graph import attribution_graph as make
+
+    ts = graph_transcoders(_m, key)
+    t0 = time.perf_counter()
+    g = make(_m, tokens(_m, text)[0, :end], ts, max_feature_nodes=max_features)
+    return g, time.perf_counter() - t0
+
+
+@st.cache_resource(max_entries=3, show_spinner=False)
+def uploaded_graph(digest: str, _data: bytes):
+    """A graph file someone uploaded (``digest``: its SHA-256), read by load_graph (AttributionGraphError when
+    it is not one)."""
+    import os
+    import tempfile
+
+    from sprout_interp.circuits.graphs import load_graph
+
+    fd, path = tempfile.mkstemp(suffix=".safetensors")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(_data)
+        return load_graph(path)
+    finally:
+        os.unlink(path)
+
+
+@st.cache_resource(max_entries=6, show_spinner=False)
+def graph_influence(_graph, gkey: str):
+    """(each node's influence on the logits as a list in node order, replacement score, completeness score,
+    seconds the scores took) of the graph named ``gkey``."""
+    import time
+
+    from sprout_interp.circuits.graphs import graph_scores, node_influence
+
+    t0 = time.perf_counter()
+    infl = node_influence(_graph).tolist()
+    replacement, completeness = graph_scores(_graph)
+    return infl, replacement, completeness, time.perf_counter() - t0
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def graph_view(_graph, gkey: str, node_threshold: float, edge_threshold: float, keep: tuple):
+    """(nodes, edges) of the graph ``gkey`` pruned at these thresholds, the nodes ``keep`` (indices) added."""
+    from sprout_interp.plots.graph import graph_tables
+
+    return graph_tables(_graph, node_threshold, edge_threshold, graph_influence(_graph, gkey)[0], keep)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def graph_promoted(_m, key: str, features: tuple) -> dict:
+    """{(layer, feature): the three tokens it promotes most} for the graph's drawn features."""
+    from sprout_interp.features.pages import transcoder_promoted
+
+    df = transcoder_promoted(_m, graph_transcoders(_m, key), list(features))
+    return {(int(r.layer), int(r.feature)): list(r.promoted) for r in df.itertuples()}
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def transcoder_index(_m, key: str, layer: int):
+    """Every held-out token's active transcoder features of ``layer`` (96 windows of 128 tokens)."""
+    from sprout_interp.features.pages import index_transcoder_features
+
+    return index_transcoder_features(_m, graph_transcoders(_m, key)[layer])
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def transcoder_page(_m, key: str, layer: int, feature: int):
+    """One transcoder feature's page (FeatureSummary) on the held-out sample."""
+    from sprout_interp.features.pages import transcoder_feature_summary
+
+    return transcoder_feature_summary(_m, graph_transcoders(_m, key)[layer], feature, transcoder_index(_m, key, layer))
+
+
+def graph_file(_graph) -> bytes:
+    """The graph as the bytes of its .safetensors file (save_graph), for a download."""
+    import tempfile
+    from pathlib import Path
+
+    from sprout_interp.circuits.graphs import save_graph
+
+    with tempfile.TemporaryDirectory() as d:
+        return save_graph(_graph, Path(d) / "graph.safetensors").read_bytes()
