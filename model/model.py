@@ -7,7 +7,7 @@ feed-forward layer, tied input/output embeddings and no biases.
 
 Parameter names, shapes and maths match the course's ``model.py``, so a
 state dict saved there loads here with ``strict=True`` and gives the same
-logits (``tests/test_model.py`` checks both).
+logits (``tests/model/test_model.py`` checks both).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Run the dashboard on a free localhost port and drive it with headless Chromium (selenium 4).
 
-Shared by ``tests/test_browser.py`` and ``scripts/screenshots.py``. Uses Debian's ``chromium`` and
+Shared by ``tests/dashboards/test_browser.py`` and ``scripts/screenshots.py``. Uses Debian's ``chromium`` and
 ``chromium-driver`` (``apt-get install -y chromium chromium-driver``; ``.ci/run`` installs them when
 missing); the driver path is passed explicitly, so selenium never tries to download one.
 """

@@ -7,7 +7,7 @@ Starts `streamlit run dashboards/app.py` on a free localhost port, opens each pa
 figures, presses the page's "run" button where it has one (the full ablation sweep, the copying
 sweep) and saves `<out>/<page>.png` at the first of `--widths` (browser window widths in pixels) and
 `<out>/<width>/<page>.png` at each other one. It prints what `browser.LAYOUT_JS` finds wrong on each page at each
-width (overlapping or cut labels, squashed patterns; tests/test_layout_browser.py fails on the same). Needs Debian's
+width (overlapping or cut labels, squashed patterns; tests/dashboards/test_layout_browser.py fails on the same). Needs Debian's
 chromium + chromium-driver and selenium (see scripts/browser.py).
 """
 from __future__ import annotations

@@ -1,0 +1,61 @@
+"""Our attribution graphs against circuit-tracer 0.5.0's on the same model, transcoders and ids: the whole
+comparison end to end. ``scripts/setup_circuit_tracer.sh`` builds (or reuses) ``.venv-ct`` from PyPI, then
+``scripts/compare_circuit_tracer.py`` runs circuit-tracer's ``attribute`` in that venv on ``to_hf()``'s export
+with the shipped transcoders of gpt-4 and Sprout, on one short prompt, and matches its graph to ours node by node."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.acceptance
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ("gpt-4", "sprout")
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory) -> dict:
+    """The comparison's JSON on the short prompt, one row per model (the setup and the script as a user runs them;
+    subprocess.run kills either on its timeout, and the script stops its worker on any exit)."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    setup = subprocess.run(["bash", str(ROOT / "scripts" / "setup_circuit_tracer.sh")], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=1200)
+    assert setup.returncode == 0, f"setup_circuit_tracer.sh failed:\n{setup.stdout[-2000:]}\n{setup.stderr[-4000:]}"
+    out = tmp_path_factory.mktemp("circuit-tracer") / "comparison.json"
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "compare_circuit_tracer.py"), "--models", *MODELS,
+                          "--prompts", "short", "--no-bench", "--json", str(out)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=1200)
+    assert run.returncode == 0, f"compare_circuit_tracer.py failed:\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}"
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["model"] for r in rows] == list(MODELS)
+    return {r["model"]: r for r in rows}
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_same_nodes_as_circuit_tracer(comparison, model):
+    r = comparison[model]
+    assert r["same_tokens"] and r["positions"] == 14  # <|endoftext|> and "Zorbin Plax came home. Zorbin"
+    assert r["same_features"] and r["features"] == r["ct_features"] > 0
+    assert r["same_logits"] and 1 <= len(r["logits"]) <= 10
+    assert r["same_nodes"] and r["n_nodes"] == r["ct_n_nodes"] == r["matched"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_same_adjacency_as_circuit_tracer(comparison, model):
+    r = comparison[model]
+    assert r["max_abs_edge"] > 0.1  # a real graph, not two empty ones
+    assert r["max_abs_diff"] <= 1e-4, f"largest difference {r['max_abs_diff']:.2e} at edge {r['worst_edge']}"
+    assert r["exactness"] <= 1e-3
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_same_scores_as_circuit_tracer(comparison, model):
+    r = comparison[model]
+    assert 0 < r["replacement"] < 1 and 0 < r["completeness"] < 1
+    assert abs(r["replacement"] - r["ct_replacement"]) <= 1e-4
+    assert abs(r["completeness"] - r["ct_completeness"]) <= 1e-4

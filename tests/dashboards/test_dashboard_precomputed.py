@@ -1,0 +1,226 @@
+"""The dashboard's precomputed answers (dashboards/precomputed.py, written by scripts/precompute_dashboard.py).
+
+A ``dashboard.json`` is read only for the checkpoint whose fingerprint it carries and with today's settings (a
+changed checkpoint, other settings or a damaged file are not used: the dashboard computes); its tables and circuit
+come back exactly as written; the shipped files equal a fresh computation by the library.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from sprout_interp.circuits.induction import InductionCircuit
+from sprout_interp.core import loading
+from sprout_interp.core.fingerprints import fingerprint
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "dashboards"))
+import precomputed  # noqa: E402
+
+pytestmark = pytest.mark.unit
+SHIPPED = ["gpt-1", "gpt-4", "sprout"]
+
+
+def _installed(name: str) -> bool:
+    return (Path(loading.SHIPPED_DIR) / name / "model.safetensors").is_file()
+
+
+def _scores() -> pd.DataFrame:
+    df = pd.DataFrame({"layer": [0, 0, 1, 1], "block": [1, 1, 2, 2], "head": [0, 1, 0, 1],
+                       "prev_token_random": [0.9, 0.1, 0.05, 0.02], "duplicate_random": [0.0, 0.1, 0.2, 0.0],
+                       "induction_random": [0.01, 0.02, 0.81, 0.1], "prev_token_text": [0.7, 0.2, 0.1, 0.0],
+                       "duplicate_text": [0.0, 0.1, 0.2, 0.3], "induction_text": [0.0, 0.1, 0.4, 0.05]})
+    df.attrs.update(model="tiny", seq_len=64, batch=16, seed=0)
+    return df
+
+
+def _circuit() -> InductionCircuit:
+    """A confirmed circuit, block 1 head 0 (layer 0) -> block 2 head 0 (layer 1), with hand-made ablation evidence."""
+    nan = float("nan")
+    labels = ["none", "block 2 head 0 (layer 1)", "block 1 head 0 (layer 0)"]
+    ev = pd.DataFrame({"role": ["clean", "induction candidate", "previous-token candidate"],
+                       "condition": ["clean", *labels[1:]], "heads": labels,
+                       "head_pairs": [[], [(1, 0)], [(0, 0)]], "n_heads": [0, 1, 1],
+                       "layer": pd.array([None, 1, 0], dtype="Int64"), "copying_second": [0.6, 0.1, 0.3],
+                       "copying_removed": [0.0, 0.99, 0.6], "loss_change": [0.0, 0.1, 0.05],
+                       "specificity": [nan, 50.0, float("inf")], "induction_score": [0.88, nan, 0.05],
+                       "induction_drop": [0.0, nan, 0.9], "chosen": [False, True, True]})
+    ev["role"] = ev["role"].astype("str")
+    ev.attrs.update(clean_copying_first=0.003, clean_copying_second=0.6, kind="mean", worst=float("-inf"))
+    return InductionCircuit(model="tiny", prev_layer=0, prev_head=0, prev_score=0.7, induction_layer=1, induction_head=0,
+                            induction_score=0.81, prev_earlier=True, prev_before_layer=0, prev_before_head=0,
+                            prev_before_score=0.7, threshold=0.3, found=True, scores_on="both",
+                            clean_copying_ratio=0.02, prev_tokens=[(0, 0)], confirmed=True, kind="mean",
+                            copying="names", evidence=ev)
+
+
+def _sweep() -> pd.DataFrame:
+    df = pd.DataFrame({"layer": [0, 1], "block": [1, 2], "head": [0, 0], "metric": ["copying_ratio"] * 2,
+                       "ablated": [0.6, 0.3], "clean": [0.02, 0.02], "change": [0.58, 0.28]})
+    df.attrs.update(metric="copying_ratio", kind="zero", method="fast", clean=0.02)
+    return df
+
+
+def _ov() -> pd.DataFrame:
+    df = pd.DataFrame({"layer": [0, 1], "block": [1, 2], "head": [0, 0], "copying_score": [0.9, -0.2],
+                       "self_top_k": [0.5, 0.0], "self_rank_median": [1.0, 4000.0]})
+    df.attrs.update(k=5, normalize=True)
+    return df
+
+
+def _data(m) -> dict:
+    return {"format": precomputed.FORMAT, "model": "tiny", "fingerprint": fingerprint(m),
+            "settings": precomputed.settings(), "circuit_scores": precomputed.frame_to_json(_scores()),
+            "confirmed_circuit": precomputed.circuit_to_json(_circuit()),
+            "copying_sweep": precomputed.frame_to_json(_sweep()), "ov_copying": precomputed.frame_to_json(_ov())}
+
+
+def test_tables_and_circuits_come_back_as_written(hooked, tmp_path):
+    """Values, dtypes (nullable Int64, str, bool, object head pairs as tuples), NaN, the index and attrs survive
+    the JSON file; the circuit's summary and verdicts are the same."""
+    path = precomputed.write(hooked, _data(hooked), tmp_path / precomputed.FILE)
+    got, why = precomputed.read(hooked, path)
+    assert why == "" and got is not None and got.path == path
+    pd.testing.assert_frame_equal(got.scores, _scores(), check_exact=True)
+    pd.testing.assert_frame_equal(got.sweep, _sweep(), check_exact=True)
+    pd.testing.assert_frame_equal(got.ov_copying(True), _ov(), check_exact=True)
+    assert list(got.ov_copying(False).columns) == ["layer", "block", "head", "copying_score"]
+    assert got.scores.attrs == _scores().attrs and got.sweep.attrs == _sweep().attrs
+    c, want = got.confirmed, _circuit()
+    pd.testing.assert_frame_equal(c.evidence, want.evidence, check_exact=True)
+    assert c.evidence["head_pairs"].tolist() == [[], [(1, 0)], [(0, 0)]] and c.evidence.attrs == want.evidence.attrs
+    assert c == want and c.prev_tokens == [(0, 0)] and c.summary() == want.summary() and c.verdicts() == want.verdicts()
+    assert "REPRODUCED" in c.summary()
+    json.loads(path.read_text(encoding="utf-8"), parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+
+
+def test_another_checkpoint_or_other_settings_are_not_used(hooked, tmp_path):
+    """A file stamped with another checkpoint's fingerprint (other weights, config or vocabulary), computed with
+    other settings, of another format, or damaged, is not used, and the reason says which."""
+    path = tmp_path / precomputed.FILE
+    precomputed.write(hooked, _data(hooked), path)
+    with torch.no_grad():  # the same checkpoint, one weight changed: retrained
+        p = next(hooked.model.parameters())
+        was = p.view(-1)[0].item()
+        p.view(-1)[0] = was + 1.0
+    got, why = precomputed.read(hooked, path)
+    assert got is None and "another checkpoint" in why and "weights" in why
+    with torch.no_grad():
+        p.view(-1)[0] = was
+    assert precomputed.read(hooked, path)[0] is not None  # the same weights again: used
+
+    def doctored(change) -> tuple:
+        data = _data(hooked)
+        change(data)
+        path.write_text(json.dumps(data), encoding="utf-8")
+        return precomputed.read(hooked, path)
+
+    cases = {
+        "config": lambda d: d["fingerprint"]["config"].__setitem__("n_layers", 99),
+        "vocabulary": lambda d: d["fingerprint"].__setitem__("vocab_sha256", "0" * 64),
+        "fingerprint": lambda d: d.__setitem__("fingerprint", ["not", "an", "object"]),
+        "other settings": lambda d: d["settings"]["sweep"].__setitem__("seq_len", 32),
+        "not a": lambda d: d.__setitem__("format", "something else/9"),
+        "KeyError": lambda d: d.pop("copying_sweep"),
+    }
+    for word, change in cases.items():
+        got, why = doctored(change)
+        assert got is None and word in why, (word, why)
+    for raw in ("{not json", "[1, 2]", ""):
+        path.write_text(raw, encoding="utf-8")
+        got, why = precomputed.read(hooked, path)
+        assert got is None and why, raw
+    assert precomputed.read(hooked, tmp_path / "absent.json") == (None, f"no {precomputed.FILE} beside the checkpoint")
+
+
+@pytest.mark.acceptance  # over 3 s: the attention page twice on gpt-1
+@pytest.mark.skipif(not _installed("gpt-1"), reason="the shipped gpt-1 checkpoint is not installed")
+def test_the_dashboard_reads_a_matching_file_and_computes_past_a_mismatched_one(tmp_path):
+    """A page frames the induction head of the file's scores when the fingerprint matches; with one weight's
+    hash changed in the file it frames the head the library computes, and never the file's."""
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+
+    import sprout_interp as si
+
+    shutil.copy(Path(loading.SHIPPED_DIR) / "tokenizer.json", tmp_path)  # the shipped tokenizer, as beside the shipped
+    shipped = Path(loading.SHIPPED_DIR) / "gpt-1"
+    m = si.load(str(shipped))
+    data = json.loads((shipped / precomputed.FILE).read_text(encoding="utf-8"))
+    scores = precomputed.frame_from_json(data["circuit_scores"])
+    true = precomputed.ranked_circuit(scores)
+    planted = (0, 0) if (true.induction_layer, true.induction_head) != (0, 0) else (0, 1)
+    i = scores.index[(scores["layer"] == planted[0]) & (scores["head"] == planted[1])][0]
+    scores.loc[i, "induction_random"] = 0.95  # a head the library does not name, scored far above the bar
+    data["circuit_scores"] = precomputed.frame_to_json(scores)
+
+    def framed(name: str, fp: dict) -> str:
+        """The attention page's caption on a copy of gpt-1 (its own folder: its own caches) with the planted file."""
+        folder = tmp_path / name
+        shutil.copytree(shipped, folder)
+        (folder / precomputed.FILE).write_text(json.dumps(dict(data, fingerprint=fp)), encoding="utf-8")
+        at = AppTest.from_file(str(ROOT / "dashboards" / "app.py"), default_timeout=600)
+        at.query_params.update({"model": str(folder)})
+        at = at.switch_page("views/attention.py").run()
+        assert not at.exception, [e.value for e in at.exception]
+        return next(c.value for c in at.caption if c.value.startswith("One small pattern per head"))
+
+    planted_label = f"block {planted[0] + 1} (layer {planted[0]}), head {planted[1]} (induction score 0.95"
+    assert planted_label in framed("same", fingerprint(m))  # read: the planted head is framed
+    shown = framed("other", dict(fingerprint(m), weights_sha256="0" * 64))  # another checkpoint's file: computed here
+    assert "induction score 0.95" not in shown and f"{true.induction_score:.2f}" in shown, shown
+
+
+@pytest.mark.acceptance  # tens of seconds a model: every forward the claims scripts run
+@pytest.mark.parametrize("name", SHIPPED)
+def test_the_shipped_file_equals_a_fresh_computation(name):
+    """Each shipped checkpoint's dashboard.json is what precomputed.build computes now (the library's functions),
+    to float32 rounding; the circuit's heads, summary and verdicts exactly."""
+    if not _installed(name):
+        pytest.skip(f"the shipped {name} checkpoint is not installed")
+    import sprout_interp as si
+
+    m = si.load(name)
+    got, why = precomputed.read(m)
+    assert got is not None, why
+    fresh = precomputed.build(m)
+    close = dict(check_exact=False, rtol=1e-4, atol=1e-6)
+    pd.testing.assert_frame_equal(got.scores, precomputed.frame_from_json(fresh["circuit_scores"]), **close)
+    pd.testing.assert_frame_equal(got.sweep, precomputed.frame_from_json(fresh["copying_sweep"]), **close)
+    pd.testing.assert_frame_equal(got.ov, precomputed.frame_from_json(fresh["ov_copying"]), **close)
+    c = precomputed.circuit_from_json(fresh["confirmed_circuit"])
+    assert got.confirmed.heads() == c.heads() and got.confirmed.summary() == c.summary()
+    assert got.confirmed.verdicts() == c.verdicts() and got.confirmed.found == c.found
+    pd.testing.assert_frame_equal(got.confirmed.evidence, c.evidence, **close)
+    np.testing.assert_allclose(got.confirmed.induction_score, c.induction_score, rtol=1e-5)
+
+
+@pytest.mark.acceptance  # over 3 s: head scores on a text
+@pytest.mark.skipif(not _installed("gpt-4"), reason="the shipped gpt-4 checkpoint is not installed")
+def test_what_the_dashboard_reads_is_what_the_library_computes_for_a_page():
+    """The attention page's head scores (random-token columns from the shipped file, the text's computed) equal
+    head_scores on that text; its OV copying table (shipped) equals ov_copying_scores without the ranks."""
+    pytest.importorskip("streamlit")
+    import compute
+
+    import sprout_interp as si
+    from sprout_interp.circuits.attention import head_scores
+    from sprout_interp.circuits.ov_circuit import ov_copying_scores
+    from sprout_interp.core.texts import TEXTS
+
+    m = si.load("gpt-4")
+    assert compute.shipped(m, "gpt-4")[0] is not None  # read from dashboard.json, not computed
+    text = TEXTS["story"]
+    want = head_scores(m, natural=m.to_tokens(text), copying=False)
+    got = compute.head_scores(m, "gpt-4", text)
+    pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-6, atol=1e-7)
+    assert got.attrs == want.attrs
+    pd.testing.assert_frame_equal(compute.ov_copying(m, "gpt-4", False), ov_copying_scores(m, ranks=False),
+                                  check_exact=False, rtol=1e-5, atol=1e-6)
