@@ -25,6 +25,8 @@ import pandas as pd
 
 from sprout_interp.circuits import ablation, attention, induction
 from sprout_interp.circuits.induction import InductionCircuit
+from sprout_interp.core.errors import SproutError
+from sprout_interp.core.files import read_json
 from sprout_interp.core.fingerprints import fingerprint, fingerprint_mismatch
 from sprout_interp.core.texts import TEXTS
 from sprout_interp.lens.tuned_lens import lens_path
@@ -229,8 +231,8 @@ def read(m, path: Optional[Path] = None) -> tuple[Optional[Precomputed], str]:
     if path is None or not path.is_file():
         return None, f"no {FILE} beside the checkpoint"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
+        data = read_json(path, FILE)  # bounded, and a JSON object (else a SproutError, below)
+        if data.get("format") != FORMAT:
             return None, f"{path.name} is not a {FORMAT} file"
         bad = fingerprint_mismatch(fingerprint(m), data.get("fingerprint"))
         if bad:
@@ -238,7 +240,7 @@ def read(m, path: Optional[Path] = None) -> tuple[Optional[Precomputed], str]:
         if data.get("settings") != _plain(settings()):
             return None, f"{path.name} was computed with other settings"
         got = Precomputed(data)
-    except (OSError, ValueError, KeyError, TypeError) as err:  # a damaged file is not used; the page computes
+    except (SproutError, OSError, ValueError, KeyError, TypeError) as err:  # a damaged file is not used; the page computes
         return None, f"{path.name} cannot be read ({type(err).__name__}: {str(err)[:120]})"
     got.path = path
     return got, ""

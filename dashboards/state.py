@@ -297,6 +297,14 @@ def int_in(lo: int, hi: int) -> Callable[[str], int | None]:
     return _described(parse, f"a whole number from {lo} to {hi}")
 
 
+def number_in(lo: float, hi: float, digits: int = 3) -> Callable[[str], float | None]:
+    """A parser for :func:`bind`: a number in [lo, hi], rounded to ``digits`` decimals, else None."""
+    def parse(raw: str) -> float | None:
+        v = float(raw)
+        return round(v, digits) if lo <= v <= hi else None
+    return _described(parse, f"a number from {lo} to {hi}")
+
+
 def block_in(n_layers: int) -> Callable[[str], int | None]:
     """A parser for :func:`bind` of a block counted from 1 as the chapter does (``?block=3``): the 0-indexed
     layer (2), or None outside 1 … ``n_layers``. Write it back with :func:`fmt_block`."""

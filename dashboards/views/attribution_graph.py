@@ -120,14 +120,6 @@ else:
 # -- thresholds, pins and supernodes (all in the link) -------------------------------------------------------------
 
 
-def _fraction(lo: float, hi: float):
-    def parse(raw: str) -> float | None:
-        v = float(raw)
-        return round(v, 3) if lo <= v <= hi else None
-    parse.valid = f"a number from {lo} to {hi}"  # what bind's warning names
-    return parse
-
-
 KEY_FORMS = (f"node keys of this graph: f<layer>.<pos>.<feature> (a feature; layer 0 to {L - 1}, pos 0 to {P - 1}), "
              f"e<layer>.<pos> (an error node), t<pos> (an embedding) or l<token id> (a logit)")
 
@@ -151,8 +143,8 @@ def _supers(raw: list[str]) -> list[str] | None:
     return out or None
 
 
-state.bind("node_threshold", "ag_node_thr", _fraction(0.1, 1.0))
-state.bind("edge_threshold", "ag_edge_thr", _fraction(0.5, 1.0))
+state.bind("node_threshold", "ag_node_thr", state.number_in(0.1, 1.0))
+state.bind("edge_threshold", "ag_edge_thr", state.number_in(0.5, 1.0))
 state.bind("pin", "ag_pins", _pins, list, many=True, valid=KEY_FORMS)
 state.bind("super", "ag_super", _supers, list, many=True,
            valid="name:key,key,… (a name of 1 to 40 characters without ':' or ','; " + KEY_FORMS + ")")

@@ -381,14 +381,8 @@ def feature_summary(
     """The page of ``feature`` (see :class:`FeatureSummary`), from ``index`` (default :func:`index_features` on the
     held-out sample; pass one index to build many pages). ``top_for_tokens``: how many of its strongest firings the
     top-token tables and the description count."""
-    m = as_hooked(model)
-    check_for_model(sae, m)
-    _check_feature(sae, feature)
-    index = index_features(m, sae) if index is None else index
-    if index.hook_name != sae.hook_name or index.d_sae != sae.d_sae:
-        raise SproutError(f"the index was built for {index.hook_name} ({index.d_sae} latents), not for this SAE")
-    return _summary(index, feature, sae.layer, logit_effects(m, sae, feature), n_contexts, before, after, n_tokens,
-                    bins, top_for_tokens)
+    return feature_summaries(model, sae, [feature], index, n_contexts, before, after, n_tokens, bins,
+                             top_for_tokens)[feature]
 
 
 def feature_summaries(
@@ -427,14 +421,15 @@ def _summary(index: FeatureIndex, feature: int, layer: int, effect: Float[Tensor
     order = torch.argsort(flat, descending=True)[:max(n_contexts, top_for_tokens)]
     order = order[flat[order] > 0]
     nz = flat[active]
+    top = float(nz.max()) if n_active else 0.0
     t = unit_tables(acts, index.tokens, strings, index.mask, order, effect, n_contexts, before, after, n_tokens,
                     top_for_tokens)
     where = where_it_fires(index, acts, order[:top_for_tokens])
     freq = n_active / max(index.n_tokens, 1)
     return FeatureSummary(
         feature=feature, layer=layer, hook_name=index.hook_name, frequency=freq,
-        max_activation=float(nz.max()) if n_active else 0.0, mean_activation=float(nz.mean()) if n_active else 0.0,
-        n_tokens=index.n_tokens, histogram=value_histogram(nz, 0.0, float(nz.max()) if n_active else 0.0, bins),
+        max_activation=top, mean_activation=float(nz.mean()) if n_active else 0.0,
+        n_tokens=index.n_tokens, histogram=value_histogram(nz, 0.0, top, bins),
         description=describe(t["top_tokens"], t["top_previous"], t["promoted"], freq, where), where=where, **t,
     )
 
