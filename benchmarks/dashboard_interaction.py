@@ -21,6 +21,10 @@ then that page opened first on a freshly started server (the model's load includ
 gpt-1-sized model trained on random tokens in a subprocess with one torch thread, as a training run shares a
 machine), and stops it at the end, even on failure; the table's heading gives the steps it made.
 
+``--text default`` opens every page on the dashboard's own default text (what a first visit shows: the pages'
+own defaults, several of them precomputed for the shipped checkpoints) instead of the typed 512-token text; first
+loads only (the interactions' values are the typed text's).
+
 ``--sprout-shaped`` adds a model with Sprout's shape (8 blocks, d_model 384, 6 heads) and random
 weights, saved to a temporary folder: its timings stand in for the trained sprout before that
 checkpoint exists (the work per redraw does not depend on the weights' values).
@@ -142,11 +146,15 @@ class training_load:
 
 
 def empty_caches() -> None:
-    """Forget every cached answer and model, as a freshly started server has none."""
+    """Forget every cached answer and model, as a freshly started server has none: Streamlit's caches and the
+    library's own (the held-out documents, read and cleaned from the corpus packages, and their tokens)."""
     import streamlit as st
+
+    from sprout_interp.core import texts
 
     st.cache_data.clear()
     st.cache_resource.clear()
+    texts.clear_caches()
 
 
 # page -> (file, widget kind, key ("{key}": the model's), two values to alternate, what the interaction is)
@@ -165,31 +173,42 @@ INTERACTIONS = {
 }
 
 
-def run_model(key: str, path: str | None, text: str, reps: int, cold: bool = False) -> list[dict]:
+def run_model(key: str, path: str | None, text: str | None, reps: int, cold: bool = False,
+              first_loads: int = 1) -> list[dict]:
+    """Each page's first load (``first_loads`` rounds over the pages, interleaved: the median and the slowest) and
+    its interaction's redraws; ``text`` None: the dashboard's default text."""
     from streamlit.testing.v1 import AppTest
 
-    sessions, first, first_cpu, pages = {}, {}, {}, dict(INTERACTIONS)
+    sessions, pages = {}, dict(INTERACTIONS)
+    first: dict[str, list[float]] = {p: [] for p in INTERACTIONS}
+    first_cpu: dict[str, list[float]] = {p: [] for p in INTERACTIONS}
+    for _round in range(first_loads):
+        for page, (file, kind, wkey, *_rest) in INTERACTIONS.items():
+            if cold:
+                empty_caches()
+            at = AppTest.from_file(str(APP), default_timeout=900)
+            at.session_state["model_choice"] = OWN_PATH if path else key
+            if path:
+                at.session_state["model_path"] = path
+            if text is not None:
+                at.session_state["text_choice"] = OWN_TEXT
+                at.session_state["own_text"] = text
+            at.switch_page(file)
+            t, c = time.perf_counter(), time.process_time()
+            at.run()
+            first[page].append(time.perf_counter() - t)
+            first_cpu[page].append(time.process_time() - c)
+            if at.exception or at.error:
+                raise RuntimeError(f"{page}: {[e.value for e in [*at.exception, *at.error]]}")
+            sessions[page] = at
     for page, (file, kind, wkey, *_rest) in INTERACTIONS.items():
-        if cold:
-            empty_caches()
-        at = AppTest.from_file(str(APP), default_timeout=900)
-        at.session_state["model_choice"] = OWN_PATH if path else key
-        if path:
-            at.session_state["model_path"] = path
-        at.session_state["text_choice"] = OWN_TEXT
-        at.session_state["own_text"] = text
-        at.switch_page(file)
-        t, c = time.perf_counter(), time.process_time()
-        at.run()
-        first[page], first_cpu[page] = time.perf_counter() - t, time.process_time() - c
-        if at.exception or at.error:
-            raise RuntimeError(f"{page}: {[e.value for e in [*at.exception, *at.error]]}")
         try:
-            getattr(at, kind)(key=wkey.format(key=key))
+            getattr(sessions[page], kind)(key=wkey.format(key=key))
         except KeyError:  # the page has nothing to interact with for this model (a features page without an SAE)
             print(f"note: {page}: no {kind} {wkey!r} on the page for {key}; first load only", file=sys.stderr)
             del pages[page]
-        sessions[page] = at
+    if text is None:  # the interactions' values are chosen for the typed text (a position past 100, …)
+        pages = {}
 
     def interact(page: str, value) -> float:
         _, kind, wkey, _, _ = INTERACTIONS[page]
@@ -212,7 +231,8 @@ def run_model(key: str, path: str | None, text: str, reps: int, cold: bool = Fal
     nan = float("nan")
     return [
         dict(model=key, page=page, interaction=INTERACTIONS[page][4] if page in times else "(none: first load only)",
-             first=first[page], first_cpu=first_cpu[page], median=statistics.median(times[page]) if page in times else nan,
+             first=statistics.median(first[page]), first_max=max(first[page]),
+             first_cpu=statistics.median(first_cpu[page]), median=statistics.median(times[page]) if page in times else nan,
              fastest=min(times[page]) if page in times else nan, slowest=max(times[page]) if page in times else nan)
         for page in INTERACTIONS
     ]
@@ -259,6 +279,11 @@ def main(argv=None) -> int:
     ap.add_argument("--cold", action="store_true", help="empty every cache before each page's first load")
     ap.add_argument("--load", action="store_true", help="run one training thread beside the pages (training_load)")
     ap.add_argument("--buttons", action="store_true", help="also time the slowest buttons (BUTTONS) after a click")
+    ap.add_argument("--first-loads", type=int, default=1,
+                    help="rounds of first loads over the pages (with --cold: each a fresh server's); the table gives "
+                         "their median and the slowest")
+    ap.add_argument("--text", choices=["typed", "default"], default="typed",
+                    help=f"typed: a {N_TOKENS}-token held-out text typed in; default: the dashboard's own default text")
     a = ap.parse_args(argv)
     for page in list(INTERACTIONS):
         if page not in a.pages:
@@ -288,24 +313,31 @@ def main(argv=None) -> int:
         for key, path in models:
             m = si.load(path or key)
             text, source = text_of(m)
+            if a.text == "default":
+                source = "the dashboard's default text"
             print(f"{key}: {m.cfg.n_layers} blocks, d_model {m.cfg.d_model}, {m.cfg.n_heads} heads; text: {source}; "
                   f"torch threads {torch.get_num_threads()}", file=sys.stderr)
-            rows += run_model(key, path, text, a.reps, cold=a.cold)
+            rows += run_model(key, path, text if a.text == "typed" else None, a.reps, cold=a.cold,
+                              first_loads=a.first_loads)
             clicks += time_buttons(key, path, text) if a.buttons else []
     beside = (f"; beside one training thread ({load.last[0]} steps of a gpt-1-sized model in {load.last[1]:.0f} s)"
               if a.load else "")
     how = "each page first on an empty cache" if a.cold else "pages in this order, each reusing what earlier ones cached"
-    print(f"\nDashboard first load and redraw after one interaction (AppTest script run, {N_TOKENS}-token text, "
-          f"{how}, median of {a.reps} interleaved rounds; {os.cpu_count()} CPUs, torch threads "
+    what = f"a typed {N_TOKENS}-token text" if a.text == "typed" else "the default text"
+    loads = f"first load: median of {a.first_loads} rounds, " if a.first_loads > 1 else ""
+    print(f"\nDashboard first load and redraw after one interaction (AppTest script run, {what}, "
+          f"{how}, {loads}redraw: median of {a.reps} interleaved rounds; {os.cpu_count()} CPUs, torch threads "
           f"{torch.get_num_threads()}; load average {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after{beside})\n")
     w = max(len(r["model"]) for r in rows)
     wi = max(26, *(len(r["interaction"]) for r in rows))
-    print(f"| {'model':{w}s} | page       | {'interaction':{wi}s} | first load | its CPU time | median redraw | fastest | "
-          "slowest |")
-    print(f"|{'-' * (w + 2)}|------------|{'-' * (wi + 2)}|-----------:|-------------:|--------------:|--------:|--------:|")
+    print(f"| {'model':{w}s} | page       | {'interaction':{wi}s} | first load | slowest first | its CPU time | "
+          "median redraw | fastest | slowest |")
+    print(f"|{'-' * (w + 2)}|------------|{'-' * (wi + 2)}|-----------:|--------------:|-------------:|--------------:|"
+          "--------:|--------:|")
     for r in rows:
         print(f"| {r['model']:{w}s} | {r['page']:10s} | {r['interaction']:{wi}s} | {r['first']:8.2f} s | "
-              f"{r['first_cpu']:10.2f} s | {r['median']:11.2f} s | {r['fastest']:5.2f} s | {r['slowest']:5.2f} s |")
+              f"{r['first_max']:11.2f} s | {r['first_cpu']:10.2f} s | {r['median']:11.2f} s | {r['fastest']:5.2f} s | "
+              f"{r['slowest']:5.2f} s |")
     if clicks:
         print("\n| model | button | what it computes | click to page drawn | its CPU time |\n|---|---|---|---:|---:|")
         for r in clicks:

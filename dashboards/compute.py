@@ -56,13 +56,10 @@ def lens(_m, key: str, text: str, which: str = "logit"):
 
 @st.cache_data(**_CACHE)
 def lens_three_texts(_m, key: str, which: str = "logit"):
-    """Summary of the lens over the three ready-made texts together (how the chapter measured Sprout)."""
-    import warnings
-
-    toks, mask = _m.to_tokens_with_mask(list(TEXTS.values()), truncate=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return logit_lens(_m, toks, k=1, attention_mask=mask, lens=which).summary()
+    """Summary of the lens over the three ready-made texts together (how the chapter measured Sprout);
+    text-independent: precomputed for a shipped checkpoint."""
+    got = _shipped(_m, key)
+    return got.lens[which].copy() if got is not None and which in got.lens else precomputed.lens_three_texts(_m, which)
 
 
 @st.cache_data(**_CACHE)
@@ -364,13 +361,12 @@ def name_copying(keys: tuple):
 def patching(_m, key: str, clean: str, corrupted: str, answer: str, wrong: str, site: str, by: str,
              method: str = "exact"):
     """``activation_patch`` (``method="exact"``) or ``attribution_patch`` (``"attribution"``) of clean into corrupted
-    with the logit difference answer - wrong at the last position."""
-    from sprout_interp import patching as P
-    from sprout_interp.core.tokens import token_id
-
-    metric = P.LogitDiff(token_id(_m, answer), token_id(_m, wrong))
-    run = P.attribution_patch if method == "attribution" else P.activation_patch
-    return run(_m, clean, corrupted, metric, site=site, by=by)
+    with the logit difference answer - wrong at the last position (the page's default pair, exact: precomputed for a
+    shipped checkpoint)."""
+    got = _shipped(_m, key)
+    args = (clean, corrupted, answer, wrong, site, by, method)
+    done = got.patching(*args) if got is not None else None
+    return done if done is not None else precomputed.patching(_m, *args)
 
 
 @st.cache_data(**_CACHE)
@@ -477,9 +473,14 @@ def feature_index(_m, key: str, layer: int):
 
 @st.cache_data(max_entries=256, show_spinner=False)
 def feature_page(_m, key: str, layer: int, feature: int):
-    """One latent's page (FeatureSummary) on the held-out sample."""
+    """One latent's page (FeatureSummary) on the held-out sample (the one the page opens on: precomputed for a
+    shipped checkpoint's SAEs)."""
     from sprout_interp.features.pages import feature_summary
 
+    got = _shipped(_m, key)
+    done = got.feature_page(layer, feature) if got is not None else None
+    if done is not None:
+        return done
     return feature_summary(_m, sae(_m, key, layer), feature, feature_index(_m, key, layer))
 
 
@@ -505,11 +506,13 @@ def text_features(_m, key: str, text: str, layer: int):
 
 @st.cache_data(max_entries=256, show_spinner=False)
 def feature_descriptions(_m, key: str, layer: int, features: tuple) -> dict:
-    """{feature: its automatic description} for a few latents (their pages built together: one check of the SAE)."""
-    from sprout_interp.features.pages import feature_summaries
-
-    pages = feature_summaries(_m, sae(_m, key, layer), list(features), feature_index(_m, key, layer))
-    return {f: p.description for f, p in pages.items()}
+    """{feature: its automatic description} for a few latents (their pages built together: one check of the SAE;
+    every latent's is precomputed for a shipped checkpoint's SAEs)."""
+    got = _shipped(_m, key)
+    done = got.descriptions_of(layer, features) if got is not None else None
+    if done is not None:
+        return done
+    return precomputed.feature_descriptions(_m, sae(_m, key, layer), features, feature_index(_m, key, layer))
 
 
 # -- neurons ----------------------------------------------------------------------------------
@@ -571,13 +574,13 @@ def neuron_on_text(_m, key: str, text: str, layer: int, neuron: int):
 
 @st.cache_data(**_CACHE)
 def neuron_ablation(_m, key: str, text: str, layer: int, neuron: int, kind: str, pos: int, answer: str, wrong: str):
-    """(the loss on the text, the logit difference at ``pos``), each with the neuron ablated beside clean."""
+    """(the loss on the text, the logit difference at ``pos``), each with the neuron ablated beside clean (one
+    table each; both read from the same clean and ablated forwards)."""
     from sprout_interp.circuits.metrics import LogitDiff, LogProb
     from sprout_interp.core.tokens import token_id
     from sprout_interp.features.neurons import ablate_neurons
 
-    toks = tokens(_m, text)
-    loss = ablate_neurons(_m, toks, [(layer, neuron)], kind=kind)
     a = token_id(_m, answer)
     metric = LogitDiff(a, token_id(_m, wrong), pos=pos) if wrong else LogProb(a, pos=pos)
-    return loss, ablate_neurons(_m, toks, [(layer, neuron)], kind=kind, metric=metric)
+    both = ablate_neurons(_m, tokens(_m, text), [(layer, neuron)], kind=kind, metric=["loss", metric])
+    return both.iloc[[0]].reset_index(drop=True), both.iloc[[1]].reset_index(drop=True)

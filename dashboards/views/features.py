@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import compute
+import precomputed
 import state
 import streamlit as st
 
@@ -55,7 +56,7 @@ st.session_state.setdefault("feat_token", " the")
 with page_tab:
     if page_tab.open:
         how = st.radio("find a feature", ["by number", "by token"], horizontal=True, key="feat_how")
-        state.remember(f"feat_n_{key}_{layer}", 0, 0, sae.d_sae - 1)
+        state.remember(f"feat_n_{key}_{layer}", precomputed.DEFAULT_FEATURE, 0, sae.d_sae - 1)
         if how == "by token":
             tok = state.clean_text(st.text_input("a token (one token, with its leading space: ' Plax')", key="feat_token"))
             with st.spinner("searching…"), state.shown_errors("the token search"):

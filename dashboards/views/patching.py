@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import compute
+import precomputed
 import scrolling
 import show
 import state
@@ -14,10 +15,6 @@ from sprout_interp.plots.patching import (
     patching_agreement_figure,
     patching_heatmap,
 )
-
-CLEAN = ("When the boat came in, old Zorbin Plax was waiting on the pier. The sailors tied the ropes, and the last "
-         "man off the boat shook hands with Zorbin")
-CORRUPTED = CLEAN.replace("Zorbin", "Velmat", 1)
 
 state.header(
     "Patching / circuits",
@@ -36,13 +33,14 @@ c = st.columns(2)
 for param, k in (("clean", "patch_clean"), ("corrupted", "patch_corrupted"), ("answer", "patch_answer"),
                  ("wrong", "patch_wrong")):
     state.bind(param, k, lambda raw: raw[: state.MAX_URL_TEXT])
-st.session_state.setdefault("patch_clean", CLEAN)
-st.session_state.setdefault("patch_corrupted", CORRUPTED)
+DEFAULT = precomputed.PATCH_DEFAULT  # the pair precomputed for the shipped checkpoints
+st.session_state.setdefault("patch_clean", DEFAULT["clean"])
+st.session_state.setdefault("patch_corrupted", DEFAULT["corrupted"])
 clean = state.clean_text(c[0].text_area("clean text", key="patch_clean", height=110))
 corrupted = state.clean_text(c[1].text_area("corrupted text (same number of tokens)", key="patch_corrupted", height=110))
 c = st.columns([1, 1, 2])
-st.session_state.setdefault("patch_answer", " Pl")
-st.session_state.setdefault("patch_wrong", " the")
+st.session_state.setdefault("patch_answer", DEFAULT["answer"])
+st.session_state.setdefault("patch_wrong", DEFAULT["wrong"])
 answer = state.clean_text(c[0].text_input("answer token (clean)", key="patch_answer"))
 wrong = state.clean_text(c[1].text_input("wrong token", key="patch_wrong"))
 c[2].caption("Metric: logit[answer] − logit[wrong] at the last position (each must be exactly one token; a leading "

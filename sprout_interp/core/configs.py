@@ -20,7 +20,7 @@ import torch
 from sprout_interp.core import limits
 from sprout_interp.core.errors import InvalidConfigError, InvalidWeightsError, StateDictMismatchError
 from sprout_model.checkpoint import TIED
-from sprout_model.model import GPT, Config
+from sprout_model.model import GPT, Config, rope_tables
 
 __all__ = ["validate_config", "expected_shapes", "strip_prefixes", "infer_config", "plan_config", "build_model",
            "describe_config", "not_float", "few_keys", "check_tensors", "check_finite", "DEFAULT_CONTEXT",
@@ -296,6 +296,23 @@ def check_finite(sd: Mapping[str, torch.Tensor], source: str) -> None:
             )
 
 
+def _empty_gpt(config: Config) -> GPT:
+    """A GPT of ``config`` whose parameters are uninitialised (the weights loaded next replace every one) and whose
+    rotation tables are computed: built on the meta device, so the random initialisation of its 17M parameters,
+    most of a checkpoint's load time, is skipped. A GPT with buffers other than the rotation tables is built the
+    ordinary way."""
+    with torch.device("meta"):
+        model = GPT(config)
+    if {n for n, _ in model.named_buffers()} != {"cos", "sin"}:
+        return GPT(config)
+    model.to_empty(device="cpu")
+    model.head.weight = model.embed.weight  # to_empty makes a tensor per module: tie them again, as GPT does
+    cos, sin = rope_tables(config.head_dim, config.context, config.rope_base)
+    model.cos.copy_(cos)
+    model.sin.copy_(sin)
+    return model
+
+
 def build_model(sd: Mapping[str, Any], cfg: Mapping[str, Any] | Config | None = None, source: str = "the weights") -> GPT:
     """A float32 eval-mode GPT holding ``sd`` (prefixes stripped, ``head.weight`` tied), checked key by key.
 
@@ -314,7 +331,7 @@ def build_model(sd: Mapping[str, Any], cfg: Mapping[str, Any] | Config | None = 
     sd.setdefault(TIED, sd["embed.weight"])
     sd = {k: v.float() for k, v in sd.items()}
     check_finite(sd, source)
-    model = GPT(config)
+    model = _empty_gpt(config)
     if not (torch.isfinite(model.cos).all() and torch.isfinite(model.sin).all()):
         raise InvalidConfigError(
             f"rope_base {config.rope_base!r} in the config of {source} gives non-finite rotation angles; use a "

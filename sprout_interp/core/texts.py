@@ -16,7 +16,7 @@ from sprout_interp.core.tokens import tokenizer_call, tokenizer_from_json
 
 __all__ = [
     "validation_documents", "training_documents", "validation_sample", "corpus_of", "sample_corpus", "held_out_for", "training_sample",
-    "training_sample_for", "TEXTS",
+    "training_sample_for", "clear_caches", "TEXTS",
 ]
 
 TEXTS: dict[str, str] = {
@@ -79,6 +79,13 @@ def _encoded(tokenizer_json: str, corpus: str) -> tuple[tuple[int, ...], ...]:
     docs = validation_documents(corpus)
     return tuple(tuple(e.ids) for e in tokenizer_call("encoding held-out documents", tok.encode_batch, list(docs),
                                                        add_special_tokens=False))
+
+
+def clear_caches() -> None:
+    """Forget the held-out and training documents and their tokens read so far (each is read once per process and
+    kept): the next call reads the corpus again, as a freshly started process does."""
+    _split.cache_clear()
+    _encoded.cache_clear()
 
 
 def validation_sample(tokenizer, n: int = 16, length: int = 256, seed: int = 0, corpus: str = "default") -> torch.Tensor:

@@ -31,7 +31,7 @@ Conventions: ``layer`` 0-indexed as in hook names, ``block`` = layer + 1 (the ch
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Optional, Union
 
@@ -373,7 +373,7 @@ def ablate_neurons(
     tokens,
     neurons: Iterable[Neuron],
     kind: Literal["zero", "mean"] = "zero",
-    metric: MetricLike = "loss",
+    metric: Union[MetricLike, Sequence[MetricLike]] = "loss",
     reference=None,
     attention_mask=None,
 ) -> pd.DataFrame:
@@ -382,18 +382,23 @@ def ablate_neurons(
     ``kind``: ``"zero"`` sets each neuron's ``hook_post`` to 0 (it writes nothing); ``"mean"`` to its mean over
     ``reference`` (:func:`neuron_means`). ``tokens``: a text, texts (right-padded) or ids. ``metric``: any metric of
     :mod:`sprout_interp.circuits.metrics` (default ``"loss"``, the mean next-token loss over real targets, nats;
-    ``LogitDiff(answer, wrong, pos)`` for one prediction, logits).
+    ``LogitDiff(answer, wrong, pos)`` for one prediction, logits), or a list of them, all read from the same two
+    forwards (clean and ablated).
 
-    Returns one row: ``neurons`` (labels ``"block B neuron N (layer L)"``), ``kind``, ``metric`` (its name),
-    ``clean``, ``ablated``, ``change`` (ablated - clean), and ``attrs["per_token"]``: the next-token loss change
-    at every target ``(batch, pos - 1)`` in nats (0 at padding), whatever the metric.
+    Returns one row per metric (one for a single metric): ``neurons`` (labels ``"block B neuron N (layer L)"``),
+    ``kind``, ``metric`` (its name), ``clean``, ``ablated``, ``change`` (ablated - clean), and
+    ``attrs["per_token"]``: the next-token loss change at every target ``(batch, pos - 1)`` in nats (0 at padding),
+    whatever the metric.
     """
     m = as_hooked(model)
     chosen = _check_neurons(m, neurons)
     if kind not in ("zero", "mean"):
         raise SproutError(f"kind must be 'zero' or 'mean', got {kind!r}")
     toks, mask = m.prepare_input(tokens, attention_mask)
-    bound = bind_metric(metric, toks, mask, m.cfg.d_vocab)
+    metrics = list(metric) if isinstance(metric, (list, tuple)) else [metric]
+    if not metrics:
+        raise SproutError("metric is an empty list: name at least one metric (default 'loss')")
+    bound = [bind_metric(mt, toks, mask, m.cfg.d_vocab) for mt in metrics]
     by_layer: dict[int, list[int]] = {}
     for layer, n in chosen:
         by_layer.setdefault(layer, []).append(n)
@@ -419,8 +424,11 @@ def ablate_neurons(
         return F.cross_entropy(logits[:, :-1].float().transpose(1, 2), target, reduction="none") * keep
 
     labels = ", ".join(f"block {layer + 1} neuron {i} (layer {layer})" for layer, i in chosen)
-    c, a = float(bound.from_logits(clean)), float(bound.from_logits(ablated))
-    df = pd.DataFrame([dict(neurons=labels, kind=kind, metric=bound.name, clean=c, ablated=a, change=a - c)])
+    rows = []
+    for b in bound:
+        c, a = float(b.from_logits(clean)), float(b.from_logits(ablated))
+        rows.append(dict(neurons=labels, kind=kind, metric=b.name, clean=c, ablated=a, change=a - c))
+    df = pd.DataFrame(rows)
     df.attrs.update(per_token=(per_token(ablated) - per_token(clean)).cpu(), neurons=chosen,
                     units="the metric's (loss: nats/token; logit difference: logits)")
     return df

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -75,11 +76,31 @@ def _ov() -> pd.DataFrame:
     return df
 
 
+def _lens() -> pd.DataFrame:
+    return pd.DataFrame({"row": ["embedding", "block 1"], "block": [0, 1], "layer": [-1, 0], "confidence": [0.4, 0.7],
+                         "kl_final": [2.5, 0.0], "n_tokens": [90, 90]})
+
+
+def _patched() -> pd.DataFrame:
+    df = pd.DataFrame({"layer": [0, 0, 1], "block": [1, 1, 2], "pos": [0, 1, 0], "score": [0.0, 1.0, 0.25]})
+    df.attrs.update(clean=3.5, corrupted=-1.25, site="resid_pre", by="layer_pos")
+    return df
+
+
+TEXT_A = "The boat came in and old Zorbin Plax waited. Zorbin Plax shook hands with the sailors on the pier."
+TEXT_B = "She said the ropes were tied."
+DESCRIPTIONS = ["fires on ' the'", "fires on 'ax' after ' Pl'; promotes ' was'", "never fires on held-out text"]
+
+
 def _data(m) -> dict:
     return {"format": precomputed.FORMAT, "model": "tiny", "fingerprint": fingerprint(m),
-            "settings": precomputed.settings(), "circuit_scores": precomputed.frame_to_json(_scores()),
+            "sources": precomputed.sources(m), "settings": precomputed.settings(),
+            "circuit_scores": precomputed.frame_to_json(_scores()),
             "confirmed_circuit": precomputed.circuit_to_json(_circuit()),
-            "copying_sweep": precomputed.frame_to_json(_sweep()), "ov_copying": precomputed.frame_to_json(_ov())}
+            "copying_sweep": precomputed.frame_to_json(_sweep()), "ov_copying": precomputed.frame_to_json(_ov()),
+            "lens_three_texts": {"logit": precomputed.frame_to_json(_lens())},
+            "patching": {"resid_pre/layer_pos": precomputed.frame_to_json(_patched())},
+            "feature_descriptions": {"1": DESCRIPTIONS}, "feature_pages": {}}
 
 
 def test_tables_and_circuits_come_back_as_written(hooked, tmp_path):
@@ -99,6 +120,80 @@ def test_tables_and_circuits_come_back_as_written(hooked, tmp_path):
     assert c == want and c.prev_tokens == [(0, 0)] and c.summary() == want.summary() and c.verdicts() == want.verdicts()
     assert "REPRODUCED" in c.summary()
     json.loads(path.read_text(encoding="utf-8"), parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    pd.testing.assert_frame_equal(got.lens["logit"], _lens(), check_exact=True)
+    assert "tuned" not in got.lens  # not precomputed: the page computes it
+
+
+def test_precomputed_patching_and_descriptions_answer_only_what_was_computed(hooked, tmp_path):
+    """The patching table answers the default pair, exact, at the site and split it was computed for, and nothing
+    else (another text, answer, site or method is computed by the page); descriptions answer the SAE layers and
+    latents stored, and None for any other."""
+    path = precomputed.write(hooked, _data(hooked), tmp_path / precomputed.FILE)
+    got, why = precomputed.read(hooked, path)
+    assert got is not None, why
+    d = precomputed.PATCH_DEFAULT
+    args = (d["clean"], d["corrupted"], d["answer"], d["wrong"])
+    table = got.patching(*args, "resid_pre", "layer_pos")
+    pd.testing.assert_frame_equal(table, _patched(), check_exact=True)
+    assert table.attrs == _patched().attrs
+    table.loc[0, "score"] = 99.0  # a caller's change does not reach the stored table
+    assert got.patching(*args, "resid_pre", "layer_pos").loc[0, "score"] == 0.0
+    assert got.patching(*args, "z", "head") is None
+    assert got.patching(*args, "resid_pre", "layer_pos", method="attribution") is None
+    assert got.patching(d["clean"] + " ", *args[1:], "resid_pre", "layer_pos") is None
+    assert got.patching(*args[:2], " the", " Pl", "resid_pre", "layer_pos") is None
+    assert got.descriptions_of(1, (2, 0)) == {2: DESCRIPTIONS[2], 0: DESCRIPTIONS[0]}
+    assert got.descriptions_of(1, (3,)) is None and got.descriptions_of(0, (0,)) is None
+
+
+def test_a_feature_page_comes_back_as_built(tiny_checkpoint):
+    """A latent's whole page (scalars, the where-it-fires shares, every table with its list columns) survives the
+    JSON file unchanged, and the file answers only the latent it holds."""
+    import sprout_interp as si
+    from sprout_interp.features.pages import feature_summaries, index_features
+    from sprout_interp.features.sae import SparseAutoencoder
+
+    m = si.load(str(tiny_checkpoint))
+    sae = SparseAutoencoder.for_model(m, 1, d_sae=24, k=4)
+    index = index_features(m, sae, tokens=[TEXT_A, TEXT_B])
+    page = feature_summaries(m, sae, [3], index)[3]
+    assert not page.contexts.empty and isinstance(page.contexts["tokens"].iloc[0], list)
+    back = precomputed.feature_page_from_json(json.loads(json.dumps(precomputed.feature_page_to_json(page))))
+    for f in fields(page):
+        want, got = getattr(page, f.name), getattr(back, f.name)
+        if isinstance(want, pd.DataFrame):
+            pd.testing.assert_frame_equal(got, want, check_exact=True)
+        else:
+            assert got == want, f.name
+    data = dict(_data(m), feature_pages={"1": precomputed.feature_page_to_json(page)})
+    held = precomputed.Precomputed(data)
+    assert held.feature_page(1, 3).description == page.description
+    assert held.feature_page(1, 0) is None and held.feature_page(0, 3) is None
+
+
+def test_a_retrained_lens_or_sae_beside_the_checkpoint_makes_the_file_unused(tiny_checkpoint, tmp_path):
+    """The file records the sha256 of the tuned lens and SAE files beside the checkpoint: one changed, added or
+    removed after it was written and the file is not used (the lens figure and the descriptions would be stale)."""
+    import sprout_interp as si
+
+    folder = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint, folder)
+    shutil.copy(tiny_checkpoint.parent / "tokenizer.json", tmp_path)
+    m = si.load(str(folder))
+    (folder / "tuned_lens.json").write_text("{}", encoding="utf-8")
+    sae = folder / "saes" / "blocks.1.hook_resid_post"
+    sae.mkdir(parents=True)
+    (sae / "cfg.json").write_text("{}", encoding="utf-8")
+    assert set(precomputed.sources(m)) == {"tuned_lens.json", "saes/blocks.1.hook_resid_post/cfg.json"}
+    precomputed.write(m, _data(m))
+    assert precomputed.read(m)[0] is not None
+    (sae / "cfg.json").write_text('{"retrained": true}', encoding="utf-8")
+    got, why = precomputed.read(m)
+    assert got is None and "tuned lens or other SAEs" in why
+    precomputed.write(m, _data(m))
+    assert precomputed.read(m)[0] is not None
+    (folder / "tuned_lens.safetensors").write_bytes(b"new")
+    assert precomputed.read(m)[0] is None
 
 
 def test_another_checkpoint_or_other_settings_are_not_used(hooked, tmp_path):
@@ -127,6 +222,8 @@ def test_another_checkpoint_or_other_settings_are_not_used(hooked, tmp_path):
         "vocabulary": lambda d: d["fingerprint"].__setitem__("vocab_sha256", "0" * 64),
         "fingerprint": lambda d: d.__setitem__("fingerprint", ["not", "an", "object"]),
         "other settings": lambda d: d["settings"]["sweep"].__setitem__("seq_len", 32),
+        "with other settings": lambda d: d["settings"]["patching"].__setitem__("answer", " the"),
+        "tuned lens or other SAEs": lambda d: d.__setitem__("sources", {"tuned_lens.safetensors": "0" * 64}),
         "not a": lambda d: d.__setitem__("format", "something else/9"),
         "KeyError": lambda d: d.pop("copying_sweep"),
     }
@@ -200,6 +297,14 @@ def test_the_shipped_file_equals_a_fresh_computation(name):
     assert got.confirmed.verdicts() == c.verdicts() and got.confirmed.found == c.found
     pd.testing.assert_frame_equal(got.confirmed.evidence, c.evidence, **close)
     np.testing.assert_allclose(got.confirmed.induction_score, c.induction_score, rtol=1e-5)
+    assert set(got.lens) == {"logit", "tuned"} and set(got.patched) == {"resid_pre/layer_pos", "z/head"}
+    for which, table in got.lens.items():
+        pd.testing.assert_frame_equal(table, precomputed.frame_from_json(fresh["lens_three_texts"][which]), **close)
+    for split, table in got.patched.items():
+        pd.testing.assert_frame_equal(table, precomputed.frame_from_json(fresh["patching"][split]), **close)
+    assert got.descriptions == {int(k): v for k, v in fresh["feature_descriptions"].items()}
+    assert set(got.pages) == set(got.descriptions)
+    assert (name == "sprout") == bool(got.descriptions)  # Sprout ships its SAEs: every latent described
 
 
 @pytest.mark.acceptance  # over 3 s: head scores on a text
@@ -212,8 +317,11 @@ def test_what_the_dashboard_reads_is_what_the_library_computes_for_a_page():
 
     import sprout_interp as si
     from sprout_interp.circuits.attention import head_scores
+    from sprout_interp.circuits.metrics import LogitDiff
     from sprout_interp.circuits.ov_circuit import ov_copying_scores
+    from sprout_interp.circuits.patching import activation_patch
     from sprout_interp.core.texts import TEXTS
+    from sprout_interp.lens.logit_lens import logit_lens
 
     m = si.load("gpt-4")
     assert compute.shipped(m, "gpt-4")[0] is not None  # read from dashboard.json, not computed
@@ -224,3 +332,54 @@ def test_what_the_dashboard_reads_is_what_the_library_computes_for_a_page():
     assert got.attrs == want.attrs
     pd.testing.assert_frame_equal(compute.ov_copying(m, "gpt-4", False), ov_copying_scores(m, ranks=False),
                                   check_exact=False, rtol=1e-5, atol=1e-6)
+    # the logit lens page's three-text figure: the lens over the three texts, padded and masked, as the library runs it
+    toks, mask = m.to_tokens_with_mask(list(TEXTS.values()), truncate=True)
+    for which in ("logit", "tuned"):
+        want = logit_lens(m, toks, k=1, attention_mask=mask, lens=which).summary()
+        pd.testing.assert_frame_equal(compute.lens_three_texts(m, "gpt-4", which), want, check_exact=False, rtol=1e-5,
+                                      atol=1e-6)
+    # the patching page's default pair, patched both ways exactly as activation_patch does it
+    d = precomputed.PATCH_DEFAULT
+    metric = LogitDiff(m.to_single_token(d["answer"]), m.to_single_token(d["wrong"]))
+    for site, by in precomputed.PATCH_SPLITS:
+        want = activation_patch(m, d["clean"], d["corrupted"], metric, site=site, by=by)
+        got = compute.patching(m, "gpt-4", *d.values(), site, by)
+        pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-5, atol=1e-6)
+        assert got.attrs["clean"] == pytest.approx(want.attrs["clean"], abs=1e-5)
+
+
+@pytest.mark.acceptance  # over 3 s: the held-out sample indexed through Sprout's SAE
+def test_the_shipped_descriptions_are_the_feature_pages_own():
+    """The Features page's descriptions, read from Sprout's dashboard.json, are the descriptions feature_summaries
+    builds for those latents on the held-out index (a spread of latents of each SAE)."""
+    if not _installed("sprout"):
+        pytest.skip("the shipped sprout checkpoint is not installed")
+    pytest.importorskip("streamlit")
+    import compute
+
+    import sprout_interp as si
+    from sprout_interp.features.pages import feature_summaries
+    from sprout_interp.features.sae import available_saes, load_sae
+
+    m = si.load("sprout")
+    got = compute.shipped(m, "sprout")[0]
+    assert got is not None and sorted(got.descriptions) == available_saes(m) != []
+    for layer in available_saes(m):
+        sae = load_sae(m, layer)
+        assert len(got.descriptions[layer]) == sae.d_sae
+        feats = tuple(range(0, sae.d_sae, sae.d_sae // 7))[:8]
+        want = {f: p.description for f, p in feature_summaries(m, sae, list(feats)).items()}
+        assert compute.feature_descriptions(m, "sprout", layer, feats) == want
+        # the page the Features page opens on, read from the file, is the one feature_summary builds
+        first = precomputed.DEFAULT_FEATURE
+        page = feature_summaries(m, sae, [first])[first]
+        shown = compute.feature_page(m, "sprout", layer, first)
+        assert got.feature_page(layer, first) is not None
+        for f in fields(page):
+            a, b = getattr(shown, f.name), getattr(page, f.name)
+            if isinstance(b, pd.DataFrame):
+                pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-5, atol=1e-6)
+            elif isinstance(b, dict):
+                assert a == pytest.approx(b, rel=1e-5, abs=1e-7), f.name
+            else:
+                assert a == (pytest.approx(b, rel=1e-5) if isinstance(b, float) else b), f.name

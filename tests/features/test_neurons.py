@@ -166,6 +166,24 @@ def test_zero_and_mean_ablation_are_the_chapter_models_loss_with_the_unit_set_by
 
 
 @torch.no_grad()
+def test_several_metrics_come_from_one_pair_of_forwards_as_each_alone(gpt4):
+    """A list of metrics gives one row per metric, each what that metric alone gives (the dashboard's neuron page
+    reads the loss and one prediction's logit difference from one clean and one ablated forward)."""
+    a, w = gpt4.to_single_token(" Pl"), gpt4.to_single_token(" the")
+    pair = LogitDiff(a, w, pos=-1)
+    for kind in ("zero", "mean"):
+        both = N.ablate_neurons(gpt4, TEXT, [(2, 5), (1, 40)], kind=kind, metric=["loss", pair])
+        alone = [N.ablate_neurons(gpt4, TEXT, [(2, 5), (1, 40)], kind=kind, metric=mt) for mt in ("loss", pair)]
+        assert list(both["metric"]) == ["loss", "logit difference"]
+        for i, one in enumerate(alone):
+            for col in ("clean", "ablated", "change"):
+                assert both.loc[i, col] == pytest.approx(one.loc[0, col], abs=1e-6)
+        torch.testing.assert_close(both.attrs["per_token"], alone[0].attrs["per_token"])
+    with pytest.raises(SproutError, match="empty list"):
+        N.ablate_neurons(gpt4, TEXT, [(2, 5)], metric=[])
+
+
+@torch.no_grad()
 def test_ablating_on_a_padded_batch_reads_only_the_real_targets(gpt4):
     batch = N.ablate_neurons(gpt4, TEXTS, [(1, 3)])
     per_text = [N.ablate_neurons(gpt4, t, [(1, 3)]) for t in TEXTS]

@@ -144,6 +144,26 @@ def test_validation_sample_is_seeded_windows_of_documents(monkeypatch):
         validation_sample(tok, n=1, length=10_000, corpus="fake-for-test")
 
 
+def test_clear_caches_makes_the_next_sample_read_the_documents_again(monkeypatch):
+    """The held-out documents and their tokens are read once per process; clear_caches forgets both (a
+    benchmark's "freshly started server" reads them again)."""
+    reads = []
+
+    def documents(corpus="default"):
+        reads.append(corpus)
+        return tuple(" ".join(f"d{d}w{i}" for i in range(300)) for d in range(3))
+
+    monkeypatch.setattr(texts, "validation_documents", documents)
+    tok = train_tokenizer(list(documents()) * 2, vocab_size=300)
+    reads.clear()
+    texts.clear_caches()
+    first = validation_sample(tok, n=2, length=16, corpus="fake-for-clearing")
+    assert torch.equal(first, validation_sample(tok, n=2, length=16, corpus="fake-for-clearing")) and len(reads) == 1
+    texts.clear_caches()
+    assert torch.equal(first, validation_sample(tok, n=2, length=16, corpus="fake-for-clearing")) and len(reads) == 2
+    texts.clear_caches()
+
+
 # --- models in scripts ---------------------------------------------------------------------------
 
 
