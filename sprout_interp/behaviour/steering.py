@@ -276,12 +276,18 @@ def _measure(model: HookedSprout, input, adds: dict[int, Tensor], site: str, met
         cache = _cache_upto(model, toks, list(names.values()), max(adds))  # no block after the last one runs clean
         used = "naive" if method == "naive" or hooked else "fast"
         for l, rows in adds.items():
-            rows = torch.cat([torch.zeros_like(rows[:1]), rows])  # row 0: the unsteered model
+            # row 0: the unsteered model; a row of zeros (a coefficient of 0) adds nothing, so it is not run again:
+            # it gets row 0's value
+            nonzero = [i for i in range(rows.shape[0]) if bool(rows[i].any())]
+            run = torch.cat([torch.zeros_like(rows[:1]), rows[nonzero]])
             resid = cache[names[l]]
             if used == "fast":
-                values = _fast_values(model, resid, bound, rows, l if site == "resid_pre" else l + 1, pos)
+                ran = _fast_values(model, resid, bound, run, l if site == "resid_pre" else l + 1, pos)
             else:
-                values = _naive_values(model, toks, bound, rows, l, site, pos)
+                ran = _naive_values(model, toks, bound, run, l, site, pos)
+            values = [ran[0]] * (rows.shape[0] + 1)
+            for j, i in enumerate(nonzero):
+                values[i + 1] = ran[j + 1]
             out[l] = (values, _stream_norm(resid, mask))
     return out, bound.name, used
 
