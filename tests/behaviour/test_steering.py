@@ -112,6 +112,8 @@ def test_fast_equals_naive_on_a_padded_batch_with_every_metric_kind(gpt4):
         b = st.steering_effect(gpt4, texts, v, 2, (-2.0, 0.0, 3.0), metric, method="naive")
         assert a["value"].tolist() == pytest.approx(b["value"].tolist(), abs=1e-4)
         assert a.loc[a["coeff"] == 0, "change"].item() == pytest.approx(0.0, abs=1e-5)
+        # a coefficient of 0 adds nothing: it is the unsteered value itself, in both methods (not a second run)
+        assert a.loc[a["coeff"] == 0, "change"].item() == 0.0 and b.loc[b["coeff"] == 0, "change"].item() == 0.0
     # a function of the logits would see the padding (logits[:, -1] is padding in the shorter rows): refused
     for method in ("fast", "naive"):
         with pytest.raises(MetricError, match="padded logits"):
