@@ -170,6 +170,7 @@ INTERACTIONS = {
     "features": ("views/features.py", "selectbox", "feat_layer_{key}", (3, 1), "another SAE's layer"),
     "steering": ("views/steering.py", "select_slider", "steer_coeff", (4.0, 2.0), "another coefficient"),
     "neurons": ("views/neurons.py", "radio", "nrn_kind", ("mean", "zero"), "ablate the neuron another way"),
+    "graph": ("views/attribution_graph.py", "slider", "ag_node_thr", (0.7, 0.8), "another node threshold"),
 }
 
 

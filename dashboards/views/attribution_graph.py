@@ -78,8 +78,9 @@ else:
     st.caption(f"Prompt: tokens 0 … {end - 1}, ending {state.md(repr(''.join(strs[max(0, end - 6):end])))}{nxt}. "
                + ("The first view stops where a name comes back: its second word, which the model should copy."
                   if first == end else ""))
-    with st.spinner(f"computing the attribution graph of {end} tokens (about half a minute for Sprout at 2,048 "
-                    "features on two CPU cores; then kept for every threshold)…"), state.shown_errors("the graph"):
+    with st.spinner(f"computing the attribution graph of {end} tokens (a few seconds on two CPU cores for the "
+                    "chapter's 57 tokens, longer for a long prompt; then kept for every threshold)…"), \
+            state.shown_errors("the graph"):
         graph, seconds = graph_compute.attribution_graph(m, key, text, end, int(max_features))
     gkey = f"{key}|{end}|{max_features}|{hashlib.sha256(text.encode()).hexdigest()}"
 
