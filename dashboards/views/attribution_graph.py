@@ -31,6 +31,10 @@ strs = compute.str_tokens(m, key, text)
 T = len(strs)
 MAX_FEATURES = [512, 1024, 2048, 4096, 8192]
 MAX_EDGES = 600  # the strongest edges drawn (thousands of faint lines hide the graph)
+# a prompt of at most this many tokens is graphed on the page's first load (the chapter's 57 tokens: the page in
+# 2.6 s beside a training run); a longer one (its cost grows with its positions: 8 s for 197 tokens of Sprout) once
+# asked (benchmarks/dashboard_interaction.py --pages graph)
+AUTO_TOKENS = 96
 
 with st.expander("open a saved graph file (.safetensors)"):
     up = st.file_uploader("a graph written by graph.save(path) or this page's download", type=["safetensors"],
@@ -78,6 +82,19 @@ else:
     st.caption(f"Prompt: tokens 0 … {end - 1}, ending {state.md(repr(''.join(strs[max(0, end - 6):end])))}{nxt}. "
                + ("The first view stops where a name comes back: its second word, which the model should copy."
                   if first == end else ""))
+    # asked: the button, or a link with graph=1 or with a view of a graph (pins, supernodes, a card)
+    state.bind("graph", "ag_go", state.as_bool, state.fmt_bool)
+    if any(p in st.query_params for p in ("pin", "super", "card")):
+        st.session_state["ag_go"] = True
+    if end > AUTO_TOKENS and not st.session_state.get("ag_go"):
+        st.info(f"**A prompt of {end} tokens is graphed when you ask.** The graph's cost grows with the prompt's "
+                f"length (every position has error nodes and features, each a row of the graph): for Sprout on two CPU "
+                f"cores beside a training run, about 2.6 s for the chapter's 57 tokens, 8 s for 197 tokens. Prompts of up to {AUTO_TOKENS} "
+                "tokens are graphed at once; this one after the button (or from a link with `graph=1`), and then "
+                "again by itself whenever the prompt changes.")
+        st.button("compute the attribution graph", key="ag_go_btn", type="primary",
+                  on_click=lambda: st.session_state.__setitem__("ag_go", True))
+        state.stop()
     with st.spinner(f"computing the attribution graph of {end} tokens (a few seconds on two CPU cores for the "
                     "chapter's 57 tokens, longer for a long prompt; then kept for every threshold)…"), \
             state.shown_errors("the graph"):

@@ -121,6 +121,23 @@ def test_thresholds_pins_and_supernodes_live_in_the_link(first):
     assert drawn_keys(graph_spec(again)) == keys
 
 
+def test_a_long_prompt_is_graphed_when_asked_and_a_link_keeps_it():
+    """A prompt of more than AUTO_TOKENS tokens opens on its controls and a button, with no graph computed; the
+    button computes it and the link then says graph=1, which reopens it computed. The default prompt (57 tokens) is
+    graphed at once, with no graph=1 in its link."""
+    default = ok(run())
+    assert graph_spec(default) and "graph" not in default.query_params and "graphed when you ask" not in said(default)
+    at = ok(run({"end": "120"}))
+    assert "A prompt of 120 tokens is graphed when you ask" in said(at)
+    assert not at.get("plotly_chart") and not at.metric and "graph" not in at.query_params  # nothing computed
+    at.button(key="ag_go_btn").click()
+    at = ok(at.run())
+    assert graph_spec(at) and at.query_params["graph"] == "1" and at.query_params["end"] == "120"
+    assert {m.label for m in at.metric} >= {"nodes", "replacement score"}
+    again = ok(run({"end": "120", "graph": "1"}))
+    assert graph_spec(again) and "graphed when you ask" not in said(again)
+
+
 def test_link_values_it_cannot_show_are_named_with_their_range():
     at = ok(run({"node_threshold": "2", "edge_threshold": "x", "end": "9999", "pin": "f9.9.9", "super": "a:zz",
                  "max_features": "7", "card": "e0.3"}))

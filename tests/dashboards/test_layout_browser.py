@@ -44,6 +44,7 @@ PAGES = {
     "features (Sprout)": ("/features?model=sprout&layer=1&feature=2899", 2, None, 2),
     "neurons": ("/neurons?model=gpt-4&held_out=1", 3, None, 3),  # the held-out page opened
     "attribution graph": ("/attribution_graph?model=gpt-4", 1, None, 1),
+    "attribution graph (a long prompt)": ("/attribution_graph?model=gpt-4&end=120", 0, "compute the attribution graph", 1),
     "compare": ("/compare?model=gpt-4", 2, None, 2),
     "positions": ("/positions?model=gpt-4&qk=model", 3, None, 3),
 }
