@@ -82,6 +82,18 @@ def decode(raw: bytes) -> str:
 _SPACES = re.compile(r"[ \t]{2,}|\t")  # runs of spaces and tabs that become one space (a lone space stays: a
 # substitution at every space would hold a list of all a paragraph's words, 400 MB for a 20 MB paragraph)
 _GUTENBERG = re.compile(r"gutenberg|etext|e-text|\bebook\b|small print", re.I)
+_GUTENBERG_WORDS = ("gutenberg", "etext", "e-text", "ebook", "small print")  # each alternative's letters
+
+
+def _boilerplate(para: str) -> bool:
+    """``_GUTENBERG.search(para)``, but an ASCII paragraph without any of its words (lower-cased) is passed at once:
+    for ASCII text, case-insensitive matching is matching the lower-cased text, and every alternative needs its
+    word. Most paragraphs are such, and the regex over every paragraph was most of reading a corpus."""
+    if para.isascii():
+        low = para.lower()
+        if not any(w in low for w in _GUTENBERG_WORDS):
+            return False
+    return _GUTENBERG.search(para) is not None
 
 
 def clean(text: str) -> str:
@@ -95,8 +107,10 @@ def clean(text: str) -> str:
         lines = [ln.strip() for ln in block.split("\n") if ln.strip()]
         if not lines:
             continue
-        para = _SPACES.sub(" ", " ".join(lines))
-        if _GUTENBERG.search(para):
+        para = " ".join(lines)
+        if "  " in para or "\t" in para:  # else _SPACES has nothing to replace
+            para = _SPACES.sub(" ", para)
+        if _boilerplate(para):
             continue
         paragraphs.append(para)
     return "\n\n".join(paragraphs)

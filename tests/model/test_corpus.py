@@ -105,6 +105,23 @@ def test_clean_keeps_plain_text_and_unicode():
     assert clean("\n\n \r\n\t\n") == ""
 
 
+def test_the_boilerplate_check_is_the_regex_on_every_kind_of_paragraph():
+    """The quick pass of ASCII paragraphs without a Gutenberg word changes no answer of the case-insensitive regex:
+    upper and mixed case, a word inside another, the words only ignore-case Unicode matching finds (a long s, the
+    Kelvin sign), tabs and runs of spaces."""
+    from sprout_model import cleaning
+
+    rng = random.Random(0)
+    pieces = ["The", "Project", "GUTENBERG", "gutenberG", "E-Text", "eTeXt", "ebook", "eBooks", "notebook",
+              "EBOOK.", "small", "print", "SMALL PRINT", "ſmall print", "e\u212aook", "guten berg", "Ça", "—", "\t",
+              "  ", "word", "e-", "text", "book"]
+    paras = [" ".join(rng.choice(pieces) for _ in range(rng.randint(1, 6))) for _ in range(3000)]
+    for para in paras + pieces:
+        assert cleaning._boilerplate(para) == (cleaning._GUTENBERG.search(para) is not None), para
+    assert cleaning._boilerplate("small print") and not cleaning._boilerplate("notebook")
+    assert clean("a\tb  c   d\n\ne  f") == "a b c d\n\ne f"  # tabs and space runs still one space
+
+
 def test_decode_falls_back_to_latin1():
     assert decode("café".encode("utf-8")) == "café"
     assert decode("café naïve".encode("latin-1")) == "café naïve"
