@@ -85,7 +85,20 @@ def vocabulary_strings(model) -> list[str]:
     m = as_hooked(model)
     if m.tokenizer is None:  # ids-only model: tables show the ids
         return [f"#{i}" for i in range(m.cfg.d_vocab)]
-    return [byte_labels([b])[0] for b in token_bytes(m.tokenizer, range(m.cfg.d_vocab))]
+    tok, n = m.tokenizer, m.cfg.d_vocab
+    key = (id(tok), tok.get_vocab_size(with_added_tokens=True), n)
+    held = _VOCABULARY_LABELS.get(key)
+    if held is None or held[0] is not tok:  # (the tokenizer itself is kept: an id is not reused while it lives)
+        held = (tok, [byte_labels([b])[0] for b in token_bytes(tok, range(n))])
+        while len(_VOCABULARY_LABELS) >= 4:
+            _VOCABULARY_LABELS.pop(next(iter(_VOCABULARY_LABELS)))
+        _VOCABULARY_LABELS[key] = held
+    return list(held[1])
+
+
+# the labels of a few tokenizers' vocabularies (8,192 labels take 0.1 s to make; every feature, neuron and graph
+# page reads them), by (tokenizer, its size with added tokens, the model's vocabulary)
+_VOCABULARY_LABELS: dict[tuple, tuple] = {}
 
 
 @torch.no_grad()

@@ -69,3 +69,28 @@ def test_the_description_says_where_it_fires_only_when_that_stands_out():
     assert "first occurrence" in describe(top, prev, promoted, 0.01, firsts)
     usual = dict(second, repeat_share=0.3, continued_share=0.07)
     assert describe(top, prev, promoted, 0.01, usual) == describe(top, prev, promoted, 0.01)  # nothing stands out
+
+
+def test_vocabulary_labels_are_kept_per_tokenizer_and_equal_each_token_read_alone(tiny_checkpoint):
+    """vocabulary_strings keeps one tokenizer's labels (made once: every feature, neuron and graph page reads them),
+    each the label of its id read alone, and a caller's change to the list does not reach the next call; another
+    tokenizer gets its own."""
+    import sprout_interp as si
+    from sprout_interp.core.tokens import byte_labels, token_bytes
+    from sprout_interp.features import pages
+    from sprout_model.tokenizer import train_tokenizer
+
+    m = si.load(str(tiny_checkpoint))
+    first = pages.vocabulary_strings(m)
+    want = [byte_labels([b])[0] for b in token_bytes(m.tokenizer, range(m.cfg.d_vocab))]
+    assert first == want and len(first) == m.cfg.d_vocab
+    first[0] = "changed"
+    assert pages.vocabulary_strings(m) == want
+    other = si.load(str(tiny_checkpoint))
+    from sprout_interp.core.texts import TEXTS
+
+    other.tokenizer = train_tokenizer([t[::-1] for t in TEXTS.values()] * 3, vocab_size=300)  # another vocabulary
+    assert other.tokenizer.get_vocab() != m.tokenizer.get_vocab()
+    assert pages.vocabulary_strings(other) == [byte_labels([b])[0]
+                                               for b in token_bytes(other.tokenizer, range(other.cfg.d_vocab))]
+    assert pages.vocabulary_strings(m) == want
