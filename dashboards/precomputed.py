@@ -285,8 +285,10 @@ def feature_page_from_json(d: dict):
 
 
 def build(m, progress: Optional[Callable[[str], None]] = None) -> dict:
-    """Everything :data:`FILE` holds for model ``m``, computed now: the format, the fingerprint, the settings,
-    the head scores, the confirmed circuit and the copying sweep (``progress(step)`` before each)."""
+    """Everything :data:`FILE` holds for model ``m``, computed now: the format, the fingerprint, the sources, the
+    settings, the head scores, the confirmed circuit, the copying sweep, the OV copying table, the lens over the
+    three texts, the default pair patched, and each SAE's descriptions and default page (``progress(step)`` before
+    each)."""
     say = progress or (lambda step: None)
     say("head scores")
     scores = circuit_scores(m)

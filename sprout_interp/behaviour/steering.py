@@ -278,7 +278,7 @@ def _measure(model: HookedSprout, input, adds: dict[int, Tensor], site: str, met
         for l, rows in adds.items():
             # row 0: the unsteered model; a row of zeros (a coefficient of 0) adds nothing, so it is not run again:
             # it gets row 0's value
-            nonzero = [i for i in range(rows.shape[0]) if bool(rows[i].any())]
+            nonzero = rows.any(-1).nonzero().flatten().tolist()
             run = torch.cat([torch.zeros_like(rows[:1]), rows[nonzero]])
             resid = cache[names[l]]
             if used == "fast":
