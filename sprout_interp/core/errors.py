@@ -11,7 +11,7 @@ __all__ = [
     "AblationError", "HookOutputError", "NotAPathError", "UnreadablePathError", "InvalidConfigError",
     "InvalidWeightsError", "MissingTokenizerError", "ExportError", "PatchingError", "MetricError", "TunedLensMismatchError",
     "TunedLensNotFoundError", "SAEMismatchError", "SAENotFoundError", "SteeringError", "UnequalLengthsError",
-    "TranscoderMismatchError", "TranscoderNotFoundError", "AttributionGraphError",
+    "TranscoderMismatchError", "TranscoderNotFoundError", "AttributionGraphError", "QKAttributionError",
 ]
 
 
@@ -137,3 +137,8 @@ class SteeringError(SproutError, ValueError):
 class AttributionGraphError(SproutError, ValueError):
     """Arguments an attribution graph cannot use (a batch of texts, thresholds outside 0..1, nodes it does not
     have), or a graph file that is damaged or not a graph."""
+
+
+class QKAttributionError(AttributionGraphError):
+    """Arguments a QK attribution or a head loading cannot use (a layer, head or position outside the model or the
+    prompt, a key after its query, an edge the graph does not have)."""
