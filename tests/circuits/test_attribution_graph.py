@@ -507,30 +507,43 @@ def test_influence_and_scores_are_circuit_tracers_definitions(case):
     assert 0 < rep_score < 1 and 0 < comp_score < 1
 
 
-def _prune_full_matrix(g: AttributionGraph, node_t: float, edge_t: float):
-    """circuit-tracer's prune_graph written out on the full matrix (the module works on the kept nodes only)."""
-    def thresh(scores, frac):
-        s = scores.sort(descending=True).values
-        cum = s.cumsum(0) / s.sum()
-        return s[min(int(torch.searchsorted(cum, torch.tensor([frac]))[0]), len(s) - 1)]
+def _thresh(scores: torch.Tensor, frac: float) -> torch.Tensor:
+    """circuit-tracer's threshold: the score at which the scores sorted from the largest carry ``frac`` of the total."""
+    s = scores.sort(descending=True).values
+    cum = s.cumsum(0) / s.sum()
+    return s[min(int(torch.searchsorted(cum, torch.tensor([frac], dtype=cum.dtype))[0]), len(s) - 1)]
 
-    nL, nT, nF = g.n_logits, g.n_pos, g.n_features
-    w = torch.zeros(g.adjacency.shape[0])
-    w[-nL:] = g.logit_probs
-    infl = node_influence(g)
-    nm = infl >= thresh(infl, node_t)
-    nm[-nL - nT:] = True
-    pm = g.adjacency.clone()
+
+def _edge_scores(g: AttributionGraph, nm: torch.Tensor) -> torch.Tensor:
+    """circuit-tracer's edge scores among the nodes ``nm`` keeps, in float64 on the full matrix."""
+    pm = g.adjacency.double().clone()
     pm[~nm] = 0
     pm[:, ~nm] = 0
     Np = normalized_adjacency(pm)
+    w = torch.zeros(pm.shape[0], dtype=torch.float64)
+    w[-g.n_logits:] = g.logit_probs.double()
     cur = w @ Np
     ei = cur.clone()
     while cur.any():
         cur = cur @ Np
         ei += cur
-    scores = Np * (ei + w)[:, None]
-    em = scores >= thresh(scores.flatten(), edge_t)
+    return Np * (ei + w)[:, None]
+
+
+def _node_cut(g: AttributionGraph, node_t: float) -> torch.Tensor:
+    infl = _influence_by_inverse(g)
+    nm = infl >= _thresh(infl, node_t)
+    nm[-g.n_logits - g.n_pos:] = True
+    return nm
+
+
+def _prune_full_matrix(g: AttributionGraph, node_t: float, edge_t: float):
+    """circuit-tracer's prune_graph written out on the full matrix in float64 (the module works on the kept nodes
+    only, in float32)."""
+    nL, nT, nF = g.n_logits, g.n_pos, g.n_features
+    nm = _node_cut(g, node_t)
+    scores = _edge_scores(g, nm)
+    em = scores >= _thresh(scores.flatten(), edge_t)
     old = nm.clone()
     nm[:-nL - nT] &= em[:, :-nL - nT].any(0)
     nm[:nF] &= em[:nF].any(1)
@@ -543,9 +556,35 @@ def _prune_full_matrix(g: AttributionGraph, node_t: float, edge_t: float):
     return nm, em
 
 
+CUT_GAP = 1e-3  # the score kept last exceeds the next one by this share of itself
+CUT_MARGIN = 1e-5  # the fraction lies this far inside its step of the cumulative share
+
+
+def _clear_cut(scores: torch.Tensor, nominal: float) -> float:
+    """The threshold fraction nearest ``nominal`` whose cut no rounding can move (asserted within 0.05 of it): it lies
+    ``CUT_MARGIN`` inside its step of the cumulative share (float64), and the score it keeps last is ``CUT_GAP``
+    larger than the next one. A float32 computation summing in another order (another CPU's kernels, the module's
+    submatrix) differs from this float64 one by about 1e-6 of a score, far inside both margins, so it keeps exactly
+    the same scores; a fraction at a near-tie would let the last bit decide."""
+    s = scores.double().flatten().sort(descending=True).values
+    s = s[s > 0]
+    cum = s.cumsum(0) / s.sum()
+    lo = torch.cat([cum.new_zeros(1), cum[:-1]])  # the step of score i: (lo[i], cum[i]] cuts at i
+    nxt = torch.cat([s[1:], s.new_zeros(1)])
+    ok = (s > nxt * (1 + CUT_GAP)) & (cum - lo > 2 * CUT_MARGIN)
+    a, b = lo[ok] + CUT_MARGIN, cum[ok] - CUT_MARGIN
+    nearest = torch.minimum(torch.maximum(torch.tensor(nominal, dtype=torch.float64), a), b)
+    best = float(nearest[(nearest - nominal).abs().argmin()])
+    assert abs(best - nominal) < 0.05, f"no clear cut near {nominal}: the nearest is {best}"
+    return best
+
+
 @pytest.mark.parametrize("node_t, edge_t", [(0.8, 0.98), (0.5, 0.9), (0.95, 0.5), (0.999, 0.999)])
 def test_pruning_is_circuit_tracers(case, node_t, edge_t):
     g = case[0]
+    # the thresholds moved (by under 0.05) to where a wide gap separates what is kept from what is not
+    node_t = _clear_cut(_influence_by_inverse(g), node_t)
+    edge_t = _clear_cut(_edge_scores(g, _node_cut(g, node_t)), edge_t)
     got = prune_graph(g, node_t, edge_t)
     nm, em = _prune_full_matrix(g, node_t, edge_t)
     assert torch.equal(got.node_mask, nm)
