@@ -203,13 +203,16 @@ function overlap(a, b) {  // separating-axis test of two convex quads, each shru
   }
   return true;
 }
-function scroller(el) {  // the nearest ancestor that scrolls sideways, or the one that clips, or null
+function scroller(el) {  // the nearest ancestor that scrolls sideways (one whose content overflows it first), or
+  let first = null;       // the one that clips, or null
   for (let e = el.parentElement; e && e !== document.body; e = e.parentElement) {
     const o = getComputedStyle(e).overflowX;
-    if (o === 'auto' || o === 'scroll') return {scrolls: true, el: e};
-    if (o === 'hidden' || o === 'clip') return {scrolls: false, el: e};
+    if (o === 'auto' || o === 'scroll') {
+      if (e.scrollWidth > e.clientWidth + 1) return {scrolls: true, el: e};
+      first = first || {scrolls: true, el: e};
+    } else if (o === 'hidden' || o === 'clip') return first || {scrolls: false, el: e};
   }
-  return null;
+  return first;
 }
 const gds = Array.from(document.querySelectorAll('.js-plotly-plot')).filter(g => g._fullLayout && visible(g));
 gds.forEach((gd, k) => {
@@ -296,12 +299,37 @@ gds.forEach((gd, k) => {
       bad(`text "${t.s.slice(0, 50)}" cut by the figure's edge (${where(b)} px; figure ${where(box)})`, 'cut');
     else if (!sc && (b.left < -TOL || b.right > vw + TOL)) bad(`text "${t.s.slice(0, 50)}" off the page`, 'cut');
   }
+  // a figure in a box that scrolls sideways: what names its cells (the row labels in its margins, its titles, its
+  // axes' titles, subplot titles) stays inside the part of the box a reader sees
+  if (sc && sc.scrolls) {
+    const r = sc.el.getBoundingClientRect(), seen = {left: Math.max(r.left, 0), right: Math.min(r.right, vw)};
+    const xs = Object.keys(L).filter(k => /^xaxis\d*$/.test(k)).map(k => L[k]).filter(a => a && a._length);
+    const plotL = box.left + Math.min(...xs.map(a => a._offset)), plotR = box.left + Math.max(...xs.map(a => a._offset + a._length));
+    const notes = L.annotations || [];
+    for (const t of texts) {
+      const b = bounds(t.q), tick = t.el.closest("g[class$='tick']"), info = t.el.closest('.infolayer > g');
+      const cls = info ? info.getAttribute('class') || '' : '';
+      const heading = info && (cls === 'g-gtitle' || /^g-[xy]\d*title$/.test(cls)
+        || (cls === 'annotation' && (notes[+info.dataset.index] || {}).xref === 'paper'));
+      const margin = tick && /^y\d*tick$/.test(tick.getAttribute('class'))
+        && (t.el.closest('.sprout-pinned') || b.right <= plotL + 2 || b.left >= plotR - 2);
+      if (!heading && !margin) continue;
+      if (b.left < seen.left - TOL || b.right > seen.right + TOL)
+        bad(`${heading ? 'title' : 'row label'} "${t.s.slice(0, 50)}" out of view in its scrolling box (${span(b.left, b.right)} px; `
+            + `the box shows ${span(seen.left, seen.right)})`, 'scroll');
+    }
+  }
+  // a text under the band behind pinned row labels is hidden by it: not an overlap with those labels
+  const bands = Array.from(gd.querySelectorAll('.sprout-pin-band')).map(e => e.getBoundingClientRect());
+  const covered = (b) => bands.some(r => b.left < r.right && b.right > r.left && b.top < r.bottom && b.bottom > r.top);
   let pairs = 0;
   for (let i = 0; i < texts.length; i++) {
     const bi = bounds(texts[i].q);
     for (let j = i + 1; j < texts.length; j++) {
       const bj = bounds(texts[j].q);
       if (bi.right < bj.left || bj.right < bi.left || bi.bottom < bj.top || bj.bottom < bi.top) continue;
+      const pi = texts[i].el.closest('.sprout-pinned'), pj = texts[j].el.closest('.sprout-pinned');
+      if ((pi && !pj && covered(bj)) || (pj && !pi && covered(bi))) continue;
       if (overlap(texts[i].q, texts[j].q)) {
         pairs++;
         bad(`texts "${texts[i].s.slice(0, 40)}" and "${texts[j].s.slice(0, 40)}" overlap`, 'overlap');
