@@ -20,8 +20,10 @@ from sprout_interp.circuits.attribution import direct_logit_attribution, head_to
 from sprout_interp.circuits.attribution_graph import attribution_graph
 from sprout_interp.circuits.composition import composition_scores, composition_table
 from sprout_interp.circuits.graphs import AttributionGraph, graph_scores, load_graph, prune_graph
+from sprout_interp.circuits.head_loadings import edge_heads, head_loadings
 from sprout_interp.circuits.induction import find_induction_circuit
 from sprout_interp.circuits.ov_circuit import full_ov_circuit, ov_copying_scores
+from sprout_interp.circuits.qk_attribution import QKAttribution, qk_attribution
 from sprout_interp.core.errors import (
     AblationError,
     ArgumentError,
@@ -38,6 +40,7 @@ from sprout_interp.core.errors import (
     NotACheckpointError,
     NotAPathError,
     PatchingError,
+    QKAttributionError,
     SAEMismatchError,
     SAENotFoundError,
     SproutError,
@@ -72,6 +75,7 @@ __all__ = [
     "residual_rms", "attention_patterns", "head_scores", "find_induction_circuit",
     "ablate", "ablation_sweep", "attribution_sweep", "block_knockout", "compare_models",
     "attribution_graph", "AttributionGraph", "load_graph", "prune_graph", "graph_scores", "AttributionGraphError",
+    "qk_attribution", "QKAttribution", "head_loadings", "edge_heads", "QKAttributionError",
     "SproutError", "AblationError", "ArgumentError", "CheckpointNotFoundError", "NotACheckpointError", "UnsafeCheckpointError",
     "StateDictMismatchError", "VocabularyMismatchError", "ContextLengthError", "HookNameError", "TokenizationError",
     "HookOutputError", "NotAPathError", "UnreadablePathError", "InvalidConfigError", "InvalidWeightsError",

@@ -61,7 +61,7 @@ from sprout_interp.core.errors import (
 )
 from sprout_interp.core.hooked import HookedSprout, as_hooked
 
-__all__ = ["attribution_graph", "partial_influence", "graph_macs"]
+__all__ = ["FrozenBackward", "attribution_graph", "partial_influence", "graph_macs"]
 
 
 class _Backward:
@@ -210,6 +210,11 @@ class _Backward:
         row's factored gradient than on its ``P`` positions."""
         dense, factored = _hop_macs(self.d, self.H, self.WS[m] is not None, P)
         return factored < dense
+
+
+#: the frozen linear model's transposed maps as other backward passes through it use them (its per-head ``WO``/``WV``,
+#: skip connections ``WS``, patterns, norm scales and per-(layer, position) sources; ``read``, ``skip``, ``attention``)
+FrozenBackward = _Backward
 
 
 def _hop_macs(d: int, H: int, skip: bool, P: int) -> tuple[int, int]:

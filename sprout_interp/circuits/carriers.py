@@ -1,0 +1,218 @@
+"""The frozen linear model of one prompt split by the attention head that last carried each part to a position:
+the machinery under QK attributions (:mod:`~sprout_interp.circuits.qk_attribution`) and head loadings
+(:mod:`~sprout_interp.circuits.head_loadings`).
+
+With the attention patterns and every norm's scale frozen (the local replacement model of
+:mod:`~sprout_interp.circuits.local_replacement`), the residual stream ``x_p`` at position ``p`` entering block ``L``
+is a sum of parts: what was written at ``p`` and never left it (the token's embedding, the feed-forward nodes of
+blocks below ``L`` at ``p``, carried up through the transcoders' skip connections at ``p``), plus, for each head
+``(l, h)`` with ``l < L``, what that head wrote at ``p`` (itself carried up through the skip connections at ``p``).
+A head's write is linear in the stream at block ``l``'s input at every position, which is in turn a sum of every
+node's write through any earlier path. So a gradient ``g`` at ``x_p`` splits into one group per last carrier:
+``stays`` (``g`` pulled back through the skip connections at ``p`` only, read off the nodes at ``p``) and one group
+per head ``(l, h)`` (pulled back to block ``l``'s mid-stream at ``p`` as ``stays`` is, then through head ``(l, h)``
+alone, then through the whole frozen model below). The groups' values over every node add up to ``g · x_p``.
+
+:func:`carried_backward` computes these groups for a batch of gradients in one pass through the model (the groups
+and gradients as rows of one batch; at block ``l`` only the groups already started take part);
+:func:`carried_forward` pushes given node writes forward along the same split, to the vector a part alone makes
+at ``p`` (what the QK attribution's bilinear table reads). :func:`mlp_replacement` is the frozen model with each
+block's whole feed-forward output as one node per position (no transcoders; nothing passes through a
+feed-forward).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from sprout_interp.circuits.attribution_graph import FrozenBackward
+from sprout_interp.circuits.local_replacement import LocalReplacement, local_replacement
+from sprout_interp.core.hooked import HookedSprout
+from sprout_interp.features.transcoder import Transcoder
+
+__all__ = ["Carried", "mlp_replacement", "frozen_maps", "carried_backward", "carried_forward", "node_writes",
+           "const_writes", "n_nodes"]
+
+
+def n_nodes(rep: LocalReplacement) -> int:
+    """Columns of the node values: the features, one error (or feed-forward) node per (layer, pos), one embedding
+    per position, in the attribution graph's order (feature ``i``; error ``nF + layer * T + pos``; embedding
+    ``nF + L * T + pos``)."""
+    L, T = rep.patterns.shape[0], rep.tokens.numel()
+    return rep.n_features + L * T + T
+
+
+def mlp_replacement(model: HookedSprout, tokens: Int[Tensor, " pos"]) -> LocalReplacement:
+    """The frozen linear model of the prompt ``tokens`` with no transcoders: each block's whole feed-forward output
+    at each position is one node (held in the error slots, ``errors[l, p] = mlp_out``), nothing passes through a
+    feed-forward (no skip connection), no features, no constants; patterns and norm scales frozen as in
+    :func:`~sprout_interp.circuits.local_replacement.local_replacement` (``bos=False``: position 0 holds its nodes
+    like any other). Made by that function with all-zero one-latent stand-in transcoders (no active feature, so
+    each error node is the whole output)."""
+    m = model
+    dev = m.cfg.device if m.cfg.device is not None else next(m.model.parameters()).device
+    stand_ins = {i: Transcoder(m.cfg.d_model, 1, 1, i).to(dev) for i in range(m.cfg.n_layers)}
+    return local_replacement(m, tokens, stand_ins, bos=False)
+
+
+def frozen_maps(model: HookedSprout, rep: LocalReplacement) -> FrozenBackward:
+    """The frozen model's maps for ``rep`` (the attribution graph's own, with no target rows yet)."""
+    return FrozenBackward(model, rep, 0, n_nodes(rep))
+
+
+@dataclass
+class Carried:
+    """What :func:`carried_backward` returns, for R gradients and G = 1 + n_via groups.
+
+    Groups: ``g = l * H + h`` is head ``(l, h)`` as the last carrier (``l < n_via_layers``), the last group
+    (``g = G - 1``) the part that stays at the position.
+
+    Attributes:
+        nodes (G, R, n_nodes): each node's value per group (columns as :func:`n_nodes` says).
+        consts (G, R, L, P): the constant writes (``b_dec``) of each (layer, position) per group.
+        n_via_layers: the layers whose heads are carriers; P: the positions the values cover (0..P-1).
+    """
+
+    nodes: Float[Tensor, "group r n"]
+    consts: Float[Tensor, "group r layer pos"]
+    n_via_layers: int
+    P: int
+
+    def total(self) -> Float[Tensor, " r"]:
+        """Every part of every group added up: ``g · x`` for each gradient."""
+        return self.nodes.sum((0, 2)) + self.consts.sum((0, 2, 3))
+
+
+def carried_backward(bw: FrozenBackward, rep: LocalReplacement, top: int, mid: bool, pos: Int[Tensor, " r"],
+                     grads: Float[Tensor, "r d_model"]) -> Carried:
+    """Split each gradient ``grads[r]`` at position ``pos[r]`` by the last carrier head (see the module docstring).
+
+    ``top, mid``: where the gradients sit: block ``top``'s input (``mid=False``; blocks ``0..top-1``'s heads carry)
+    or its stream after its attention (``mid=True``, a feed-forward's input; block ``top``'s heads carry too).
+    One pass down through the frozen model for every group and gradient at once; at block ``l`` only the rows of
+    the groups already started (heads of blocks above ``l`` and the staying part) are carried.
+    """
+    H, d = bw.H, bw.d
+    R = grads.shape[0]
+    NL = top + 1 if mid else top
+    NG = NL * H + 1
+    P = int(pos.max()) + 1
+    L = rep.patterns.shape[0]
+    dev = grads.device
+    G = torch.zeros(P, NG * R, d, device=dev)  # rows: group-major (g * R + r)
+    rows = torch.arange(R, device=dev)
+    stay = slice((NG - 1) * R, NG * R)
+    G[pos, (NG - 1) * R + rows] = grads.float()
+    bw.adj = torch.zeros(NG * R, n_nodes(rep), device=dev)
+    bw.const = torch.zeros(NG * R, device=dev)
+    consts = torch.zeros(NG, R, L, P, device=dev)
+
+    def start_heads(layer: int) -> None:
+        """The groups of block ``layer``'s heads: the staying part's gradient at its mid-stream, back through one
+        head: key ``m`` of head ``h`` gets ``A[pos, m] / s1[m] · (g W_O^h) W_V^h``."""
+        gd = G[pos, stay.start + rows]  # (R, d)
+        for h in range(H):
+            w = (gd @ bw.WO[layer][h]) @ bw.WV[layer][h]  # (R, d)
+            a = bw.A[layer, h][pos, :P] * bw.inv1[layer, :P]  # (R, P): row r's query pos[r] over keys
+            g = layer * H + h
+            G[:, g * R:(g + 1) * R] = a.T[:, :, None] * w[None]
+
+    if mid:
+        start_heads(top)
+    for layer in range(top - 1, -1, -1):
+        a = (layer + 1) * H * R  # rows of the groups started above this block, then the staying part
+        act = G[:, a:].contiguous()
+        bw.read(layer, act, a, NG * R)
+        consts[(layer + 1) * H:, :, layer] = torch.einsum("pgrd,pd->grp", act.view(P, -1, R, d),
+                                                          rep.consts[layer, :P])
+        act = bw.skip(layer, act)
+        G[:, a:] = act
+        if a < stay.start:
+            G[:, a:stay.start] = bw.attention(layer, G[:, a:stay.start].contiguous())
+        start_heads(layer)
+    tok = n_nodes(rep) - rep.tokens.numel()
+    bw.adj[:, tok:tok + P] = torch.einsum("pbd,pd->bp", G, bw.embed[:P])
+    return Carried(bw.adj.view(NG, R, -1), consts, NL, P)
+
+
+def carried_forward(bw: FrozenBackward, top: int, target: int, origin: Int[Tensor, " b"], pos: Int[Tensor, " b"],
+                    vecs: Float[Tensor, "b d_model"], via_layer: Int[Tensor, " b"], via_head: Int[Tensor, " b"]
+                    ) -> Float[Tensor, "b d_model"]:
+    """Each write ``vecs[b]`` (made at position ``pos[b]`` at the output of block ``origin[b]``; -1: an
+    embedding, at block 0's input) pushed forward through the frozen model to block ``top``'s input at position
+    ``target``, along one carrier group only: the whole model below block ``via_layer[b]``, then head
+    ``(via_layer[b], via_head[b])`` alone into ``target``, then the skip connections at ``target``; a write with
+    ``via_layer[b] == -1`` stays at ``target`` (it must be written there). Returns the vectors at ``target``."""
+    B, d = vecs.shape
+    dev = vecs.device
+    P = target + 1
+    X = torch.zeros(B, P, d, device=dev)
+    rows = torch.arange(B, device=dev)
+    for layer in range(top):
+        enter = origin == layer - 1
+        if bool(enter.any()):
+            X[rows[enter], pos[enter]] += vecs[enter]
+        full = via_layer > layer
+        here = via_layer == layer
+        if bool(full.any()) or bool(here.any()):
+            Xn = X * bw.inv1[layer, :P, None]
+            if bool(full.any()):
+                xf = Xn[full]
+                add = torch.zeros_like(xf)
+                for h in range(bw.H):
+                    add += bw.A[layer, h, :P, :P] @ ((xf @ bw.WV[layer][h].T) @ bw.WO[layer][h].T)
+                X[full] += add
+            if bool(here.any()):
+                idx = rows[here]
+                out = torch.zeros(idx.numel(), d, device=dev)
+                for h in via_head[here].unique().tolist():
+                    sel = via_head[here] == h
+                    z = torch.einsum("p,bpe->be", bw.A[layer, h, target, :P], Xn[idx[sel]] @ bw.WV[layer][h].T)
+                    out[sel] = z @ bw.WO[layer][h].T
+                X[idx] = 0
+                X[idx, target] = out
+        if bw.WS[layer] is not None:
+            X += (X * bw.inv2[layer, :P, None]) @ bw.WS[layer].T
+    last = origin == top - 1
+    if bool(last.any()):
+        X[rows[last], pos[last]] += vecs[last]
+    return X[:, target]
+
+
+def node_writes(bw: FrozenBackward, rep: LocalReplacement, nodes: Int[Tensor, " b"]
+                ) -> tuple[Int[Tensor, " b"], Int[Tensor, " b"], Float[Tensor, "b d_model"]]:
+    """What nodes ``nodes`` (columns as :func:`n_nodes` says) write: (the block whose output they join, -1 for
+    an embedding; their position; the vector)."""
+    L, T = rep.patterns.shape[0], rep.tokens.numel()
+    nF = rep.n_features
+    d = bw.d
+    origin = torch.empty_like(nodes)
+    pos = torch.empty_like(nodes)
+    vecs = torch.empty(nodes.numel(), d, device=nodes.device)
+    f = nodes < nF
+    if bool(f.any()):
+        i = nodes[f]
+        origin[f], pos[f] = rep.feat_layer[i], rep.feat_pos[i]
+        dec = torch.stack([rep.transcoders[int(rep.feat_layer[j])].W_dec.detach().float()[int(rep.feat_index[j])]
+                           for j in i.tolist()])
+        vecs[f] = dec * rep.feat_act[i, None]
+    e = (nodes >= nF) & (nodes < nF + L * T)
+    if bool(e.any()):
+        k = nodes[e] - nF
+        origin[e], pos[e] = k // T, k % T
+        vecs[e] = rep.errors[k // T, k % T]
+    t = nodes >= nF + L * T
+    if bool(t.any()):
+        p = nodes[t] - nF - L * T
+        origin[t], pos[t] = -1, p
+        vecs[t] = bw.embed[p]
+    return origin, pos, vecs
+
+
+def const_writes(rep: LocalReplacement, layer: Int[Tensor, " b"], pos: Int[Tensor, " b"]) -> Float[Tensor, "b d"]:
+    """The constant writes (``b_dec``; see :class:`LocalReplacement`) of block ``layer`` at ``pos``."""
+    return rep.consts[layer, pos]
+
