@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import traceback
 
+import link
 import show
 import state
 import streamlit as st
@@ -10,6 +11,7 @@ import streamlit as st
 from sprout_interp.core.tokens import is_rust_panic
 
 st.set_page_config(page_title="Sprout, layer by layer", page_icon="🌱", layout="wide")
+link.model_and_text_from_url()  # a link's model and text, before the sidebar draws its pickers
 state.sidebar()
 
 pages = [
@@ -39,5 +41,5 @@ except BaseException as err:  # last line of defence: a page's failure is shown 
     with st.expander("details"):
         st.code(traceback.format_exc())
 finally:  # also after state.stop(): the link keeps what was chosen, the sidebar offers what was drawn
-    state.write_url()
+    link.write_url()
     show.page_downloads(page.title if page is not None else "page")

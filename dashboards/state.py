@@ -1,11 +1,9 @@
-"""What every page shares: the chosen model (cached once per process), the chosen text, the URL that keeps a view,
-and error display. Figures and tables with their downloads are ``show.py``'s; uploaded checkpoints ``uploads.py``'s.
+"""What every page shares: the chosen model (cached once per process), the chosen text, and error display. The link
+that keeps a view (``?model=…&text=…`` and each page's choices) is ``link.py``'s; figures and tables with their
+downloads are ``show.py``'s; uploaded checkpoints ``uploads.py``'s.
 
-The URL: the sidebar keeps the model and the text in ``?model=…&text=…``, and a page keeps its main choices
-there with :func:`bind` (a link, a bookmark or a reload restores them); :func:`write_url` writes them after
-every run (``app.py`` calls it, also after :func:`stop`). ``-- --no-path-box`` or
-``SPROUT_DASHBOARD_NO_PATH_BOX=1`` hides the path box, and so does listening on anything but loopback, unless
-started with ``-- --allow-remote-paths`` (:func:`path_box_allowed`, ``serving.py``).
+``-- --no-path-box`` or ``SPROUT_DASHBOARD_NO_PATH_BOX=1`` hides the path box, and so does listening on anything
+but loopback, unless started with ``-- --allow-remote-paths`` (:func:`path_box_allowed`, ``serving.py``).
 
 Everything a person typed (a path, a text) or that derives from it (a model's name, an error message
 quoting it) is shown through :func:`md` (inside markdown) or :func:`plain` (inside a plotly title or
@@ -20,7 +18,6 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -115,9 +112,8 @@ def load_model(key: str) -> si.HookedSprout:
 
 
 def sidebar() -> None:
-    """Model and text pickers; their values live in st.session_state for the pages, and in the URL (see
-    :func:`bind`) so that a link or a reload restores them."""
-    st.session_state["_url_run"] = {}  # the page parameters bound during this run (see bind)
+    """Model and text pickers; their values live in st.session_state for the pages, and in the URL (``link.py``,
+    whose ``model_and_text_from_url`` runs before this) so that a link or a reload restores them."""
     st.session_state["_figs_run"] = []  # the figures drawn during this run (see chart)
     exposed = serving.exposed_addresses()
     allowed = path_box_allowed(exposed)
@@ -133,7 +129,6 @@ def sidebar() -> None:
         first = clean_text(default_model())
         fixed = [first] if first not in SHIPPED and not allowed else []
         options = SHIPPED + fixed + ([OWN_PATH] if allowed else []) + [UPLOAD]
-        _model_and_text_from_url(allowed, fixed)
         if st.session_state.get("model_choice") not in (None, *options):
             del st.session_state["model_choice"]
         if first not in options and "model_choice" not in st.session_state:
@@ -161,6 +156,11 @@ def sidebar() -> None:
                 st.session_state["upload_key"] = ""
                 st.error(md(err))
         tchoice = st.selectbox("text", list(TEXTS) + [OWN_TEXT], key="text_choice")
+        typed = st.session_state.pop("_url_text_typed", None)  # a one-word link text (link.model_and_text_from_url)
+        if typed is not None and tchoice == OWN_TEXT:
+            st.info(f"The link's **text={md(typed)}** is not the name of a ready-made text ({md(', '.join(TEXTS))}), "
+                    "so it is read as typed text: the model reads those characters. Choose a ready-made text above, "
+                    "or give its name in the link (`text=story`).")
         if tchoice == OWN_TEXT:
             st.text_area("your text", key="own_text", height=160)
             if len(st.session_state.get("own_text") or "") > MAX_URL_TEXT:
@@ -216,173 +216,6 @@ def _read_text_upload() -> None:
     raw = f.getvalue()[: MAX_TEXT_UPLOAD_MB << 20]
     st.session_state["own_text"] = clean_text(raw.decode("utf-8", errors="replace"))[:MAX_TEXT_CHARS]
     st.session_state["text_choice"] = OWN_TEXT
-
-
-# -- the URL: model, text and each page's main choices --------------------------------------------
-
-
-def _seen() -> dict:
-    """The URL value of each parameter already applied to (or written from) this session."""
-    return st.session_state.setdefault("_url_seen", {})
-
-
-def _arrived(param: str, many: bool = False):
-    """The URL's value of ``param`` if it is new to this session (a link just opened, a reload), else None."""
-    qp = st.query_params
-    if param not in qp:
-        return None
-    raw = [clean_text(v) for v in qp.get_all(param)] if many else clean_text(qp.get(param) or "")
-    if _seen().get(param) == raw:
-        return None
-    _seen()[param] = raw
-    return raw
-
-
-def _model_and_text_from_url(allowed: bool, fixed: list[str]) -> None:
-    raw = _arrived("model")
-    if raw is not None:
-        v = raw.strip()
-        if v in SHIPPED or v in fixed:
-            st.session_state["model_choice"] = v
-        elif v and allowed:
-            st.session_state["model_choice"], st.session_state["model_path"] = OWN_PATH, v
-            st.session_state["model_tokenizer"] = clean_text(st.query_params.get("tokenizer") or "").strip()
-        elif v:
-            st.session_state["_url_refused"] = True
-    raw = _arrived("text")
-    if raw is not None:
-        if raw in TEXTS:
-            st.session_state["text_choice"] = raw
-        else:
-            st.session_state["text_choice"], st.session_state["own_text"] = OWN_TEXT, raw[:MAX_TEXT_CHARS]
-
-
-def bind(param: str, key: str, parse: Callable[[str], object] | None = None,
-         fmt: Callable[[object], str] = str, many: bool = False, valid: str | None = None) -> None:
-    """Keep the widget state ``st.session_state[key]`` in the URL as ``?param=…``.
-
-    Call before the widget is drawn (and before :func:`remember`). A value that arrives in the URL (a shared
-    link, a bookmark, a reload) is parsed by ``parse`` and applied once; after every run the state's value is
-    written back by :func:`write_url` with ``fmt``. With ``many`` the parameter repeats (``?heads=1.0&heads=2.1``):
-    ``parse`` gets the list and ``fmt`` returns one.
-
-    A value ``parse`` refuses (it returns None or raises) is never applied silently: a warning, here on the page,
-    names the parameter, the valid values (``valid``, else ``parse.valid`` as :func:`int_in` and :func:`one_of`
-    set it) and, once the page has run, the value shown instead, which :func:`write_url` puts in the link.
-    """
-    raw = _arrived(param, many)
-    if raw is not None:
-        try:
-            v = (parse or (lambda r: r))(raw)
-        except (ValueError, TypeError, KeyError, IndexError):
-            v = None
-        if v is None:
-            refused = st.session_state.setdefault("_url_refused_run", {})
-            refused[param] = (st.empty(), raw, valid or getattr(parse, "valid", None) or "a value this page offers")
-        else:
-            st.session_state[key] = v
-    st.session_state.setdefault("_url_run", {})[param] = (key, fmt, many)
-
-
-def _described(parse: Callable, valid: str) -> Callable:
-    parse.valid = valid  # type: ignore[attr-defined]  # what bind's warning names as the valid values
-    return parse
-
-
-def int_in(lo: int, hi: int) -> Callable[[str], int | None]:
-    """A parser for :func:`bind`: a whole number in [lo, hi], else None."""
-    def parse(raw: str) -> int | None:
-        v = int(raw)
-        return v if lo <= v <= hi else None
-    return _described(parse, f"a whole number from {lo} to {hi}")
-
-
-def number_in(lo: float, hi: float, digits: int = 3) -> Callable[[str], float | None]:
-    """A parser for :func:`bind`: a number in [lo, hi], rounded to ``digits`` decimals, else None."""
-    def parse(raw: str) -> float | None:
-        v = float(raw)
-        return round(v, digits) if lo <= v <= hi else None
-    return _described(parse, f"a number from {lo} to {hi}")
-
-
-def block_in(n_layers: int) -> Callable[[str], int | None]:
-    """A parser for :func:`bind` of a block counted from 1 as the chapter does (``?block=3``): the 0-indexed
-    layer (2), or None outside 1 … ``n_layers``. Write it back with :func:`fmt_block`."""
-    def parse(raw: str) -> int | None:
-        v = int(raw)
-        return v - 1 if 1 <= v <= n_layers else None
-    return _described(parse, f"a block from 1 to {n_layers} (blocks count from 1)")
-
-
-def fmt_block(layer) -> str:
-    """A 0-indexed layer as the block number :func:`block_in` reads (layer + 1)."""
-    return str(int(layer) + 1)
-
-
-def one_of(options) -> Callable[[str], object]:
-    """A parser for :func:`bind`: the option whose ``str`` is the URL's value, else None."""
-    by_text = {str(o): o for o in options}
-    names = list(by_text)
-    listed = ", ".join(names) if len(names) <= 12 else f"{', '.join(names[:5])}, …, {', '.join(names[-2:])}"
-    return _described(lambda raw: by_text.get(raw), f"one of {listed}" if names else "nothing here (no choice)")
-
-
-def as_bool(raw: str) -> bool | None:
-    return {"1": True, "true": True, "0": False, "false": False}.get(raw.strip().lower())
-
-
-as_bool.valid = "1 or 0 (or true / false)"  # type: ignore[attr-defined]
-
-
-def fmt_bool(v) -> str:
-    return "1" if v else "0"
-
-
-def _say_refused(want: dict) -> None:
-    """Fill each warning :func:`bind` left for a refused link value with what the page shows instead."""
-    for param, (slot, raw, valid) in (st.session_state.pop("_url_refused_run", None) or {}).items():
-        got = ", ".join(raw) if isinstance(raw, list) else raw
-        now = want.get(param)
-        now = ", ".join(now) if isinstance(now, list) else now
-        instead = (f"Showing **{md(param)}={md(now)}** instead; the link now says so." if now not in (None, "")
-                   else "The link no longer carries it.")
-        slot.warning(f"The link's **{md(param)}={md(got)}** cannot be shown: {md(param)} must be {md(valid)}. {instead}")
-
-
-def _model_param() -> dict:
-    choice = st.session_state.get("model_choice")
-    if choice == OWN_PATH:
-        path = clean_text(st.session_state.get("model_path") or "").strip()
-        tok = clean_text(st.session_state.get("model_tokenizer") or "").strip()
-        return ({"model": path} if path else {}) | ({"tokenizer": tok} if path and tok else {})
-    if choice in (None, UPLOAD):
-        return {}
-    return {"model": choice}
-
-
-def _text_param() -> dict:
-    choice = st.session_state.get("text_choice")
-    if choice in TEXTS:
-        return {"text": choice}
-    own = clean_text(st.session_state.get("own_text") or "")
-    return {"text": own} if choice == OWN_TEXT and 0 < len(own) <= MAX_URL_TEXT else {}
-
-
-def write_url() -> None:
-    """Put the model, the text and this run's bound page choices in the URL (replacing what was there)."""
-    want: dict[str, str | list[str]] = {**_model_param(), **_text_param()}
-    for param, (key, fmt, many) in (st.session_state.get("_url_run") or {}).items():
-        if key in st.session_state and st.session_state[key] is not None:
-            try:
-                want[param] = [str(x) for x in fmt(st.session_state[key])] if many else str(fmt(st.session_state[key]))
-            except (ValueError, TypeError):
-                continue
-    qp = st.query_params
-    have = {k: (qp.get_all(k) if isinstance(want.get(k), list) else qp.get(k)) for k in qp}
-    _seen().update(want)
-    if have != want:
-        qp.from_dict(want)
-    _say_refused(want)
 
 
 def header(title: str, what: str = "") -> None:
@@ -495,7 +328,7 @@ def points_delta(change: float) -> tuple[str, str]:
 
 def clamp_state(key: str, lo: int, hi: int) -> None:
     """Keep a numeric widget's remembered value inside [lo, hi] (the model or text may have changed), with a
-    warning that names it (by its link parameter where :func:`bind` keeps it in the link), the range and the
+    warning that names it (by its link parameter where ``link.bind`` keeps it in the link), the range and the
     value shown instead."""
     v = st.session_state.get(key)
     if v is not None and not lo <= v <= hi:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import compute
+import link
 import show
 import state
 import streamlit as st
@@ -41,9 +42,9 @@ def _heads(raw: list[str]) -> list[tuple[int, int]] | None:
     return out or None
 
 
-state.bind("heads", hkey, _heads, lambda v: [f"{l}.{h}" for l, h in v], many=True,
+link.bind("heads", hkey, _heads, lambda v: [f"{l}.{h}" for l, h in v], many=True,
            valid=f"layer.head pairs, layer 0 to {L - 1} and head 0 to {H - 1} (e.g. 1.0)")
-state.bind("kind", "abl_kind", state.one_of(KINDS))
+link.bind("kind", "abl_kind", link.one_of(KINDS))
 
 
 # The first choice is the induction circuit every page names (compute.induction_circuit, the claims scripts' call):

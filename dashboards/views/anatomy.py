@@ -1,6 +1,7 @@
 """Anatomy: the one-page diagram, each part's real code with line numbers, and a parameter calculator."""
 from __future__ import annotations
 
+import link
 import show
 import state
 import streamlit as st
@@ -15,7 +16,7 @@ n_layer = cfg.n_layer if cfg else 8
 
 left, right = st.columns([5, 6])
 with right:
-    state.bind("part", "anatomy_part", state.one_of([p.key for p in anatomy.PARTS]))
+    link.bind("part", "anatomy_part", link.one_of([p.key for p in anatomy.PARTS]))
     key = st.radio("part", [p.key for p in anatomy.PARTS], format_func=lambda k: anatomy.PARTS_BY_KEY[k].title,
                    horizontal=True, key="anatomy_part")
     part = anatomy.PARTS_BY_KEY[key]
@@ -32,7 +33,7 @@ with left:
     show.chart(model_diagram(n_layer, selected=key), "model diagram", width="stretch")
 
 st.subheader("Count your own model")
-state.bind("preset", "calc_preset", state.one_of(list(anatomy.CALCULATOR_PRESETS)))
+link.bind("preset", "calc_preset", link.one_of(list(anatomy.CALCULATOR_PRESETS)))
 st.session_state.setdefault("calc_preset", list(anatomy.CALCULATOR_PRESETS)[2])
 preset = st.selectbox("preset", list(anatomy.CALCULATOR_PRESETS), key="calc_preset")
 p = anatomy.CALCULATOR_PRESETS[preset]

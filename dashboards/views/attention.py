@@ -3,6 +3,7 @@ itself to hover over), the head scores with the induction circuit, and the repea
 from __future__ import annotations
 
 import compute
+import link
 import show
 import state
 import streamlit as st
@@ -32,9 +33,9 @@ induction = compute.induction_head(circ)  # None: the finder found no induction 
 circuit_heads = set(compute.circuit_heads(circ))
 
 c = st.columns([2, 1, 3])
-state.bind("layer", "attn_layer", state.int_in(0, L - 1))
-state.bind("head", "attn_head", state.int_in(0, H - 1))
-state.bind("n", "attn_n", state.int_in(1, T))
+link.bind("layer", "attn_layer", link.int_in(0, L - 1))
+link.bind("head", "attn_head", link.int_in(0, H - 1))
+link.bind("n", "attn_n", link.int_in(1, T))
 state.remember("attn_layer", induction[0] if induction else 0, 0, L - 1)
 state.remember("attn_head", induction[1] if induction else 0, 0, H - 1)
 clicked = show.take_click("attn_all")  # a click on a head's small pattern below (previous run) chooses that head
@@ -109,7 +110,7 @@ with state.shown_errors("the full OV circuits"):
 show.chart(head_scores_heatmap(ov, "copying_score", zmin=-1.0, zmax=1.0, colorscale="RdBu",
                                 title="full OV circuit copying score (Σλ / Σ|λ|; blocks from 1, heads from 0)"),
             "OV copying scores")
-state.bind("ov_ranks", "ov_ranks_open", state.as_bool, state.fmt_bool)
+link.bind("ov_ranks", "ov_ranks_open", link.as_bool, link.fmt_bool)
 if st.toggle("also rank each token's own logit in what the head writes (one vocabulary-sized product per head: "
              "seconds for gpt-4, about a minute for Sprout)", key="ov_ranks_open"):
     with st.spinner("ranking every token's own logit in every head's full OV circuit…"), \
@@ -127,7 +128,7 @@ st.markdown("Random tokens, then the same tokens again. The first time nothing p
             "copy of its own token): a diagonal stripe *n − 1* tokens behind the main diagonal. The head shown is "
             "the one chosen above (at first, the induction head the circuit finder names).")
 # run only once opened: its own forwards on the random tokens, and the button for each head's part in copying
-state.bind("repeated", "rep_open", state.as_bool, state.fmt_bool)
+link.bind("repeated", "rep_open", link.as_bool, link.fmt_bool)
 for k in ("rep_len", "rep_seed"):
     if k in st.session_state:  # a widget in the closed expander is not drawn: keep what it held
         st.session_state[k] = st.session_state[k]
@@ -136,8 +137,8 @@ with st.expander("run the test: the copy losses, the chosen head on the repeated
     if rep_box.open:
         c = st.columns(2)
         lengths = [8, 16, 32, 64, 128]
-        state.bind("rep_len", "rep_len", state.one_of(lengths))
-        state.bind("seed", "rep_seed", state.int_in(0, 10_000))
+        link.bind("rep_len", "rep_len", link.one_of(lengths))
+        link.bind("seed", "rep_seed", link.int_in(0, 10_000))
         st.session_state.setdefault("rep_len", 32)
         st.session_state.setdefault("rep_seed", 0)
         seq_len = c[0].select_slider("random tokens per copy", lengths, key="rep_len")

@@ -6,6 +6,7 @@ import re
 
 import compute
 import graph_compute
+import link
 import scrolling
 import show
 import state
@@ -67,8 +68,8 @@ else:
         st.warning("The text is too short for a graph: type a longer text.")
         state.stop()
     first = graph_compute.graph_end(strs)
-    state.bind("end", "ag_end", state.int_in(1, hi))
-    state.bind("max_features", "ag_max", state.one_of(MAX_FEATURES))
+    link.bind("end", "ag_end", link.int_in(1, hi))
+    link.bind("max_features", "ag_max", link.one_of(MAX_FEATURES))
     state.remember("ag_end", min(first or hi, hi), 1, hi)
     st.session_state.setdefault("ag_max", 2048)
     c = st.columns([2, 1])
@@ -83,7 +84,7 @@ else:
                + ("The first view stops where a name comes back: its second word, which the model should copy."
                   if first == end else ""))
     # asked: the button, or a link with graph=1 or with a view of a graph (pins, supernodes, a card)
-    state.bind("graph", "ag_go", state.as_bool, state.fmt_bool)
+    link.bind("graph", "ag_go", link.as_bool, link.fmt_bool)
     if any(p in st.query_params for p in ("pin", "super", "card")):
         st.session_state["ag_go"] = True
     if end > AUTO_TOKENS and not st.session_state.get("ag_go"):
@@ -161,12 +162,12 @@ def _supers(raw: list[str]) -> list[str] | None:
     return out or None
 
 
-state.bind("node_threshold", "ag_node_thr", state.number_in(0.1, 1.0))
-state.bind("edge_threshold", "ag_edge_thr", state.number_in(0.5, 1.0))
-state.bind("pin", "ag_pins", _pins, list, many=True, valid=KEY_FORMS)
-state.bind("super", "ag_super", _supers, list, many=True,
+link.bind("node_threshold", "ag_node_thr", link.number_in(0.1, 1.0))
+link.bind("edge_threshold", "ag_edge_thr", link.number_in(0.5, 1.0))
+link.bind("pin", "ag_pins", _pins, list, many=True, valid=KEY_FORMS)
+link.bind("super", "ag_super", _supers, list, many=True,
            valid="name:key,key,… (a name of 1 to 40 characters without ':' or ','; " + KEY_FORMS + ")")
-state.bind("card", "ag_card", lambda raw: raw if raw in index_of and raw.startswith("f") else None,
+link.bind("card", "ag_card", lambda raw: raw if raw in index_of and raw.startswith("f") else None,
            valid="a feature node of this graph: f<layer>.<pos>.<feature> (layer 0 to "
                  f"{L - 1}, pos 0 to {P - 1})")
 st.session_state.setdefault("ag_node_thr", 0.8)

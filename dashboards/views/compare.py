@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import compute
+import link
 import show
 import state
 import streamlit as st
@@ -27,7 +28,7 @@ if not options:
     st.error("No shipped checkpoint is installed and no model path is chosen: nothing to compare.")
     state.stop()
 mkey = "cmp_models_" + "|".join(options)
-state.bind("models", mkey, lambda raw: [o for o in options if o in raw] if set(raw) <= set(options) else None,
+link.bind("models", mkey, lambda raw: [o for o in options if o in raw] if set(raw) <= set(options) else None,
            lambda v: [k for k in v if not state.is_upload(k)], many=True,
            valid="models from " + ", ".join(state.shown_key(o) for o in options))
 st.session_state.setdefault(mkey, list(options))
@@ -59,7 +60,7 @@ if df.attrs.get("text") != text:
 
 n = len(df)
 width = 40
-state.bind("start", "cmp_start", state.int_in(1, max(n - width + 1, 1)))
+link.bind("start", "cmp_start", link.int_in(1, max(n - width + 1, 1)))
 state.clamp_state("cmp_start", 1, max(n - width + 1, 1))
 start = st.slider("first predicted token shown (pos, 0-based)", 1, max(n - width + 1, 1), key="cmp_start") if n > width else 1
 label = {k: state.plain(state.shown_key(k)) for k in keys}  # a typed path is a legend entry: literal text, never plotly markup

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import compute
+import link
 import precomputed
 import state
 import streamlit as st
@@ -22,7 +23,7 @@ if not layers:
             "`python -m sprout_interp.features.train --model <name or path> --layer 3` (about a quarter of an hour "
             "on a CPU), then reload.")
     state.stop()
-state.bind("layer", f"feat_layer_{key}", state.one_of(layers))
+link.bind("layer", f"feat_layer_{key}", link.one_of(layers))
 layer = st.selectbox("layer", layers, format_func=lambda l: f"block {l + 1} (layer {l}, blocks.{l}.hook_resid_post)",
                      key=f"feat_layer_{key}")
 with st.spinner("loading the SAE…"), state.shown_errors("the SAE"):
@@ -43,11 +44,11 @@ TABS = ["Feature page", "On your text"]
 if st.session_state.get("text_choice") == state.OWN_TEXT and st.session_state.get("feat_text_opened") != text:
     st.session_state["feat_text_opened"] = text
     st.session_state["feat_tab"] = TABS[1]
-state.bind("tab", "feat_tab", state.one_of(TABS))
+link.bind("tab", "feat_tab", link.one_of(TABS))
 page_tab, text_tab = st.tabs(TABS, key="feat_tab", on_change="rerun")
-state.bind("how", "feat_how", state.one_of(["by number", "by token"]))
-state.bind("token", "feat_token", lambda raw: raw[: state.MAX_URL_TEXT])
-state.bind("feature", f"feat_n_{key}_{layer}", state.int_in(0, sae.d_sae - 1))
+link.bind("how", "feat_how", link.one_of(["by number", "by token"]))
+link.bind("token", "feat_token", lambda raw: raw[: state.MAX_URL_TEXT])
+link.bind("feature", f"feat_n_{key}_{layer}", link.int_in(0, sae.d_sae - 1))
 for k in ("feat_how", "feat_token", f"feat_n_{key}_{layer}", f"feat_pick_{key}_{layer}", f"feat_text_pick_{key}_{layer}"):
     if k in st.session_state:  # a widget in the closed tab is not drawn: keep what it held for when it opens again
         st.session_state[k] = st.session_state[k]

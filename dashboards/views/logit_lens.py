@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 
 import compute
+import link
 import pandas as pd
 import scrolling
 import show
@@ -25,7 +26,7 @@ state.header(
 m, key, text, toks = state.page_inputs()
 T = int(toks.shape[1])
 
-state.bind("lens", "lens_which", state.one_of(["logit", "tuned"]))
+link.bind("lens", "lens_which", link.one_of(["logit", "tuned"]))
 which = st.radio("lens", ["logit", "tuned"], horizontal=True, key="lens_which",
                  help="tuned: each block's stream first goes through a learned affine translator (the tuned lens, "
                       "Belrose et al. 2023) trained for this checkpoint")
@@ -49,10 +50,10 @@ grid_key = f"lens_grid_{text_id}"  # the grid's click selection belongs to this 
 
 widths = [10, 20, 30, 40, 60, 80, 120]
 c = st.columns([1, 3, 1, 1])
-state.bind("tokens", "lens_width", state.one_of(widths))
-state.bind("start", "lens_start", state.int_in(0, max(T - 1, 0)))
-state.bind("pos", "lens_pos", state.int_in(0, T - 1))
-state.bind("row", "lens_row", state.int_in(0, R - 1))
+link.bind("tokens", "lens_width", link.one_of(widths))
+link.bind("start", "lens_start", link.int_in(0, max(T - 1, 0)))
+link.bind("pos", "lens_pos", link.int_in(0, T - 1))
+link.bind("row", "lens_row", link.int_in(0, R - 1))
 st.session_state.setdefault("lens_width", 30)
 width = c[0].selectbox("tokens shown", widths, key="lens_width",
                        help="More than fit the page: scroll the grid sideways.")
@@ -142,11 +143,11 @@ show.table(summary, "logit lens by block")
 # -- per-token trajectories, both lenses -----------------------------------------------------
 # computed only once opened (both lenses over every row and token: more work than the rest of the page)
 st.subheader("Per-token trajectories: logit lens vs tuned lens")
-state.bind("trajectories", "lens_traj_open", state.as_bool, state.fmt_bool)
+link.bind("trajectories", "lens_traj_open", link.as_bool, link.fmt_bool)
 with st.expander("each token through both lenses, block by block (entropy, cross-entropy, KL to the final output)",
                  key="lens_traj_open", on_change="rerun") as traj_box:
     if traj_box.open:
-        state.bind("colour", "lens_traj_metric", state.one_of(list(TRAJECTORY_METRICS)))
+        link.bind("colour", "lens_traj_metric", link.one_of(list(TRAJECTORY_METRICS)))
         metric = st.selectbox("colour", list(TRAJECTORY_METRICS), format_func=lambda k: TRAJECTORY_METRICS[k][0],
                               key="lens_traj_metric")
         with st.spinner("reading every block through both lenses…"), state.shown_errors("the trajectories"):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import compute
+import link
 import show
 import state
 import streamlit as st
@@ -31,10 +32,10 @@ strs = compute.str_tokens(m, key, text)
 T = len(strs)
 
 st.subheader("Which neurons push this prediction?")
-state.bind("pos", "nrn_pos", state.int_in(0, T - 1))
+link.bind("pos", "nrn_pos", link.int_in(0, T - 1))
 state.remember("nrn_pos", T - 1, 0, T - 1)
 for param, k in (("answer", "nrn_answer"), ("wrong", "nrn_wrong")):
-    state.bind(param, k, lambda raw: raw[: state.MAX_URL_TEXT])
+    link.bind(param, k, lambda raw: raw[: state.MAX_URL_TEXT])
 c = st.columns([3, 1, 1])
 pos = c[0].select_slider("the prediction at position (0-based; the token after it is predicted)", options=list(range(T)),
                          key="nrn_pos", format_func=lambda p: f"{p}: {strs[p]!r}")
@@ -52,9 +53,9 @@ show.chart(neuron_attribution_chart(top), "neurons pushing the prediction")
 show.table(top, "neurons pushing the prediction")
 
 st.subheader("One neuron's page")
-state.bind("layer", "nrn_layer", state.int_in(0, L - 1))  # 0-indexed as on every page (block = layer + 1)
-state.bind("neuron", "nrn_n", state.int_in(0, d_mlp - 1))
-state.bind("how", "nrn_how", state.one_of(["from the prediction above", "by number", "by token"]))
+link.bind("layer", "nrn_layer", link.int_in(0, L - 1))  # 0-indexed as on every page (block = layer + 1)
+link.bind("neuron", "nrn_n", link.int_in(0, d_mlp - 1))
+link.bind("how", "nrn_how", link.one_of(["from the prediction above", "by number", "by token"]))
 st.session_state.setdefault("nrn_token", " the")
 how = st.radio("find a neuron", ["from the prediction above", "by number", "by token"], horizontal=True, key="nrn_how")
 if how == "from the prediction above":
@@ -86,7 +87,7 @@ else:
 
 # the held-out page reads the whole layer on held-out text (the slowest part of the page): it opens when asked, or
 # when the neuron was chosen by number or token (a link that names one)
-state.bind("held_out", "nrn_page_open", state.as_bool, state.fmt_bool)
+link.bind("held_out", "nrn_page_open", link.as_bool, link.fmt_bool)
 if how != "from the prediction above" and st.session_state.get("nrn_how_opened") != how:
     st.session_state["nrn_page_open"] = True  # each time the way of finding one changes to a number or a token
 st.session_state["nrn_how_opened"] = how
@@ -127,7 +128,7 @@ st.html(f'<div style="font-family: monospace; line-height: 1.8">'
         f'{signed_context_html(list(on_text["token"]), list(on_text["activation"]), center=pos)}</div>')
 st.caption(f"Each token on a background as strong as the neuron's activation there (hover: the value); the prediction "
            f"position {pos} outlined.")
-state.bind("ablate", "nrn_kind", state.one_of(["zero", "mean"]))
+link.bind("ablate", "nrn_kind", link.one_of(["zero", "mean"]))
 kind = st.radio("ablate it by setting it to", ["zero", "mean"], horizontal=True, key="nrn_kind",
                 format_func=lambda k: "zero" if k == "zero" else "its mean on held-out text")
 with st.spinner("rerunning the text with the neuron ablated…"), state.shown_errors("the neuron's ablation"):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import compute
+import link
 import precomputed
 import scrolling
 import show
@@ -32,7 +33,7 @@ key = state.model_key()
 c = st.columns(2)
 for param, k in (("clean", "patch_clean"), ("corrupted", "patch_corrupted"), ("answer", "patch_answer"),
                  ("wrong", "patch_wrong")):
-    state.bind(param, k, lambda raw: raw[: state.MAX_URL_TEXT])
+    link.bind(param, k, lambda raw: raw[: state.MAX_URL_TEXT])
 DEFAULT = precomputed.PATCH_DEFAULT  # the pair precomputed for the shipped checkpoints
 st.session_state.setdefault("patch_clean", DEFAULT["clean"])
 st.session_state.setdefault("patch_corrupted", DEFAULT["corrupted"])
@@ -66,7 +67,7 @@ show.chart(head_patching_heatmap(heads), "head patching", width="stretch")
 st.caption("Each cell: one head's output (`hook_z`, every position) copied from the clean run. Blocks counted from 1, "
            "heads from 0.")
 
-state.bind("attribution", "patch_attribution", state.as_bool, state.fmt_bool)
+link.bind("attribution", "patch_attribution", link.as_bool, link.fmt_bool)
 if st.toggle("compare with attribution patching (every patch estimated from one backward pass)",
              key="patch_attribution"):
     with st.spinner("attribution patching…"), state.shown_errors("attribution patching"):
@@ -96,8 +97,8 @@ if st.toggle("compare with attribution patching (every patch estimated from one 
 
 st.subheader("Contribution graph (clean text)")
 n = len(toks)
-state.bind("pos", "patch_pos", state.int_in(0, n - 1))
-state.bind("threshold", "patch_threshold_pct", state.int_in(1, 50))
+link.bind("pos", "patch_pos", link.int_in(0, n - 1))
+link.bind("threshold", "patch_threshold_pct", link.int_in(1, 50))
 state.remember("patch_pos", n - 1, 0, n - 1)
 c = st.columns([3, 1])
 pos = c[0].slider("prediction at position (0-based; the token after it is predicted)", 0, n - 1, key="patch_pos")
@@ -131,7 +132,7 @@ if len(clean) <= state.MAX_URL_TEXT:  # a feed-forward node is a sum over its ne
                  query_params={"text": clean, "pos": str(pos), "answer": nodes.attrs["token"], "how": "from the prediction above"})
 head_rows = nodes[nodes["kind"] == "head"]
 choices = [(int(r.layer), int(r.head)) for r in head_rows.itertuples()] or [(0, 0)]
-state.bind("head", "patch_head", lambda raw: next((c for c in choices if f"{c[0]}.{c[1]}" == raw), None),
+link.bind("head", "patch_head", lambda raw: next((c for c in choices if f"{c[0]}.{c[1]}" == raw), None),
            lambda lh: f"{lh[0]}.{lh[1]}", valid="layer.head of a head in this graph: "
            + ", ".join(f"{l}.{h}" for l, h in choices))
 if st.session_state.get("patch_head") not in choices:

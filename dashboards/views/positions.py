@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import compute
+import link
 import show
 import state
 import streamlit as st
@@ -17,7 +18,7 @@ st.markdown("A query at position *m* and a key at position *n* are rotated by *m
             "product depends only on the distance *m − n*. Move them together and the score stays put. That holds "
             "for any one pair of vectors; a real head's queries and keys change with the tokens, so its scores "
             "need not depend on the distance alone: choose a head to see how much they do.")
-state.bind("qk", "pos_source", state.one_of(list(SOURCES)))
+link.bind("qk", "pos_source", link.one_of(list(SOURCES)))
 source = st.radio("q and k", list(SOURCES), format_func=SOURCES.get, horizontal=True, key="pos_source")
 
 if source == "model":
@@ -28,19 +29,19 @@ else:
     hi = 511
 c = st.columns(3)
 for name, k, default in (("m", "pos_m", 105), ("n", "pos_n", 102)):
-    state.bind(name, k, state.int_in(0, hi))
+    link.bind(name, k, link.int_in(0, hi))
     state.remember(k, min(default, hi), 0, hi)
 m_pos = int(c[0].number_input("query position m", 0, hi, key="pos_m"))
 n_pos = int(c[1].number_input("key position n", 0, hi, key="pos_n"))
 if source == "random":
-    state.bind("seed", "pos_seed", state.int_in(0, 10_000))
+    link.bind("seed", "pos_seed", link.int_in(0, 10_000))
     st.session_state.setdefault("pos_seed", 1)
     seed = c[2].number_input("random q, k (seed)", 0, 10_000, key="pos_seed")
     q, k = rope.random_qk(64, int(seed))
     what = "unit-length random q and k, head_dim 64, base 10000"
 else:
-    state.bind("layer", "pos_layer", state.int_in(0, L - 1))
-    state.bind("head", "pos_head", state.int_in(0, H - 1))
+    link.bind("layer", "pos_layer", link.int_in(0, L - 1))
+    link.bind("head", "pos_head", link.int_in(0, H - 1))
     state.remember("pos_layer", 0, 0, L - 1)
     state.remember("pos_head", 0, 0, H - 1)
     cc = c[2].columns(2)
@@ -58,7 +59,7 @@ s0 = rope.rope_score(q, k, m_pos - shift, n_pos - shift, base)
 st.metric(f"score at (m={m_pos}, n={n_pos}), distance {m_pos - n_pos}", f"{s:+.4f}", help=what)
 st.write(f"The same pair shifted to (m={m_pos - shift}, n={n_pos - shift}): **{s0:+.4f}** "
          f"(difference {abs(s - s0):.1e}).")
-state.bind("size", "pos_size", state.int_in(16, 128))
+link.bind("size", "pos_size", link.int_in(16, 128))
 st.session_state.setdefault("pos_size", 64)
 size = st.slider("grid size", 16, 128, key="pos_size")
 show.chart(rope_grid_figure(rope.score_grid(q, k, size, base),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import compute
+import link
 import show
 import state
 import streamlit as st
@@ -20,7 +21,7 @@ name = state.plain(m.name or key)  # in plotly titles and legends: literal text
 
 with st.spinner("measuring the stream…"), state.shown_errors("the residual stream"):
     rms = compute.rms(m, key, text)
-state.bind("log", "rms_log", state.as_bool, state.fmt_bool)
+link.bind("log", "rms_log", link.as_bool, link.fmt_bool)
 st.session_state.setdefault("rms_log", True)
 log_y = st.toggle("log scale", key="rms_log")
 show.chart(rms_growth_chart(rms.assign(model=name), color="model", dash=None, log_y=log_y,
@@ -49,7 +50,7 @@ else:
     show.table(knock.drop(columns=["layers"]), "block knockouts")
 
 st.subheader("Per position")
-state.bind("per_position", "rms_per_position", state.as_bool, state.fmt_bool)
+link.bind("per_position", "rms_per_position", link.as_bool, link.fmt_bool)
 if st.toggle("show the RMS at every position", key="rms_per_position"):
     with st.spinner("measuring every position…"), state.shown_errors("the per-position RMS"):
         pp = compute.rms(m, key, text, per_position=True)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import compute
+import link
 import show
 import state
 import streamlit as st
@@ -30,7 +31,7 @@ def _lines(raw: str) -> tuple[str, ...]:
 
 
 for param, k in (("prompt", "steer_prompt"), ("answer", "steer_answer"), ("wrong", "steer_wrong")):
-    state.bind(param, k, lambda raw: raw[: state.MAX_URL_TEXT])
+    link.bind(param, k, lambda raw: raw[: state.MAX_URL_TEXT])
 st.session_state.setdefault("steer_pos", "\n".join(EXAMPLE["positive"]))
 st.session_state.setdefault("steer_neg", "\n".join(EXAMPLE["negative"]))
 for k, field in (("steer_prompt", "prompt"), ("steer_answer", "answer"), ("steer_wrong", "wrong")):
@@ -46,7 +47,7 @@ if not positive or not negative or not prompt.strip():
     st.warning("Give at least one text on each side and a prompt.")
     state.stop()
 
-state.bind("coeff", "steer_coeff", lambda raw: float(raw) if float(raw) in COEFFS else None, lambda v: f"{v:g}",
+link.bind("coeff", "steer_coeff", lambda raw: float(raw) if float(raw) in COEFFS else None, lambda v: f"{v:g}",
            valid="one of " + ", ".join(f"{c:g}" for c in COEFFS))
 st.session_state.setdefault("steer_coeff", 2.0)
 coeff = st.select_slider("coefficient (× the vector)", options=COEFFS, key="steer_coeff", format_func=lambda v: f"{v:g}")
@@ -67,7 +68,7 @@ if zero:
                   "same tokens)" if 1 in zero else "") + ".")
 
 best = int(layers.loc[layers["change"].abs().idxmax(), "layer"])
-state.bind("block", "steer_layer", state.block_in(L), state.fmt_block)
+link.bind("block", "steer_layer", link.block_in(L), link.fmt_block)
 state.remember("steer_layer", best, 0, L - 1)
 layer = st.selectbox("steer at block", list(range(L)), key="steer_layer", format_func=block_label)
 

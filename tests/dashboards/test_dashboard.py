@@ -769,6 +769,27 @@ def test_a_link_with_impossible_values_falls_back_to_the_defaults():
     assert "layer=99" in said and "head=x" in said and "from 0 to 3" in said  # not silently: the range is named
 
 
+@pytest.mark.parametrize("given, notice", [("nosuchtext", True), ("Story", True), ("story", False),
+                                           ("Zorbin Plax came home.", False)])
+def test_a_link_text_that_names_no_ready_made_text_is_read_as_typed_text_and_says_so(given, notice):
+    """``?text=nosuchtext`` is read as typed text (a link may carry any text), and the page says so, naming the
+    ready-made texts; a ready-made name or a typed sentence gets no notice."""
+    at = AppTest.from_file(str(APP), default_timeout=180)
+    at.query_params.update({"model": "gpt-4", "text": given})
+    ok(at.switch_page(PAGES["anatomy"]).run())
+    said = [i.value for i in at.info]
+    typed = given not in TEXTS
+    assert at.session_state["text_choice"] == (OWN_TEXT if typed else given)
+    if typed:
+        assert at.session_state["own_text"] == given
+    hits = [s for s in said if "is read as typed text" in s]
+    assert bool(hits) == notice, said
+    if notice:
+        assert all(name in hits[0] for name in TEXTS) and given in hits[0].replace("\\", "")
+    ok(at.run())  # said once, for the link that brought it
+    assert not [i.value for i in at.info if "is read as typed text" in i.value]
+
+
 def test_a_path_in_the_link_is_refused_when_the_path_box_is_hidden(monkeypatch, tmp_path):
     monkeypatch.setenv("SPROUT_DASHBOARD_NO_PATH_BOX", "1")
     at = AppTest.from_file(str(APP), default_timeout=180)
