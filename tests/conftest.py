@@ -26,6 +26,35 @@ pytest_plugins = ["tiers", "pytester"]
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _test_threads() -> int | None:
+    """``SPROUT_TEST_THREADS``: torch's thread count for the whole run (docs/testing.md, "Machine-independent
+    tests"); None where it is not set."""
+    raw = os.environ.get("SPROUT_TEST_THREADS", "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or not 1 <= int(raw) <= 256:
+        raise pytest.UsageError(f"SPROUT_TEST_THREADS={raw!r}: a whole number of torch threads, 1 to 256")
+    return int(raw)
+
+
+#: the run's torch threads when SPROUT_TEST_THREADS is set; a test that pins one thread for speed takes this instead
+TEST_THREADS = _test_threads()
+if TEST_THREADS is not None:
+    torch.set_num_threads(TEST_THREADS)
+
+
+def pinned_threads() -> int:
+    """The threads for a test that runs on one thread for speed (a shared 2-core machine): SPROUT_TEST_THREADS
+    where it is set, so a run under another thread count runs every test under it."""
+    return TEST_THREADS or 1
+
+
+def pytest_report_header(config) -> str:
+    """Which kernels and how many threads the run uses: a result that depends on them is a defect (docs/testing.md)."""
+    return (f"torch {torch.__version__}: {torch.get_num_threads()} thread(s), CPU kernels "
+            f"{torch.backends.cpu.get_cpu_capability()} (ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY', '')!r})")
+
+
 @contextlib.contextmanager
 def unchecked_types():
     """Inside, the run-time type checks (pyproject's jaxtyping option) are off: for a line that passes invalid

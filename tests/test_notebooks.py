@@ -36,8 +36,10 @@ TIMEOUT_S = 300  # per cell; a whole notebook takes 15-20 s on two cores
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
 # One kernel at a time, on a single thread: on a 2-core machine that also runs other work, torch's
 # two OpenMP threads contend for the cores and some operations (the SVDs of the composition scores)
-# get a hundred times slower; progress bars would add stderr noise to the saved outputs.
-KERNEL_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+# get a hundred times slower; progress bars would add stderr noise to the saved outputs. SPROUT_TEST_THREADS, where
+# set, instead: the suite run under another thread count (docs/testing.md).
+_THREADS = os.environ.get("SPROUT_TEST_THREADS", "").strip() or "1"
+KERNEL_ENV = {"OMP_NUM_THREADS": _THREADS, "MKL_NUM_THREADS": _THREADS, "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
 PROGRESS = re.compile(r"IProgress not found|\d+it/s\]|s/it\]|\|\s*\d+/\d+ \[")
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import pinned_threads, tiny_config
 
 from sprout_interp import HookedSprout
 from sprout_interp.circuits import induction
@@ -346,7 +346,7 @@ def test_shipped_sprout_circuit_parts_each_rest_on_their_own_ablation():
     import sprout_interp as si
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one core is busy on the reference machine; two threads fight over the other
+    torch.set_num_threads(pinned_threads())  # one core is often busy; two threads would fight over the other
     try:
         c = find_induction_circuit(si.load("sprout"), batch=8)
     finally:

@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import pinned_threads, tiny_config
 from safetensors.torch import save_file
 
 import sprout_interp as si
@@ -50,9 +50,10 @@ TOL = 1e-4
 
 @pytest.fixture(scope="module", autouse=True)
 def _one_thread():
-    """These tensors are small: one thread spends no time handing work between threads on a shared machine."""
+    """These tensors are small: one thread spends no time handing work between threads on a shared machine
+    (SPROUT_TEST_THREADS, where set, instead)."""
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(pinned_threads())
     yield
     torch.set_num_threads(before)
 
