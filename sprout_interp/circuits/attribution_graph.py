@@ -27,6 +27,15 @@ influence on the logits through the rows computed so far, re-ranked every ``rera
 :func:`attribution_graph`); the rest lose their columns and their summed effect on each kept node is its
 ``dropped`` value, so the graph stays exact.
 
+``final_norm="jacobian"`` changes the logit rows only: the final RMSNorm's frozen scale is replaced by its
+Jacobian at the prompt's own stream (:func:`~sprout_interp.circuits.local_replacement.rms_norm_jacobian`), so an
+edge into a logit node is the real model's first-order change of that logit per the source's write, everything
+before the final norm frozen as in the graph. The frozen scale makes a write's effect on the logit linear but
+misses that a large write also changes the norm's scale (all the logits shrink or grow with it); the Jacobian keeps
+that to first order. A logit row then no longer sums to its input: the norm undoes a scaling of the whole stream,
+so every write together moves the logits by only ``eps / s²`` of their value, and the node's ``constant`` holds the
+rest (see :func:`attribution_graph`). Feature rows are the same in both modes.
+
 With ``bos=True`` (circuit-tracer's convention) the prompt starts with ``<|endoftext|>`` (prepended when it
 does not) and position 0 has no feature or error nodes: its feed-forward output counts as a constant.
 
@@ -53,6 +62,7 @@ from sprout_interp.circuits.local_replacement import (
     LocalReplacement,
     TranscodersLike,
     local_replacement,
+    rms_norm_jacobian,
     salient_logits,
 )
 from sprout_interp.core.arguments import check_count, check_indices, check_number
@@ -61,7 +71,10 @@ from sprout_interp.core.errors import (
 )
 from sprout_interp.core.hooked import HookedSprout, as_hooked
 
-__all__ = ["FrozenBackward", "attribution_graph", "partial_influence", "graph_macs"]
+__all__ = ["FINAL_NORMS", "FrozenBackward", "attribution_graph", "partial_influence", "graph_macs"]
+
+#: how a graph carries a write through the final RMSNorm into the logit nodes (see the module docstring)
+FINAL_NORMS = ("frozen", "jacobian")
 
 
 class _Backward:
@@ -228,7 +241,8 @@ def _hop_macs(d: int, H: int, skip: bool, P: int) -> tuple[int, int]:
 def attribution_graph(model, text, transcoders: TranscodersLike = None, *, bos: bool = True,
                       max_n_logits: int = 10, desired_logit_prob: float = 0.95, batch_size: int = 64,
                       max_feature_nodes: Optional[int] = None, rerank_every: int = 2048,
-                      attribution_targets=None, progress: bool = False) -> AttributionGraph:
+                      attribution_targets=None, final_norm: str = "frozen", progress: bool = False
+                      ) -> AttributionGraph:
     """The attribution graph of ``model`` on one prompt (see the module docstring for its nodes and edges).
 
     Args:
@@ -252,6 +266,18 @@ def attribution_graph(model, text, transcoders: TranscodersLike = None, *, bos: 
             keeps it nowhere), so ``input == edges + constant + dropped`` still holds exactly.
         rerank_every: features whose rows are computed between two rankings: circuit-tracer's
             ``update_interval * batch_size`` (4 * 512 by default; pass its product to match another call).
+        final_norm: how the logit rows pass the final RMSNorm. ``"frozen"`` (circuit-tracer's graph): its scale
+            frozen at its value on the prompt, as every norm's; each logit node's input is then exactly its edges
+            plus its constant, in the frozen replacement model. ``"jacobian"``: the norm's Jacobian at the prompt
+            (:func:`~sprout_interp.circuits.local_replacement.rms_norm_jacobian`), so an edge into a logit node is
+            the real model's first-order change of that logit per the source's write (patterns and the other
+            norms' scales still frozen, later feed-forwards replaced as in the graph). The rows still add up:
+            a logit node's ``constant`` is then what the norm's Jacobian gives the constant writes plus
+            ``(1 - eps / s²)`` times its input (``s`` the final scale at the last position), the part of the input
+            no first-order edge carries (the norm undoes a scaling of the whole stream). Feature rows are the same
+            in both modes; the choice is ``graph.info["final_norm"]`` and travels in the graph file. A graph made
+            with ``max_feature_nodes`` may keep other features in each mode (the influence ranking reads the
+            logit rows).
         progress: show a progress bar over the batches.
 
     Returns an :class:`AttributionGraph`; ``graph.adjacency`` is ``(n, n)`` float32, rows = targets, in the
@@ -277,10 +303,14 @@ def attribution_graph(model, text, transcoders: TranscodersLike = None, *, bos: 
         if len(set(targets)) != len(targets):
             raise AttributionGraphError(f"attribution_targets={targets} names a token twice: each logit node is one "
                                         "token; pass each id once")
+    if final_norm not in FINAL_NORMS:
+        raise AttributionGraphError(f"final_norm must be one of {FINAL_NORMS} (the frozen scale, circuit-tracer's "
+                                    f"graph; or the norm's Jacobian for first-order logit edges), got {final_norm!r}"
+                                    [:300])
     with m.lock:
         rep = local_replacement(m, text, transcoders, bos)
     return _graph(m, rep, max_n_logits, desired_logit_prob, batch_size, progress, max_feature_nodes, rerank_every,
-                  targets)
+                  targets, final_norm)
 
 
 def partial_influence(rows: Float[Tensor, "r n"], row_nodes: Int[Tensor, " r"],
@@ -304,7 +334,7 @@ def partial_influence(rows: Float[Tensor, "r n"], row_nodes: Int[Tensor, " r"],
 @torch.no_grad()
 def _graph(m: HookedSprout, rep: LocalReplacement, max_n_logits: int, desired_logit_prob: float, batch_size: int,
            progress: bool, max_feature_nodes: Optional[int] = None, rerank_every: int = 2048,
-           targets: Optional[list] = None) -> AttributionGraph:
+           targets: Optional[list] = None, final_norm: str = "frozen") -> AttributionGraph:
     from tqdm.auto import tqdm
 
     L, T = m.cfg.n_layers, rep.tokens.numel()
@@ -321,7 +351,12 @@ def _graph(m: HookedSprout, rep: LocalReplacement, max_n_logits: int, desired_lo
     bw = _Backward(m, rep, n if every else n_keep + nL, n)
     W_U = m.model.head.weight.detach().float()
     gf = m.ln_final.w.detach().float()
-    logit_vecs = (W_U[logit_ids] - W_U.mean(0)) * gf / rep.scale_final[-1]  # read at the last resid_post
+    unembed = W_U[logit_ids] - W_U.mean(0)  # each logit node's demeaned unembedding, read after the final norm
+    if final_norm == "jacobian":  # its first-order map at the last resid_post, applied to the rows
+        J = rms_norm_jacobian(rep.final_normalized * rep.scale_final[-1], gf, m.ln_final.eps)
+        logit_vecs = (unembed.double() @ J).float()
+    else:
+        logit_vecs = unembed * gf / rep.scale_final[-1]  # read at the last resid_post
     logit_row0 = n - nL if every else 0
     enc = [tc.W_enc.detach().float() for tc in rep.transcoders]
     g2 = [blk.ln2.w.detach().float() for blk in m.blocks]
@@ -386,6 +421,9 @@ def _graph(m: HookedSprout, rep: LocalReplacement, max_n_logits: int, desired_lo
     inputs = torch.full((n,), math.nan)
     inputs[:n_keep] = rep.feat_input.cpu()
     inputs[n - nL:] = (rep.logits[logit_ids] - rep.logits.mean()).cpu()
+    if final_norm == "jacobian":  # the part of each logit's input that no first-order edge carries
+        s = float(rep.scale_final[-1])
+        const[n - nL:] += (inputs[n - nL:] * (1.0 - m.ln_final.eps / s ** 2)).to(const.device)
     nan = torch.isnan(inputs)
     const = torch.where(nan, torch.full_like(inputs, math.nan), const.cpu())
     dropped = torch.where(nan, torch.full_like(inputs, math.nan), dropped.cpu())
@@ -394,7 +432,7 @@ def _graph(m: HookedSprout, rep: LocalReplacement, max_n_logits: int, desired_lo
                             info={"model_name": m.name or "", "bos": rep.bos, "max_n_logits": max_n_logits,
                                   "desired_logit_prob": desired_logit_prob, "macs": bw.macs,
                                   "max_feature_nodes": max_feature_nodes, "rerank_every": rerank_every,
-                                  "attribution_targets": targets,
+                                  "attribution_targets": targets, "final_norm": final_norm,
                                   "n_active_features": nF,
                                   "transcoders": rep.transcoders[0].info.get("model_name", "") or "",
                                   "k": rep.transcoders[0].k, "d_transcoder": rep.transcoders[0].d_transcoder,

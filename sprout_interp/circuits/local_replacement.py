@@ -32,7 +32,7 @@ from sprout_interp.core.tokens import eot_id
 from sprout_interp.features.transcoder import Transcoder, TranscoderSet, load_transcoders, mlp_input
 
 __all__ = ["TranscodersLike", "LocalReplacement", "check_transcoders", "prompt_tokens", "local_replacement", "salient_logits",
-           "random_transcoders"]
+           "rms_norm_jacobian", "random_transcoders"]
 
 
 TranscodersLike = Union[TranscoderSet, dict, None]
@@ -54,6 +54,8 @@ class LocalReplacement:
         errors (L, T, d): ``mlp_out - ŷ`` (zero at position 0 with ``bos``); consts (L, T, d): the constant
         writes (``b_dec``; at a zeroed position 0, ``mlp_out - skip``). logits (d_vocab,): at the last position.
         transcoders: the transcoders, one per layer (as given).
+        final_normalized (d,): ln_final's ``hook_normalized`` at the last position (``x / scale_final[-1]``, before
+        the gain): where :func:`rms_norm_jacobian` takes the final norm's first-order map.
     """
 
     tokens: Int[Tensor, " pos"]
@@ -73,6 +75,7 @@ class LocalReplacement:
     consts: Float[Tensor, "layer pos d_model"]
     logits: Float[Tensor, " vocab"]
     transcoders: list = field(repr=False)
+    final_normalized: Float[Tensor, " d_model"] = field(repr=False)
 
     @property
     def n_features(self) -> int:
@@ -159,7 +162,7 @@ def local_replacement(model, text, transcoders: TranscodersLike = None, bos: boo
     tcs = check_transcoders(m, transcoders)
     tokens = prompt_tokens(m, text, bos)
     L = m.cfg.n_layers
-    names = [act_name("scale")]
+    names = [act_name("scale"), act_name("normalized")]
     for i in range(L):
         names += [act_name("pattern", i), act_name("scale", i, "ln1"), act_name("scale", i, "ln2"),
                   act_name("normalized", i, "ln2"), act_name("mlp_out", i)]
@@ -194,7 +197,21 @@ def local_replacement(model, text, transcoders: TranscodersLike = None, bos: boo
         tokens=tokens, bos=bos, patterns=patterns, scale1=scale1, scale2=scale2,
         scale_final=cache[act_name("scale")][0, :, 0].to(**f32), mlp_in=mlp_in, mlp_out=mlp_out,
         feat_layer=torch.cat(layers), feat_pos=torch.cat(poss), feat_index=torch.cat(idxs), feat_act=torch.cat(acts),
-        feat_input=torch.cat(inputs), errors=errors, consts=consts, logits=logits[0, -1].float(), transcoders=tcs)
+        feat_input=torch.cat(inputs), errors=errors, consts=consts, logits=logits[0, -1].float(), transcoders=tcs,
+        final_normalized=cache[act_name("normalized")][0, -1].to(**f32))
+
+
+def rms_norm_jacobian(x: Float[Tensor, " d"], gain: Float[Tensor, " d"], eps: float) -> Float[Tensor, "d d"]:
+    """The Jacobian ``J[i, j] = d y_i / d x_j`` of Sprout's RMSNorm ``y = gain * x / s``, ``s = sqrt(mean(x²) + eps)``,
+    at ``x`` (float64): ``ds/dx = x / (d·s)``, so ``J = diag(gain) (I - x̂ x̂ᵀ / d) / s`` with ``x̂ = x / s`` (``eps``
+    enters through ``s`` only). Its rows are the first-order change of each output per unit change of each input;
+    ``J @ x = (eps / s²) · y``: the norm undoes a scaling of the whole stream but for ``eps``."""
+    x = x.detach().double()
+    d = x.numel()
+    s = torch.sqrt(x.pow(2).mean() + eps)
+    xh = x / s
+    eye = torch.eye(d, dtype=torch.float64, device=x.device)
+    return gain.detach().double()[:, None] * (eye - torch.outer(xh, xh) / d) / s
 
 
 def salient_logits(logits: Float[Tensor, " vocab"], max_n_logits: int = 10, desired_logit_prob: float = 0.95
