@@ -57,7 +57,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from sprout_interp.circuits.graphs import GRAPH_UNITS, AttributionGraph
+from sprout_interp.circuits.graphs import FINAL_NORMS, GRAPH_UNITS, AttributionGraph
 from sprout_interp.circuits.local_replacement import (
     LocalReplacement,
     TranscodersLike,
@@ -72,9 +72,6 @@ from sprout_interp.core.errors import (
 from sprout_interp.core.hooked import HookedSprout, as_hooked
 
 __all__ = ["FINAL_NORMS", "FrozenBackward", "attribution_graph", "partial_influence", "graph_macs"]
-
-#: how a graph carries a write through the final RMSNorm into the logit nodes (see the module docstring)
-FINAL_NORMS = ("frozen", "jacobian")
 
 
 class _Backward:

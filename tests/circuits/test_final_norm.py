@@ -6,6 +6,7 @@ measuring function against a hand-written loop of real interventions on two prom
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -191,8 +192,15 @@ def test_feature_rows_are_the_same_and_logit_rows_still_add_up(model, ts, tokens
 @pytest.mark.unchecked_types
 def test_the_choice_travels_in_the_graph_file_and_is_checked(model, ts, tokens, graphs, tmp_path):
     back = load_graph(graphs["jacobian"].save(tmp_path / "g.safetensors"))
-    assert back.info["final_norm"] == "jacobian"
+    assert back.info["final_norm"] == back.final_norm == "jacobian" and "final norm: jacobian" in repr(back)
+    assert graphs["frozen"].final_norm == "frozen" and "final norm" not in repr(graphs["frozen"])
     torch.testing.assert_close(back.adjacency, graphs["jacobian"].adjacency, rtol=0, atol=0)
+    older = dataclasses.replace(graphs["frozen"], info={k: v for k, v in graphs["frozen"].info.items()
+                                                         if k != "final_norm"})
+    assert load_graph(older.save(tmp_path / "older.safetensors")).final_norm == "frozen"  # a file from before
+    bogus = dataclasses.replace(graphs["frozen"], info={**graphs["frozen"].info, "final_norm": "live"})
+    with pytest.raises(AttributionGraphError, match="final_norm"):
+        load_graph(bogus.save(tmp_path / "bogus.safetensors"))
     for bad in ("Jacobian", "real", None, True):
         with pytest.raises(AttributionGraphError, match="final_norm"):
             attribution_graph(model, tokens, ts, final_norm=bad)
