@@ -183,17 +183,21 @@ def prediction_prompts(model, n: int = 36, min_len: int = 12, max_len: int = 96,
     """Prompts for :func:`logit_predictions`: ``n`` held-out windows (``held_out_for(model, n, max_len, seed)``, text
     no shipped model trained on), the ``i``-th cut to a length spread evenly from ``min_len`` to ``max_len``
     tokens, then each of the three ready-made texts (``TEXTS``) cut to each length of ``ready_made`` (shorter texts
-    whole). Token ids ``(pos,)``, before ``<|endoftext|>`` is put first. Raises CorpusError without the corpus."""
+    whole). Token ids ``(pos,)``, before ``<|endoftext|>`` is put first. Raises CorpusError without the corpus
+    (``n=0`` reads none)."""
     m = as_hooked(model)
-    n = check_count(n, "n", high=4096, what="held-out prompts", error=AttributionGraphError)
+    n = check_count(n, "n", low=0, high=4096, what="held-out prompts (0: the ready-made texts only)",
+                    error=AttributionGraphError)
     max_len = check_count(max_len, "max_len", high=m.cfg.n_ctx - 1, what="tokens of the longest prompt",
                           error=AttributionGraphError)
     min_len = check_count(min_len, "min_len", high=max_len, what="tokens of the shortest prompt, at most max_len",
                           error=AttributionGraphError)
     lengths = [check_count(x, "ready_made", high=m.cfg.n_ctx - 1, what="lengths of the ready-made prompts",
                            error=AttributionGraphError) for x in ready_made]
-    windows = held_out_for(m, n=n, length=max_len, seed=seed)
-    out = [windows[i, :min_len + round(i * (max_len - min_len) / max(n - 1, 1))] for i in range(n)]
+    out = []
+    if n:
+        windows = held_out_for(m, n=n, length=max_len, seed=seed)
+        out = [windows[i, :min_len + round(i * (max_len - min_len) / max(n - 1, 1))] for i in range(n)]
     for text in TEXTS.values():
         ids = m.to_tokens(text)[0].cpu()
         out += [ids[:x] for x in lengths]
