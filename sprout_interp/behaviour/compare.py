@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 import torch
 
-from sprout_interp.core.errors import SproutError
+from sprout_interp.core.arguments import describe
+from sprout_interp.core.errors import ArgumentError, SproutError
 from sprout_interp.core.hooked import as_hooked
 from sprout_interp.core.tokens import tokenizer_call
 
@@ -46,34 +48,50 @@ def model_dict(models) -> dict[str, object]:
 
 
 @torch.no_grad()
-def compare_models(models, text: str, prepend_bos: bool = False) -> pd.DataFrame:
+def compare_models(models, text: str | Sequence[str], prepend_bos: bool = False) -> pd.DataFrame:
     """The probability each model gives the actual next token, at every position of ``text``.
 
     ``models``: ``{label: model}`` or a list of HookedSprout / shipped names / paths. The models
-    must tokenize ``text`` the same way (Sprout's models share one tokenizer).
+    must tokenize ``text`` the same way (Sprout's models share one tokenizer). ``text``: a text, or a list of
+    texts (of any lengths: each is read to its own end, exactly as alone; the padding is never predicted).
 
     Returns one row per predicted token: ``pos`` (its 0-based input index, from 1),
     ``context`` (the token before it), ``token`` (the token predicted), then one column per model
-    label with P(token | everything before it). ``df.attrs["tokens"]`` holds every token string.
+    label with P(token | everything before it). ``df.attrs["tokens"]`` holds every token string. For a list of
+    texts, a first column ``text`` (the text's 0-based index in the list) and ``df.attrs["tokens"]`` a list per text.
     """
     ms = model_dict(models)
     ref_label, ref = next(iter(ms.items()))
     if ref.tokenizer is None:
         raise SproutError(f"{ref_label} has no tokenizer: compare_models needs text tokenized by the models' tokenizer")
-    toks = ref.to_tokens(text, prepend_bos=prepend_bos)
-    if toks.shape[1] < 2:
-        raise SproutError("the text is a single token: there is no next token to predict")
-    strs = ref.to_str_tokens(toks)
+    several = isinstance(text, (list, tuple))
+    if several and (not text or not all(isinstance(t, str) for t in text)):
+        raise ArgumentError(f"text must be a text or a non-empty list of texts, got {describe(text)}")
+    if not several and not isinstance(text, str):
+        raise ArgumentError(f"text must be a text or a non-empty list of texts, got {describe(text)}")
+    texts = list(text) if several else [text]
+    toks, mask = ref.to_tokens(texts, prepend_bos=prepend_bos, return_mask=True)
+    lengths = [int(n) for n in mask.sum(1)]
+    if min(lengths) < 2:
+        which = f"text {lengths.index(min(lengths))} is" if several else "the text is"
+        raise SproutError(f"{which} a single token: there is no next token to predict")
+    strs = [ref.to_str_tokens(toks[i, :n]) for i, n in enumerate(lengths)]
     cols = {}
     for label, m in ms.items():
-        if m.tokenizer is None or not torch.equal(m.to_tokens(text, prepend_bos=prepend_bos).cpu(), toks.cpu()):
+        if m.tokenizer is None or not torch.equal(m.to_tokens(texts, prepend_bos=prepend_bos).cpu(), toks.cpu()):
             raise SproutError(
                 f"{label} tokenizes the text differently from {ref_label}: compare_models needs models that share a tokenizer"
             )
-        probs = torch.softmax(m(toks.to(m.device))[0, :-1].float(), dim=-1)
-        cols[label] = probs.gather(-1, toks[0, 1:, None].to(probs.device))[:, 0].cpu().numpy()
-    df = pd.DataFrame({"pos": range(1, toks.shape[1]), "context": strs[:-1], "token": strs[1:], **cols})
-    df.attrs.update(tokens=strs, models=list(ms), text=text)
+        logits = m(toks.to(m.device), attention_mask=None if bool(mask.all()) else mask.to(m.device))
+        probs = torch.softmax(logits[:, :-1].float(), dim=-1)
+        p = probs.gather(-1, toks[:, 1:, None].to(probs.device))[..., 0].cpu()
+        cols[label] = np.concatenate([p[i, :n - 1].numpy() for i, n in enumerate(lengths)])
+    df = pd.DataFrame({
+        "pos": [j for n in lengths for j in range(1, n)],
+        "context": [t for s in strs for t in s[:-1]], "token": [t for s in strs for t in s[1:]], **cols})
+    if several:
+        df.insert(0, "text", [i for i, n in enumerate(lengths) for _ in range(n - 1)])
+    df.attrs.update(tokens=strs if several else strs[0], models=list(ms), text=text)
     return df
 
 

@@ -27,7 +27,6 @@ layer + 1, the chapter's count); metrics are the protocol of :mod:`sprout_interp
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Literal, Optional, Union
@@ -46,7 +45,7 @@ from sprout_interp.circuits.metrics import (
     metric_from_resid,
     read_positions,
 )
-from sprout_interp.core.arguments import check_count, check_index, check_indices, integer
+from sprout_interp.core.arguments import check_count, check_index, check_indices, check_number, check_numbers, integer
 from sprout_interp.core.errors import SteeringError
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import HookedSprout, as_hooked, is_hooked
@@ -95,16 +94,17 @@ def _vector(model: HookedSprout, vector) -> Tensor:
     return v.detach()
 
 
-def _coeffs(coeffs) -> list[float]:
-    if isinstance(coeffs, (int, float)) and not isinstance(coeffs, bool):
-        coeffs = [coeffs]
-    try:
-        out = [float(c) for c in coeffs]
-    except (TypeError, ValueError):
-        raise SteeringError(f"coeffs must be numbers, got {coeffs!r}") from None
-    if not out or not all(math.isfinite(c) for c in out):
-        raise SteeringError(f"coeffs must be one or more finite numbers, got {coeffs!r}")
-    return out
+def _coeffs(coeffs, name: str = "coeffs") -> list[float]:
+    """The multipliers as floats: one finite number or a list of them (a string such as ``"12"`` is no list of
+    numbers, and a bool is no multiplier)."""
+    return check_numbers(coeffs, name, what="multipliers of the steering vector; 0 is the unsteered model",
+                         error=SteeringError)
+
+
+def _coeff(coeff) -> float:
+    """One multiplier as a float (a list, a string or a bool is not one)."""
+    return check_number(coeff, "coeff", what="the multiplier of the steering vector; 0 is the unsteered model",
+                        error=SteeringError)
 
 
 def _positions(positions, T: int) -> Optional[list[int]]:
@@ -207,7 +207,7 @@ def steered(
     model = as_hooked(model)
     layer = _layer(model, layer, site)
     v = _vector(model, vector)
-    (c,) = _coeffs([coeff])
+    c = _coeff(coeff)
     if positions is not None:
         one = integer(positions) is not None or isinstance(positions, str) or not hasattr(positions, "__iter__")
         if any((integer(p) or 0) < 0 for p in ([positions] if one else positions)):
@@ -374,7 +374,7 @@ def steering_layers(
     layers = list(range(L)) if layers is None else [_layer(model, l, site) for l in layers]
     if not layers:
         raise SteeringError("layers is empty: pass None for every layer")
-    (c,) = _coeffs([coeff])
+    c = _coeff(coeff)
     with model.lock:
         pos_m, neg_m = _streams(model, positive, layers, site, read), _streams(model, negative, layers, site, read)
         vectors = {l: pos_m[l] - neg_m[l] for l in layers}
@@ -414,10 +414,11 @@ def steering_controls(
     layer = _layer(model, layer, site)
     v = _vector(model, vector)
     n = check_count(n, "n", what="random directions drawn; at least one random direction", error=SteeringError)
-    gen = torch.Generator().manual_seed(int(seed))
+    seed = check_count(seed, "seed", low=0, what="the random directions' seed", error=SteeringError)
+    gen = torch.Generator().manual_seed(seed)
     draws = torch.randn(n, v.shape[0], generator=gen, dtype=torch.float64)
     draws = (draws / draws.norm(dim=1, keepdim=True) * float(v.float().norm())).to(v)
-    (c,) = _coeffs([coeff])
+    c = _coeff(coeff)
     measured, name, _ = _measure(model, input, {layer: c * torch.cat([v[None], draws])}, site, metric, positions,
                                  None, "fast")
     values = measured[layer][0]

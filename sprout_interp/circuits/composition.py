@@ -29,12 +29,16 @@ from torch import Tensor
 from transformer_lens import FactoredMatrix
 from transformer_lens.utilities import composition_scores as _tl_composition_scores
 
-from sprout_interp.core.errors import SproutError
+from sprout_interp.core.arguments import check_count
+from sprout_interp.core.errors import ArgumentError
 from sprout_interp.core.hooked import as_hooked
 
-__all__ = ["composition_scores", "random_baseline", "composition_table"]
+__all__ = ["composition_scores", "random_baseline", "composition_table", "MAX_SAMPLES"]
 
 Mode = Literal["Q", "K", "V"]
+#: The most random matrix pairs a baseline averages: each holds 4 x d_model x d_head floats at once (and the SVDs'
+#: copies), and the baseline's mean settles long before (its spread over 64 samples is about 1% of the score).
+MAX_SAMPLES = 4096
 
 
 def _scores(left: FactoredMatrix, right: FactoredMatrix, broadcast: bool) -> Tensor:
@@ -50,8 +54,21 @@ def _scores(left: FactoredMatrix, right: FactoredMatrix, broadcast: bool) -> Ten
 
 def _check_mode(mode: str) -> str:
     if mode not in ("Q", "K", "V"):
-        raise SproutError(f"mode must be 'Q', 'K' or 'V' (which input of the later head reads the earlier one), got {mode!r}")
+        raise ArgumentError(f"mode must be 'Q', 'K' or 'V' (which input of the later head reads the earlier one), got {mode!r}")
     return mode
+
+
+def _check_samples(samples) -> int:
+    return check_count(samples, "samples", high=MAX_SAMPLES, what="random matrix pairs averaged for the baseline")
+
+
+def _check_modes(modes) -> list[str]:
+    """``modes`` as a list of 'Q', 'K', 'V' (one mode alone is a list of one; an empty list is refused)."""
+    if isinstance(modes, str):
+        modes = [modes]
+    if not isinstance(modes, (list, tuple)) or not modes:
+        raise ArgumentError(f"modes must be a non-empty list of 'Q', 'K' and 'V', got {modes!r}")
+    return [_check_mode(m) for m in modes]
 
 
 @torch.no_grad()
@@ -80,6 +97,8 @@ def random_baseline(model, mode: Mode = "K", samples: int = 64, seed: int = 0) -
     """
     model = as_hooked(model)
     _check_mode(mode)
+    samples = _check_samples(samples)
+    seed = check_count(seed, "seed", low=0, what="the random matrices' seed")
     d, dh = model.cfg.d_model, model.cfg.d_head
     g = torch.Generator().manual_seed(seed)
 
@@ -100,7 +119,8 @@ def composition_table(model, modes: Sequence[Mode] = ("Q", "K", "V"), samples: i
     Args:
         modes: which compositions: ``"Q"`` (the later head's queries read the earlier head's output), ``"K"`` (its
             keys) and ``"V"`` (its values).
-        samples: random matrix pairs of the same shapes averaged for each baseline.
+        samples: random matrix pairs of the same shapes averaged for each baseline, 1..``MAX_SAMPLES``
+            (ArgumentError otherwise).
 
     Returns:
         One row per (sender, receiver, mode), sorted by ``over_baseline`` within each mode, largest first:
@@ -115,6 +135,8 @@ def composition_table(model, modes: Sequence[Mode] = ("Q", "K", "V"), samples: i
         | ``over_baseline`` | ``score / baseline``: above 1, the pair lines up better than chance |
     """
     model = as_hooked(model)
+    modes = _check_modes(modes)
+    samples = _check_samples(samples)
     L, H = model.cfg.n_layers, model.cfg.n_heads
     rows = []
     for mode in modes:

@@ -33,7 +33,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from sprout_interp.circuits.attribution_graph import attribution_graph
-from sprout_interp.circuits.graphs import AttributionGraph, node_influence
+from sprout_interp.circuits.graphs import AttributionGraph, check_graph, node_influence
 from sprout_interp.circuits.heads import head_label
 from sprout_interp.circuits.local_replacement import LocalReplacement, TranscodersLike, local_replacement
 from sprout_interp.core.arguments import check_count, check_index, check_indices, check_number
@@ -197,8 +197,7 @@ def ablation_prediction(graph: AttributionGraph, nodes: Sequence[int]) -> dict[s
     through every path. Float64; the units are the targets' (pre-activation; logit minus the mean logit).
     In the frozen model they are exact: ``frozen_run(..., linear=True)`` with the removed features held at 0.
     """
-    if not isinstance(graph, AttributionGraph):
-        raise AttributionGraphError(f"graph must be an AttributionGraph, got {type(graph).__name__}")
+    graph = check_graph(graph)
     n, nF, nL = graph.adjacency.shape[0], graph.n_features, graph.n_logits
     nodes = check_indices(nodes, "nodes", n - nL, what="source nodes of the graph: features, errors, embeddings",
                           error=AttributionGraphError)
@@ -233,8 +232,7 @@ def intervention_check(model, graph: AttributionGraph, transcoders: TranscodersL
     ``total_predicted``, ``total_frozen``, ``real``, all in the targets' units (pre-activation; logit minus mean).
     """
     m = as_hooked(model)
-    if not isinstance(graph, AttributionGraph):
-        raise AttributionGraphError(f"graph must be an AttributionGraph, got {type(graph).__name__}")
+    graph = check_graph(graph)
     factor = check_number(factor, "factor", error=AttributionGraphError)
     with m.lock:
         rep = local_replacement(m, graph.tokens, transcoders, bos=bool(graph.info.get("bos", True)))

@@ -25,19 +25,16 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from sprout_interp.core import limits
-from sprout_interp.core.arguments import check_number
+from sprout_interp.core.arguments import check_number, describe
 from sprout_interp.core.configs import check_finite
 from sprout_interp.core.errors import AttributionGraphError, NotACheckpointError, SproutError
 from sprout_interp.core.files import as_path
 from sprout_interp.core.loading import read_safetensors
 
-__all__ = ["KINDS", "FINAL_NORMS", "GRAPH_UNITS", "AttributionGraph", "save_graph", "load_graph", "normalized_adjacency",
-           "node_influence", "PrunedGraph", "prune_graph", "graph_scores"]
+__all__ = ["KINDS", "GRAPH_UNITS", "AttributionGraph", "save_graph", "load_graph", "normalized_adjacency",
+           "node_influence", "PrunedGraph", "prune_graph", "graph_scores", "check_graph"]
 
 KINDS = ("feature", "error", "embedding", "logit")
-#: how a graph's logit rows pass the final RMSNorm: its scale frozen (circuit-tracer's graph) or its Jacobian at the
-#: prompt (first-order edges into the logits); ``graph.info["final_norm"]``, "frozen" in files written before it
-FINAL_NORMS = ("frozen", "jacobian")
 GRAPH_UNITS = ("adjacency[t, s]: the direct effect of node s's write on node t's input, in t's units (a feature's "
                "pre-activation, a logit node's logit minus the mean logit), rows = targets; layer 0-indexed (embedding "
                "nodes -1, logit nodes n_layers), block = layer + 1; pos 0-based")
@@ -69,15 +66,8 @@ class AttributionGraph:
     info: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
-        norm = "" if self.final_norm == "frozen" else f"; final norm: {self.final_norm}"
         return (f"AttributionGraph({self.info.get('model_name') or 'model'}, {self.n_pos} positions: {self.n_features} "
-                f"features, {self.n_errors} errors, {self.n_pos} embeddings, {self.n_logits} logits{norm})")
-
-    @property
-    def final_norm(self) -> str:
-        """How the logit rows pass the final RMSNorm (``FINAL_NORMS``): "frozen" (its scale frozen, circuit-tracer's
-        graph, exact in its replacement model) or "jacobian" (first-order edges into the logits)."""
-        return self.info.get("final_norm", "frozen")
+                f"features, {self.n_errors} errors, {self.n_pos} embeddings, {self.n_logits} logits)")
 
     @property
     def n_pos(self) -> int:
@@ -119,6 +109,8 @@ def save_graph(graph: AttributionGraph, path: Union[str, Path]) -> Path:
     """Write ``graph`` to one ``.safetensors`` file: the adjacency and the node table's numbers as float32
     tensors, the rest (kinds, token strings, info) as JSON in its metadata. Returns the path."""
     from safetensors.torch import save_file
+
+    graph = check_graph(graph)
 
     p = as_path(path, "path", "a .safetensors file to write")
     if p.suffix != ".safetensors":
@@ -195,8 +187,6 @@ def load_graph(path: Union[str, Path]) -> AttributionGraph:
     pos = sd["pos"].long()
     if bool(((pos < 0) | (pos >= T)).any()):
         raise bad("a node's position is outside the prompt")
-    if (meta.get("info") or {}).get("final_norm", "frozen") not in FINAL_NORMS:
-        raise bad(f"its info's 'final_norm' must be one of {FINAL_NORMS}")
     toks = [str(s) for s in meta["tokens"]]
     labels = [toks[p] for p in pos[:nF + nE + nT].tolist()] + [str(s) for s in meta["logit_tokens"]]
     df = pd.DataFrame({"node": range(len(kinds)), "kind": kinds, "layer": sd["layer"].long().tolist()})
@@ -234,6 +224,14 @@ def _influence(normalized: Float[Tensor, "n n"], weights: Float[Tensor, " n"], m
                                 "is not an attribution graph")
 
 
+def check_graph(graph) -> AttributionGraph:
+    """``graph`` itself when it is an :class:`AttributionGraph`; AttributionGraphError naming it otherwise."""
+    if not isinstance(graph, AttributionGraph):
+        raise AttributionGraphError(f"graph={describe(graph)} is not an AttributionGraph: pass what attribution_graph "
+                                    "returns, or load_graph(path) of a saved one")
+    return graph
+
+
 def _logit_weights(graph: AttributionGraph) -> Float[Tensor, " n"]:
     w = torch.zeros(graph.adjacency.shape[0], dtype=graph.adjacency.dtype)
     if graph.n_logits:
@@ -243,6 +241,7 @@ def _logit_weights(graph: AttributionGraph) -> Float[Tensor, " n"]:
 
 def node_influence(graph: AttributionGraph) -> Float[Tensor, " n"]:
     """Each node's influence on the logit nodes (see the module docstring), in node order; 0 for the logits."""
+    graph = check_graph(graph)
     return _influence(normalized_adjacency(graph.adjacency), _logit_weights(graph))
 
 
@@ -275,6 +274,7 @@ def prune_graph(graph: AttributionGraph, node_threshold: float = 0.8, edge_thres
     (embeddings and logits always kept), edges among them carrying ``edge_threshold`` of the edge influence, then
     feature and error nodes left without an outgoing edge, and features without an incoming one, dropped (with
     their edges) until nothing changes. Thresholds are fractions 0..1 (AttributionGraphError otherwise)."""
+    graph = check_graph(graph)
     node_threshold = check_number(node_threshold, "node_threshold", low=0.0, high=1.0, error=AttributionGraphError)
     edge_threshold = check_number(edge_threshold, "edge_threshold", low=0.0, high=1.0, error=AttributionGraphError)
     nF, keep_always = graph.n_features, graph.n_pos + graph.n_logits
@@ -314,6 +314,7 @@ def prune_graph(graph: AttributionGraph, node_threshold: float = 0.8, edge_thres
 def graph_scores(graph: AttributionGraph) -> tuple[float, float]:
     """circuit-tracer's ``compute_graph_scores``: (replacement score, completeness score), each 0..1 (see the
     module docstring); 1 means the features explain the logits with no help from the error nodes."""
+    graph = check_graph(graph)
     nF, nE, nT = graph.n_features, graph.n_errors, graph.n_pos
     errors, toks = slice(nF, nF + nE), slice(nF + nE, nF + nE + nT)
     w = _logit_weights(graph)

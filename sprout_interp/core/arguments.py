@@ -18,7 +18,8 @@ import torch
 
 from sprout_interp.core.errors import ArgumentError, SproutError
 
-__all__ = ["integer", "describe", "check_index", "check_indices", "check_count", "check_number", "check_token_ids"]
+__all__ = ["integer", "describe", "check_index", "check_indices", "check_count", "check_number", "check_numbers",
+           "check_token_ids"]
 
 
 def integer(value) -> Optional[int]:
@@ -38,6 +39,8 @@ def integer(value) -> Optional[int]:
 def describe(value) -> str:
     """What ``value`` is, for a message: ``"True (a bool)"``, ``"0.5 (a float)"``, ``"'0' (a str)"``."""
     text = repr(value)
+    if "\n" in text:  # a tensor's or an array's repr: one line in a message
+        text = " ".join(text.split())
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{text} (a {type(value).__name__})"
@@ -97,19 +100,38 @@ def check_number(value, name: str, *, low: Optional[float] = None, high: Optiona
     bound); ints and floats are numbers, a bool or a string is not."""
     lo = "" if low is None else (f"> {low}" if low_open else f">= {low}")
     hi = "" if high is None else (f"< {high}" if high_open else f"<= {high}")
-    span = " and ".join(s for s in (lo, hi) if s) or "any"
+    span = " and ".join(s for s in (lo, hi) if s)
+    span = f" {span}" if span else ""
     of = f" ({what})" if what else ""
     ok_type = isinstance(value, numbers.Real) and not isinstance(value, bool)
     if isinstance(value, torch.Tensor):
         ok_type = value.dim() == 0 and value.dtype != torch.bool and not value.dtype.is_complex
     if not ok_type:
-        raise error(f"{name}={describe(value)} is not a number: {name} is a finite number {span}{of}")
+        raise error(f"{name}={describe(value)} is not a number: {name} is a finite number{span}{of}")
     x = float(value)
     if not math.isfinite(x):
-        raise error(f"{name}={x} is not finite: {name} is a finite number {span}{of}")
+        raise error(f"{name}={x} is not finite: {name} is a finite number{span}{of}")
     if (low is not None and (x <= low if low_open else x < low)) or (high is not None and (x >= high if high_open else x > high)):
-        raise error(f"{name}={x} is out of range: {name} is a finite number {span}{of}")
+        raise error(f"{name}={x} is out of range: {name} is a finite number{span}{of}")
     return x
+
+
+def check_numbers(values, name: str, *, low: Optional[float] = None, high: Optional[float] = None, what: str = "",
+                  error: type[SproutError] = ArgumentError) -> list[float]:
+    """A list of finite floats (each as :func:`check_number`, inside ``[low, high]``) from a list, tuple or 1-d
+    tensor / array; one number alone is a list of one. A string is not a sequence of numbers (``"12"`` is not
+    ``[1, 2]``), and neither is a dict, a set (no order) or an empty list."""
+    if isinstance(values, torch.Tensor) and values.dim() == 0 or isinstance(values, numbers.Real):
+        values = [values]
+    if isinstance(values, (str, bytes, dict, set, frozenset)) or not hasattr(values, "__iter__") or (
+            isinstance(values, torch.Tensor) and values.dim() != 1) or (getattr(values, "ndim", 1) != 1):
+        raise error(f"{name}={describe(values)} is not a list of numbers: {name} is one finite number or a list of "
+                    "them" + (f" ({what})" if what else ""))
+    each = f"{name} holds one or more numbers" + (f": {what}" if what else "")
+    out = [check_number(v, f"{name}[{i}]", low=low, high=high, what=each, error=error) for i, v in enumerate(values)]
+    if not out:
+        raise error(f"{name} is empty: pass one or more finite numbers" + (f" ({what})" if what else ""))
+    return out
 
 
 def _id_tensor(ids, name: str, span: str, error: type[SproutError]) -> torch.Tensor:

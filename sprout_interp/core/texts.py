@@ -12,6 +12,7 @@ import functools
 import numpy as np
 import torch
 
+from sprout_interp.core.arguments import check_count
 from sprout_interp.core.tokens import tokenizer_call, tokenizer_from_json
 
 __all__ = [
@@ -88,6 +89,18 @@ def clear_caches() -> None:
     _encoded.cache_clear()
 
 
+#: The most windows one sample draws: each is a row of ``length`` ids held at once, and every metric here runs them.
+MAX_WINDOWS = 100_000
+
+
+def _sample_args(n, length, seed) -> tuple[int, int, int]:
+    """``n`` (windows, 1..MAX_WINDOWS), ``length`` (tokens per window, from 1) and ``seed`` (from 0) as ints;
+    ArgumentError (a ValueError) naming the argument otherwise."""
+    return (check_count(n, "n", high=MAX_WINDOWS, what="windows drawn"),
+            check_count(length, "length", what="tokens per window"),
+            check_count(seed, "seed", low=0, what="the draw's seed"))
+
+
 def validation_sample(tokenizer, n: int = 16, length: int = 256, seed: int = 0, corpus: str = "default") -> torch.Tensor:
     """``n`` windows of ``length`` token ids from held-out documents: a LongTensor ``(n, length)``.
 
@@ -97,8 +110,7 @@ def validation_sample(tokenizer, n: int = 16, length: int = 256, seed: int = 0, 
     ``tokenizer`` is the model's ``tokenizers.Tokenizer`` (``model.tokenizer``); encodings are cached
     per tokenizer, so several models sharing one tokenizer encode the documents once.
     """
-    if n < 1 or length < 1:
-        raise ValueError(f"n and length must be positive, got n={n}, length={length}")
+    n, length, seed = _sample_args(n, length, seed)
     enc = _encoded(tokenizer.to_str(), corpus)
     long_enough = [i for i, ids in enumerate(enc) if len(ids) > length]
     if not long_enough:
@@ -150,8 +162,7 @@ def training_sample(tokenizer, n: int = 64, length: int = 256, seed: int = 0, co
     sample is quick); windows are then drawn inside one document each, documents with probability
     proportional to how many windows fit in them, offsets uniform.
     """
-    if n < 1 or length < 1:
-        raise ValueError(f"n and length must be positive, got n={n}, length={length}")
+    n, length, seed = _sample_args(n, length, seed)
     docs = training_documents(corpus)
     rng = np.random.default_rng(seed)
     chosen, chars = [], 0

@@ -23,12 +23,14 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from sprout_interp.core.arguments import check_count, check_number
+from sprout_interp.core.errors import ArgumentError
 from sprout_interp.core.hooked import as_hooked
 from sprout_interp.core.texts import held_out_for
 from sprout_interp.core.tokens import ModelInput
 from sprout_interp.features.sae import SparseAutoencoder, check_for_model
 
-__all__ = ["held_out_tokens", "sae_quality", "feature_density", "QUALITY_UNITS"]
+__all__ = ["held_out_tokens", "measured_input", "sae_quality", "feature_density", "QUALITY_UNITS"]
 
 QUALITY_UNITS = ("l0: latents/token; fve: fraction; ce_*: nats/token; loss_recovered: fraction; dead/dense: latents; "
                  "layer 0-indexed, block = layer + 1")
@@ -45,12 +47,23 @@ def _ce(logits: Tensor, tokens: Tensor) -> Tensor:
         tokens.shape[0], -1)
 
 
-def _input(m, tokens, n: int, length: int, seed: int) -> tuple[Tensor, Optional[Tensor]]:
-    """The tokens and mask a metric runs on: the held-out sample by default, else ``tokens`` through
-    ``prepare_input`` (a list of texts of different lengths keeps its mask, so the padding counts nowhere)."""
+def measured_input(m, tokens, n: int, length: int, seed: int, *, padding: bool = True,
+                   next_token: bool = True) -> tuple[Tensor, Optional[Tensor]]:
+    """The tokens and mask a metric runs on: ``n`` held-out windows of ``length`` by default, else ``tokens``
+    through ``prepare_input`` (a list of texts of different lengths keeps its mask, so the padding counts nowhere;
+    ``padding=False`` refuses such a list). With ``next_token`` (a next-token loss is measured) every window needs
+    two tokens: ``length`` is from 2, and ``tokens`` of one token per text are refused. ArgumentError (naming
+    ``n``, ``length``, ``seed`` or ``tokens``) for what cannot be measured."""
+    low = 2 if next_token else 1
     if tokens is None:
+        length = check_count(length, "length", low=low, what="tokens per held-out window" + (
+            "; a next-token loss needs two" if next_token else ""))
         return held_out_tokens(m, n=n, length=length, seed=seed), None
-    return m.prepare_input(tokens)
+    toks, mask = m.prepare_input(tokens, padding=padding, argument="tokens")
+    if toks.shape[1] < low:
+        raise ArgumentError(f"tokens holds {toks.shape[1]} token per text: a next-token loss needs at least two "
+                            "(a token and the one after it)")
+    return toks, mask
 
 
 @torch.no_grad()
@@ -79,7 +92,8 @@ def feature_density(model, sae: SparseAutoencoder, tokens: Optional[ModelInput] 
     """The fraction of tokens on which each latent is active, ``(d_sae,)``, on ``tokens`` (default the held-out sample)."""
     m = as_hooked(model)
     check_for_model(sae, m)
-    tokens, mask = _input(m, tokens, 32, 256, 0)
+    batch = check_count(batch, "batch", what="windows per forward")
+    tokens, mask = measured_input(m, tokens, 32, 256, 0, next_token=False)
     counts = torch.zeros(sae.d_sae, dtype=torch.float64)
     n = 0
     name = sae.hook_name
@@ -119,10 +133,16 @@ def sae_quality(
     | ``ce_clean``, ``ce_sae``, ``ce_zero`` | next-token loss (nats/token): clean, the stream replaced by the reconstruction, by zeros |
     | ``loss_recovered`` | ``(ce_zero - ce_sae) / (ce_zero - ce_clean)``, 1 = as good as clean |
     | ``dead``, ``dense`` | latents never active on the sample; active on more than ``dense_threshold`` of its tokens |
+
+    ``n`` is 1..``MAX_WINDOWS``, ``length`` from 2 (a next-token loss needs two tokens), ``batch`` from 1,
+    ``dense_threshold`` 0..1 (ArgumentError otherwise, naming the argument).
     """
     m = as_hooked(model)
     check_for_model(sae, m)
-    tokens, mask = _input(m, tokens, n, length, seed)
+    batch = check_count(batch, "batch", what="windows per forward")
+    dense_threshold = check_number(dense_threshold, "dense_threshold", low=0.0, high=1.0,
+                                   what="the share of tokens above which a latent counts as dense")
+    tokens, mask = measured_input(m, tokens, n, length, seed)
     sq_err = sum_x = sum_x2 = l0 = 0.0
     n_tok = 0
     counts = torch.zeros(sae.d_sae, dtype=torch.float64)

@@ -43,7 +43,7 @@ from torch import Tensor
 
 from sprout_interp.circuits.attribution import TokenLike, direct_logit_attribution
 from sprout_interp.circuits.metrics import MetricLike, bind_metric
-from sprout_interp.core.arguments import check_index
+from sprout_interp.core.arguments import check_count, check_index
 from sprout_interp.core.errors import SproutError
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import as_hooked
@@ -283,7 +283,8 @@ def neurons_for_token(index: NeuronIndex, token: Union[int, str], n: int = 10, m
     """The neurons most selective for ``token`` (an id, or a one-token string: then pass ``model``): ``neuron,
     mean_act`` (its mean activation on the token's occurrences in the sample), ``z`` (that mean minus its mean over
     the whole sample, in its standard deviations; the ranking), ``occurrences``. Empty when the token does not
-    occur."""
+    occur. ``n``: the most rows, from 1 (ArgumentError otherwise)."""
+    n = check_count(n, "n", what="neurons listed")
     where = token_occurrences(index.tokens, index.mask, token, model)
     occ = int(where.sum())
     if occ == 0:

@@ -27,6 +27,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from sprout_interp.core.arguments import check_count
 from sprout_interp.core.errors import SproutError
 from sprout_interp.core.hooked import as_hooked
 from sprout_interp.core.tokens import byte_labels, merge_byte_labels, token_bytes
@@ -499,6 +500,7 @@ def transcoder_promoted(model, transcoders, features, n: int = 3) -> pd.DataFram
     """The tokens each transcoder feature's decoder row promotes most (``W_dec[f] @ W_U``, as on its page):
     ``layer, feature, promoted`` (the ``n`` token strings, the strongest first), one row per ``(layer, feature)``
     of ``features``; ``transcoders`` indexed by layer (a TranscoderSet or ``{layer: Transcoder}``)."""
+    n = check_count(n, "n", what="tokens listed per feature")
     m = as_hooked(model)
     strings = vocabulary_strings(m)
     rows = []
@@ -567,7 +569,8 @@ def features_on_text(model, sae: SparseAutoencoder, text: Union[str, Int[Tensor,
 def features_for_token(index: FeatureIndex, token: Union[int, str], n: int = 10, model=None) -> pd.DataFrame:
     """The latents that fire most on ``token`` (an id, or a string that is one token: then pass ``model``):
     ``feature, mean_act`` (mean over the token's occurrences in the sample, 0 where off), ``share`` (of the
-    occurrences on which it fires), ``occurrences``."""
+    occurrences on which it fires), ``occurrences``. ``n``: the most rows, from 1 (ArgumentError otherwise)."""
+    n = check_count(n, "n", what="latents listed")
     where = token_occurrences(index.tokens, index.mask, token, model)
     occ = int(where.sum())
     if occ == 0:

@@ -25,11 +25,12 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from sprout_interp.core.arguments import check_count, describe
 from sprout_interp.core.errors import SproutError
 from sprout_interp.core.fingerprints import fingerprint, fingerprint_mismatch
 from sprout_interp.core.hooked import as_hooked
 from sprout_interp.core.tokens import ModelInput
-from sprout_interp.features.metrics import held_out_tokens
+from sprout_interp.features.metrics import measured_input
 from sprout_interp.features.transcoder import (
     Transcoder,
     TranscoderSet,
@@ -50,6 +51,8 @@ Transcoders = Union[TranscoderSet, dict[int, Transcoder]]
 
 def _as_dict(m, ts: Transcoders) -> dict[int, Transcoder]:
     """The set as {layer: Transcoder}, each checked against the model (width, layer, fingerprint)."""
+    if not isinstance(ts, (TranscoderSet, dict)):
+        raise SproutError(f"transcoders={describe(ts)} is not transcoders: pass a TranscoderSet or {{layer: Transcoder}}")
     d = {tc.layer: tc for tc in ts} if isinstance(ts, TranscoderSet) else dict(ts)
     if not d:
         raise SproutError("no transcoders given: pass a TranscoderSet or {layer: Transcoder}")
@@ -146,7 +149,8 @@ def transcoder_quality(
     """
     m = as_hooked(model)
     tcs = _as_dict(m, transcoders)
-    tokens = held_out_tokens(m, n=n, length=length, seed=seed) if tokens is None else m.prepare_input(tokens, padding=False, argument="tokens")[0]
+    batch = check_count(batch, "batch", what="windows per forward")
+    tokens = measured_input(m, tokens, n, length, seed, padding=False)[0]
     rows = []
     names = [input_hook(layer) for layer in tcs] + [output_hook(layer) for layer in tcs]
     acc = {layer: {"sq": 0.0, "sq_skip": 0.0, "s1": 0.0, "s2": 0.0, "l0": 0.0, "fired": torch.zeros(tc.d_transcoder, dtype=torch.bool),
@@ -205,7 +209,8 @@ def replacement_quality(
     ce_replacement) / (ce_mlp_zero - ce_clean)`` (1 = as good as the clean model)."""
     m = as_hooked(model)
     tcs = _as_dict(m, transcoders)
-    tokens = held_out_tokens(m, n=n, length=length, seed=seed) if tokens is None else m.prepare_input(tokens, padding=False, argument="tokens")[0]
+    batch = check_count(batch, "batch", what="windows per forward")
+    tokens = measured_input(m, tokens, n, length, seed, padding=False)[0]
     tot = {"clean": 0.0, "replacement": 0.0, "zero": 0.0}
     n_ce = 0
     for i in range(0, tokens.shape[0], batch):

@@ -314,13 +314,22 @@ def trajectories(model, text, lenses: Sequence[str | TunedLens] = LENSES, k: int
     ``block`` (1-indexed, 0 = embedding), ``layer`` (0-indexed, -1 = embedding), ``pos``, ``token``,
     ``next_token`` (missing, NaN, at the last position), ``entropy`` (nats), ``cross_entropy`` (−log p of the actual
     next token, nats; NaN at the last position), ``kl_to_final`` (KL(final ‖ row), nats), ``top1`` and
-    ``top1_prob``. ``text`` is a text or ids ``(pos,)`` / ``(1, pos)``.
+    ``top1_prob``. ``text`` is a text or ids ``(pos,)`` / ``(1, pos)``; ``lenses`` one lens or a non-empty list
+    of them (ArgumentError otherwise).
     """
     model = as_hooked(model)
     k = check_count(k, "k", high=model.cfg.d_vocab, what="top candidates kept per cell, at most the vocabulary")
     tokens, _ = model.prepare_input(text)
     if tokens.shape[0] != 1:
         raise ArgumentError(f"trajectories reads one text; got a batch of {tokens.shape[0]}")
+    if isinstance(lenses, (str, TunedLens)):
+        lenses = [lenses]  # one lens alone is a list of one
+    if not isinstance(lenses, (list, tuple)) or not lenses:
+        raise ArgumentError(f"lenses must be a non-empty list of \"logit\", \"tuned\" or TunedLens objects, got "
+                            f"{str(lenses)[:60]!r}")
+    for which in lenses:
+        if not (isinstance(which, TunedLens) or (isinstance(which, str) and which in LENSES)):
+            raise ArgumentError(f"lenses holds {str(which)[:60]!r}: each lens is \"logit\", \"tuned\" or a TunedLens")
     frames, notices = [], []
     for which in lenses:
         ll = logit_lens(model, tokens, k=k, lens=which)

@@ -30,8 +30,9 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from sprout_interp.core.configs import check_finite
-from sprout_interp.core.errors import NotACheckpointError, SproutError, TunedLensMismatchError
+from sprout_interp.core.arguments import check_count, check_number
+from sprout_interp.core.configs import check_weights
+from sprout_interp.core.errors import ArgumentError, NotACheckpointError, SproutError, TunedLensMismatchError
 from sprout_interp.core.files import as_path, read_json
 from sprout_interp.core.fingerprints import check_fingerprint, fingerprint, fingerprint_mismatch
 from sprout_interp.core.hooked import as_hooked
@@ -174,7 +175,7 @@ def load_tuned_lens(model, folder: str | Path | None = None) -> TunedLens:
         sd = read_safetensors(folder / LENS_WEIGHTS, source, check_shapes)
     except NotACheckpointError as e:  # damaged or oversized
         raise TunedLensMismatchError(f"{where} cannot be read: {e}") from None
-    check_finite(sd, source)
+    check_weights(sd, source)
     lens = TunedLens(m.cfg.d_model, m.cfg.n_layers, info)
     lens.load_state_dict({k: v.float() for k, v in sd.items()})
     return lens.to(next(m.parameters()).device).eval()
@@ -194,7 +195,7 @@ def find_tuned_lens(model, lens="tuned") -> tuple[Optional[TunedLens], Optional[
     if lens in (None, "logit"):
         return None, None
     if lens != "tuned":
-        raise SproutError(f"lens must be \"logit\", \"tuned\" or a TunedLens, got {lens!r}")
+        raise ArgumentError(f"lens must be \"logit\", \"tuned\" or a TunedLens, got {lens!r}")
     try:
         return load_tuned_lens(model), None
     except TunedLensNotFoundError as e:
@@ -239,6 +240,15 @@ def lens_kl(model, lens: Optional[TunedLens], tokens: Int[Tensor, "batch pos"], 
     return torch.cat([tot / n, tot.new_zeros(1)])
 
 
+def _windows(model, tokens, name: str) -> Tensor:
+    """Training or validation windows as a ``(batch, pos)`` id tensor of at least one window, checked against the
+    vocabulary and the context (``prepare_input``); texts of different lengths are refused, since every window's
+    every position is read."""
+    if isinstance(tokens, torch.Tensor) and tokens.dim() == 2 and tokens.shape[0] == 0:
+        raise ArgumentError(f"{name} holds no windows: pass a (batch, pos) tensor of token ids with at least one row")
+    return model.prepare_input(tokens, padding=False, argument=name)[0]
+
+
 def train_tuned_lens(
     model,
     tokens: Int[Tensor, "batch pos"],
@@ -262,18 +272,30 @@ def train_tuned_lens(
     norm 1. ``val_tokens``, when given, are scored before and after (mean KL per row, nats) into the lens's
     ``info``, with the loss curve (first, every tenth and last step), the settings, the wall time and the
     checkpoint's fingerprint.
+
+    ``steps`` and ``batch`` are whole numbers from 1, ``lr`` a finite number above 0, ``momentum`` 0 to below 1,
+    ``weight_decay`` at least 0; ``tokens`` and ``val_tokens`` token ids or texts of one length (ArgumentError
+    otherwise, naming the argument).
     """
     m = as_hooked(model)
+    steps = check_count(steps, "steps", what="optimiser steps; a lens of no steps is the untrained identity")
+    batch = check_count(batch, "batch", what="windows per step")
+    lr = check_number(lr, "lr", low=0.0, low_open=True, what="the learning rate")
+    momentum = check_number(momentum, "momentum", low=0.0, high=1.0, high_open=True, what="SGD's Nesterov momentum")
+    weight_decay = check_number(weight_decay, "weight_decay", low=0.0)
+    seed = check_count(seed, "seed", low=0, what="the window order's and initialisation's seed")
+    if optimizer not in ("sgd", "adam"):
+        raise ArgumentError(f"optimizer must be \"sgd\" or \"adam\", got {optimizer!r}")
+    tokens = _windows(m, tokens, "tokens")
+    val_tokens = None if val_tokens is None else _windows(m, val_tokens, "val_tokens")
     torch.manual_seed(seed)
     lens = TunedLens.for_model(m)
     lens.train()
     params = list(lens.parameters())
     if optimizer == "sgd":
         opt = torch.optim.SGD(params, lr=lr, momentum=momentum, nesterov=True, weight_decay=weight_decay)
-    elif optimizer == "adam":
-        opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     else:
-        raise SproutError(f"optimizer must be \"sgd\" or \"adam\", got {optimizer!r}")
+        opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1.0 - s / steps))
     g = torch.Generator().manual_seed(seed)
     order = torch.randperm(tokens.shape[0], generator=g)

@@ -22,8 +22,18 @@ from conftest import tiny_config  # noqa: E402
 
 import sprout_interp as si  # noqa: E402
 from sprout_interp.circuits.attention import attention_row  # noqa: E402
+from sprout_interp.circuits.composition import random_baseline  # noqa: E402
+from sprout_interp.circuits.graph_interventions import ablation_prediction  # noqa: E402
+from sprout_interp.circuits.graphs import graph_scores, node_influence, prune_graph, save_graph  # noqa: E402
 from sprout_interp.circuits.metrics import LogitDiff, LogProb, TargetLogProb  # noqa: E402
 from sprout_interp.circuits.patching import activation_patch, path_patch  # noqa: E402
+from sprout_interp.core.fingerprints import fingerprint  # noqa: E402
+from sprout_interp.features.metrics import feature_density, held_out_tokens, sae_quality  # noqa: E402
+from sprout_interp.features.neurons import index_neurons, neurons_for_token  # noqa: E402
+from sprout_interp.features.pages import features_for_token, index_features, transcoder_promoted  # noqa: E402
+from sprout_interp.features.sae import SparseAutoencoder  # noqa: E402
+from sprout_interp.features.transcoder import Transcoder  # noqa: E402
+from sprout_interp.features.transcoder_metrics import transcoder_quality  # noqa: E402
 from sprout_model import GPT  # noqa: E402
 from sprout_model.tokenizer import train_tokenizer  # noqa: E402
 
@@ -67,6 +77,27 @@ def _steer(metric):
 
 def _generate(**kw):
     return lambda m: m.generate("the cat", seed=0, **kw)
+
+
+def _coeffs(coeffs):
+    return lambda m: si.steering_effect(m, TEXT, torch.ones(m.cfg.d_model), 0, coeffs=coeffs)
+
+
+def _tuned(**kw):
+    kw = {"tokens": torch.tensor([[1, 2, 3, 4]]), "steps": 1, "progress": False, **kw}
+    return lambda m: si.train_tuned_lens(m, **kw)
+
+
+def _sae(m) -> SparseAutoencoder:
+    return SparseAutoencoder(m.cfg.d_model, 8, 2, "blocks.0.hook_resid_post", info={"fingerprint": fingerprint(m)})
+
+
+def _transcoders(m) -> dict:
+    return {0: Transcoder(m.cfg.d_model, 8, 2, 0, info={"fingerprint": fingerprint(m)})}
+
+
+def _sae_quality(**kw):
+    return lambda m: sae_quality(m, _sae(m), **kw)
 
 
 # (id, call, the SproutError subclass, a regex the message must hold: the argument's name)
@@ -151,6 +182,89 @@ CASES = [
     ("generate-max-new-1e9", _generate(max_new_tokens=10**9, stop_at_eot=False), si.ArgumentError, r"max_new_tokens"),
     ("generate-max-new-negative", _generate(max_new_tokens=-1), si.ArgumentError, r"max_new_tokens"),
     ("generate-max-new-bool", _generate(max_new_tokens=True), si.ArgumentError, r"max_new_tokens"),
+    # a sequence of numbers: a string is not one ("12" ran with coefficients [1, 2])
+    ("steer-coeffs-str", _coeffs("12"), si.SteeringError, r"coeffs='12' \(a str\) is not a list of numbers"),
+    ("steer-coeffs-bytes", _coeffs(b"12"), si.SteeringError, r"coeffs=b'12'"),
+    ("steer-coeffs-bool", _coeffs([True]), si.SteeringError, r"coeffs\[0\]=True \(a bool\)"),
+    ("steer-coeffs-str-in-list", _coeffs([1.0, "2"]), si.SteeringError, r"coeffs\[1\]='2'"),
+    ("steer-coeffs-nan", _coeffs([float("nan")]), si.SteeringError, r"coeffs\[0\]=nan is not finite"),
+    ("steer-coeffs-empty", _coeffs([]), si.SteeringError, r"coeffs is empty"),
+    ("steer-coeffs-set", _coeffs({1.0, 2.0}), si.SteeringError, r"coeffs=.*not a list of numbers"),
+    ("steer-coeffs-dict", _coeffs({1: 2}), si.SteeringError, r"coeffs=.*not a list of numbers"),
+    ("steer-coeffs-2d", _coeffs(torch.ones(2, 2)), si.SteeringError, r"coeffs=.*not a list of numbers"),
+    ("steer-layers-coeff-str", lambda m: si.steering_layers(m, ["the cat"], ["the dog"], TEXT, coeff="4"),
+     si.SteeringError, r"coeff='4' \(a str\) is not a number"),
+    ("steer-controls-coeff-list", lambda m: si.steering_controls(m, TEXT, torch.ones(m.cfg.d_model), 0, coeff=[4]),
+     si.SteeringError, r"coeff=\[4\]"),
+    ("steer-controls-seed-str", lambda m: si.steering_controls(m, TEXT, torch.ones(m.cfg.d_model), 0, seed="1"),
+     si.SteeringError, r"seed='1'"),
+    ("steered-generations-coeffs-str", lambda m: si.steered_generations(m, "the cat", torch.ones(m.cfg.d_model), 0,
+                                                                        coeffs="-4"), si.SteeringError, r"coeffs='-4'"),
+    # steps, samples, n: a count of nothing gives no answer (an untrained lens, NaN columns, a division by zero)
+    ("tuned-lens-steps-negative", _tuned(steps=-1), si.ArgumentError, r"steps=-1 is out of range: steps is at least 1"),
+    ("tuned-lens-steps-0", _tuned(steps=0), si.ArgumentError, r"steps=0"),
+    ("tuned-lens-steps-float", _tuned(steps=2.5), si.ArgumentError, r"steps=2.5 \(a float\)"),
+    ("tuned-lens-batch-0", _tuned(batch=0), si.ArgumentError, r"batch=0"),
+    ("tuned-lens-lr-0", _tuned(lr=0.0), si.ArgumentError, r"lr=0.0 is out of range"),
+    ("tuned-lens-lr-nan", _tuned(lr=float("nan")), si.ArgumentError, r"lr=nan"),
+    ("tuned-lens-momentum-1", _tuned(momentum=1.0), si.ArgumentError, r"momentum=1.0"),
+    ("tuned-lens-weight-decay-negative", _tuned(weight_decay=-1.0), si.ArgumentError, r"weight_decay=-1.0"),
+    ("tuned-lens-optimizer", _tuned(optimizer="lbfgs"), si.ArgumentError, r"optimizer"),
+    ("tuned-lens-tokens-empty", _tuned(tokens=torch.zeros(0, 4, dtype=torch.long)), si.ArgumentError,
+     r"tokens holds no windows"),
+    ("tuned-lens-tokens-past-vocab", _tuned(tokens=torch.full((1, 4), V)), si.VocabularyMismatchError, r"token id 300"),
+    ("tuned-lens-val-unequal", _tuned(val_tokens=["the cat sat", "the"]), si.UnequalLengthsError, r"val_tokens"),
+    ("composition-samples-0", lambda m: si.composition_table(m, samples=0), si.ArgumentError,
+     r"samples=0 is out of range: samples is 1\.\.4096"),
+    ("composition-samples-negative", lambda m: si.composition_table(m, samples=-1), si.ArgumentError, r"samples=-1"),
+    ("composition-samples-float", lambda m: si.composition_table(m, samples=1.5), si.ArgumentError, r"samples=1.5"),
+    ("composition-samples-huge", lambda m: si.composition_table(m, samples=10**9), si.ArgumentError, r"samples"),
+    ("composition-modes-empty", lambda m: si.composition_table(m, modes=[]), si.ArgumentError, r"modes"),
+    ("composition-modes-unknown", lambda m: si.composition_table(m, modes="QK"), si.ArgumentError, r"mode"),
+    ("baseline-samples-0", lambda m: random_baseline(m, "K", samples=0), si.ArgumentError, r"samples=0"),
+    ("baseline-seed-float", lambda m: random_baseline(m, "K", seed=0.5), si.ArgumentError, r"seed=0.5"),
+    ("sae-quality-n-0", _sae_quality(n=0), si.ArgumentError, r"\bn=0 is out of range"),
+    ("sae-quality-n-negative", _sae_quality(n=-3), si.ArgumentError, r"\bn=-3"),
+    ("sae-quality-length-1", _sae_quality(length=1), si.ArgumentError, r"length=1 is out of range: length is at least 2"),
+    ("sae-quality-batch-0", _sae_quality(batch=0), si.ArgumentError, r"batch=0"),
+    ("sae-quality-dense-threshold-2", _sae_quality(dense_threshold=2.0), si.ArgumentError, r"dense_threshold=2.0"),
+    ("sae-quality-one-token", _sae_quality(tokens="the"), si.ArgumentError, r"tokens holds 1 token"),
+    ("feature-density-batch-0", lambda m: feature_density(m, _sae(m), TEXT, batch=0), si.ArgumentError, r"batch=0"),
+    ("held-out-n-0", lambda m: held_out_tokens(m, n=0), si.ArgumentError, r"\bn=0"),
+    ("held-out-seed-negative", lambda m: held_out_tokens(m, seed=-1), si.ArgumentError, r"seed=-1"),
+    ("transcoder-quality-batch-0", lambda m: transcoder_quality(m, _transcoders(m), TEXT, batch=0), si.ArgumentError,
+     r"batch=0"),
+    ("transcoder-quality-one-token", lambda m: transcoder_quality(m, _transcoders(m), "the"), si.ArgumentError,
+     r"tokens holds 1 token"),
+    ("features-for-token-n-0", lambda m: features_for_token(index_features(m, _sae(m), TEXT), 5, n=0), si.ArgumentError,
+     r"\bn=0"),
+    ("features-for-token-n-float", lambda m: features_for_token(index_features(m, _sae(m), TEXT), 5, n=1.5),
+     si.ArgumentError, r"\bn=1.5"),
+    ("neurons-for-token-n-negative", lambda m: neurons_for_token(index_neurons(m, 0, TEXT), 5, n=-1), si.ArgumentError,
+     r"\bn=-1"),
+    ("transcoder-promoted-n-0", lambda m: transcoder_promoted(m, _transcoders(m), [(0, 1)], n=0), si.ArgumentError,
+     r"\bn=0"),
+    ("transcoder-quality-none", lambda m: transcoder_quality(m, None, TEXT), si.SproutError, r"transcoders=None"),
+    # lists that hold nothing, and things that are no list
+    ("trajectories-lenses-empty", lambda m: si.trajectories(m, TEXT, lenses=[]), si.ArgumentError, r"lenses"),
+    ("trajectories-lenses-none", lambda m: si.trajectories(m, TEXT, lenses=None), si.ArgumentError, r"lenses"),
+    ("trajectories-lenses-holds-none", lambda m: si.trajectories(m, TEXT, lenses=[None]), si.ArgumentError, r"lenses"),
+    ("trajectories-lenses-unknown", lambda m: si.trajectories(m, TEXT, lenses=["tuned", "logits"]), si.ArgumentError,
+     r"lenses holds 'logits'"),
+    ("logit-lens-lens-unknown", lambda m: si.logit_lens(m, TEXT, lens="logits"), si.ArgumentError, r"lens"),
+    ("compare-texts-empty", lambda m: si.compare_models([m], []), si.ArgumentError, r"text"),
+    ("compare-texts-none", lambda m: si.compare_models([m], None), si.ArgumentError, r"text"),
+    ("compare-texts-mixed", lambda m: si.compare_models([m], ["the cat", 3]), si.ArgumentError, r"text"),
+    # an attribution graph that is not one
+    ("prune-graph-none", lambda m: prune_graph(None), si.AttributionGraphError, r"graph=None \(a NoneType\)"),
+    ("prune-graph-str", lambda m: prune_graph("graph.safetensors"), si.AttributionGraphError, r"graph='graph"),
+    ("prune-graph-dict", lambda m: prune_graph({}), si.AttributionGraphError, r"graph=\{\} \(a dict\)"),
+    ("graph-scores-none", lambda m: graph_scores(None), si.AttributionGraphError, r"graph=None"),
+    ("graph-scores-str", lambda m: graph_scores("abc"), si.AttributionGraphError, r"graph='abc'"),
+    ("graph-scores-dict", lambda m: graph_scores({"adjacency": 1}), si.AttributionGraphError, r"graph="),
+    ("node-influence-none", lambda m: node_influence(None), si.AttributionGraphError, r"graph=None"),
+    ("save-graph-dict", lambda m: save_graph({}, "/nonexistent/g.safetensors"), si.AttributionGraphError, r"graph="),
+    ("ablation-prediction-list", lambda m: ablation_prediction([], [0]), si.AttributionGraphError, r"graph=\[\]"),
 ]
 
 
@@ -226,6 +340,38 @@ def test_edge_values_still_run(model):
     _, cache = model.run_with_cache(TEXT, pos_slice=-1, names_filter="blocks.0.hook_resid_post")
     full = model.run_with_cache(TEXT, names_filter="blocks.0.hook_resid_post")[1]["blocks.0.hook_resid_post"]
     assert torch.equal(cache["blocks.0.hook_resid_post"][:, 0], full[:, -1])
+
+
+def test_compare_models_reads_texts_of_different_lengths_each_as_alone(model):
+    """A list of texts of different lengths (a ValueError of pandas before) gives each text's rows exactly as that
+    text alone does: the padding is never predicted and never read."""
+    texts = ["the cat", "the cat sat on the mat and the dog ran", "a red ball"]
+    both = si.compare_models({"a": model}, texts)
+    assert both["text"].tolist() == [i for i, t in enumerate(texts) for _ in range(len(model.to_str_tokens(t)) - 1)]
+    for i, t in enumerate(texts):
+        alone = si.compare_models({"a": model}, t)
+        rows = both[both["text"] == i].drop(columns="text").reset_index(drop=True)
+        assert rows[["pos", "context", "token"]].equals(alone[["pos", "context", "token"]])
+        assert np.allclose(rows["a"].to_numpy(), alone["a"].to_numpy(), rtol=1e-5, atol=1e-7)
+        assert both.attrs["tokens"][i] == alone.attrs["tokens"]
+    with pytest.raises(si.SproutError, match="text 1 is a single token"):
+        si.compare_models({"a": model}, ["the cat", "the"])
+
+
+def test_numbers_in_every_accepted_form_still_run(model):
+    """The checks refuse strings and bools, not numbers: a 1-d tensor or array of coefficients, one number alone,
+    numpy floats, one lens alone as a list of one, a count at the bottom of its range."""
+    v = torch.ones(model.cfg.d_model)
+    want = si.steering_effect(model, TEXT, v, 0, coeffs=[1.0, 2.0])
+    for coeffs in (torch.tensor([1.0, 2.0]), np.array([1.0, 2.0]), (1, 2), [np.float32(1), np.float64(2)]):
+        got = si.steering_effect(model, TEXT, v, 0, coeffs=coeffs)
+        assert got["coeff"].tolist() == [1.0, 2.0] and np.allclose(got["value"], want["value"])
+    assert si.steering_effect(model, TEXT, v, 0, coeffs=2.0)["coeff"].tolist() == [2.0]
+    one = si.trajectories(model, TEXT, lenses="logit")
+    assert one.equals(si.trajectories(model, TEXT, lenses=["logit"]))
+    assert len(si.composition_table(model, modes="K", samples=1)) == len(si.composition_table(model, modes=["K"], samples=1))
+    lens = si.train_tuned_lens(model, torch.tensor([[1, 2, 3, 4]]), steps=1, progress=False)
+    assert lens.info["steps"] == 1 and len(lens.info["loss_curve"]) == 1
 
 
 def _outcome(call, m, seconds: int = 3) -> str:
