@@ -31,10 +31,13 @@ from sprout_interp.core.errors import AttributionGraphError, NotACheckpointError
 from sprout_interp.core.files import as_path
 from sprout_interp.core.loading import read_safetensors
 
-__all__ = ["KINDS", "GRAPH_UNITS", "AttributionGraph", "save_graph", "load_graph", "normalized_adjacency",
+__all__ = ["KINDS", "FINAL_NORMS", "GRAPH_UNITS", "AttributionGraph", "save_graph", "load_graph", "normalized_adjacency",
            "node_influence", "PrunedGraph", "prune_graph", "graph_scores", "check_graph"]
 
 KINDS = ("feature", "error", "embedding", "logit")
+#: how a graph's logit rows pass the final RMSNorm: its scale frozen (circuit-tracer's graph) or its Jacobian at the
+#: prompt (first-order edges into the logits); ``graph.info["final_norm"]``, "frozen" in files written before it
+FINAL_NORMS = ("frozen", "jacobian")
 GRAPH_UNITS = ("adjacency[t, s]: the direct effect of node s's write on node t's input, in t's units (a feature's "
                "pre-activation, a logit node's logit minus the mean logit), rows = targets; layer 0-indexed (embedding "
                "nodes -1, logit nodes n_layers), block = layer + 1; pos 0-based")
@@ -66,8 +69,15 @@ class AttributionGraph:
     info: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
+        norm = "" if self.final_norm == "frozen" else f"; final norm: {self.final_norm}"
         return (f"AttributionGraph({self.info.get('model_name') or 'model'}, {self.n_pos} positions: {self.n_features} "
-                f"features, {self.n_errors} errors, {self.n_pos} embeddings, {self.n_logits} logits)")
+                f"features, {self.n_errors} errors, {self.n_pos} embeddings, {self.n_logits} logits{norm})")
+
+    @property
+    def final_norm(self) -> str:
+        """How the logit rows pass the final RMSNorm (``FINAL_NORMS``): "frozen" (its scale frozen, circuit-tracer's
+        graph, exact in its replacement model) or "jacobian" (first-order edges into the logits)."""
+        return self.info.get("final_norm", "frozen")
 
     @property
     def n_pos(self) -> int:
@@ -187,6 +197,8 @@ def load_graph(path: Union[str, Path]) -> AttributionGraph:
     pos = sd["pos"].long()
     if bool(((pos < 0) | (pos >= T)).any()):
         raise bad("a node's position is outside the prompt")
+    if (meta.get("info") or {}).get("final_norm", "frozen") not in FINAL_NORMS:
+        raise bad(f"its info's 'final_norm' must be one of {FINAL_NORMS}")
     toks = [str(s) for s in meta["tokens"]]
     labels = [toks[p] for p in pos[:nF + nE + nT].tolist()] + [str(s) for s in meta["logit_tokens"]]
     df = pd.DataFrame({"node": range(len(kinds)), "kind": kinds, "layer": sd["layer"].long().tolist()})
