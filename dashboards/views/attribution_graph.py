@@ -7,6 +7,8 @@ import re
 import compute
 import graph_compute
 import link
+import qk_compute
+import qk_view
 import scrolling
 import show
 import state
@@ -300,6 +302,21 @@ if card in index_of:
 else:
     st.caption("Click a feature node (a circle) to see its card here: where it fires on held-out text and which "
                "tokens it promotes.")
+
+# -- why a head looks there: a cell's QK attribution (qk_view), from a head-carried edge or chosen ----------------
+
+st.subheader("Why a head looks there")
+if not own:
+    st.caption("QK attributions need the model the graph was made with: choose it in the sidebar.")
+else:
+    link.bind("qk_layer", "ag_qk_layer", link.int_in(0, L - 1))
+    link.bind("qk_head", "ag_qk_head", link.int_in(0, m.cfg.n_heads - 1))
+    link.bind("qk", "ag_qk_open", link.as_bool, link.fmt_bool)
+    link.bind("qk_query", "ag_qk_query", link.int_in(0, P - 1))
+    link.bind("qk_key", "ag_qk_key", link.int_in(0, P - 1))
+    first = qk_compute.repeat_cell(m, key, text) if up is None else None
+    qk_view.graph_section(m, key, graph, gkey, nodes_all, edges, keys, _label, compute.induction_head(
+        compute.induction_circuit(m, key)), None if first is None or first[0] + 1 >= P else (first[0] + 1, first[1] + 1))
 
 # -- tables and the file ----------------------------------------------------------------------------------------------
 

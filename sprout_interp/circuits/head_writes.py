@@ -27,7 +27,7 @@ from sprout_interp.core.errors import ArgumentError
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import HookedSprout, as_hooked
 
-__all__ = ["Write", "name_cells", "swap_token", "remove_writes", "write_label", "SUBSTITUTES"]
+__all__ = ["Write", "name_cells", "repeat_cell", "swap_token", "remove_writes", "write_label", "SUBSTITUTES"]
 
 #: a write at one position: ("head", layer, head, pos), ("mlp", layer, pos) or ("embed", pos)
 Write = tuple
@@ -85,6 +85,32 @@ def name_cells(model, text: str, name: str) -> pd.DataFrame:
                             f"{[strs[i] for i in one]} and {[strs[i] for i in two]}): pass a text whose name "
                             "repeats token for token")
     return pd.DataFrame(rows)
+
+
+def repeat_cell(model, input, run: int = 3, limit: int | None = None) -> tuple[int, int] | None:
+    """The first induction cell of a text, from its tokens alone: the earliest query position ``q`` whose ``run``
+    tokens from ``q`` on came before, in the same order, from an earlier ``j`` on (a repeated name, a repeated
+    phrase), as ``(q, j + 1)``: the query and the token after the earlier copy, where an induction head looks.
+    ``limit``: only queries before it (the positions a page shows). None when the text repeats no run of ``run``
+    tokens (the first ``run - 1`` tokens of a repeat have no next token to look at, so a run must fit before the
+    end)."""
+    m = as_hooked(model)
+    toks, _ = m.prepare_input(input)
+    if toks.shape[0] != 1:
+        raise ArgumentError(f"repeat_cell takes one text, got {toks.shape[0]}")
+    ids = toks[0].tolist()
+    T = len(ids)
+    if isinstance(run, bool) or not isinstance(run, int) or run < 2:
+        raise ArgumentError(f"run={describe(run)} must be a whole number of tokens, 2 or more")
+    end = T if limit is None else min(T, check_index(limit, "limit", T + 1, what="a position of the text, or its end"))
+    seen: dict[tuple[int, ...], int] = {}
+    for i in range(T - run + 1):
+        gram = tuple(ids[i:i + run])
+        j = seen.get(gram)
+        if j is not None and j + 1 < i and i < end:
+            return i, j + 1
+        seen.setdefault(gram, i)
+    return None
 
 
 def swap_token(model, input, pos: int, substitutes: Sequence[str] = SUBSTITUTES) -> Int[Tensor, "1 pos"]:

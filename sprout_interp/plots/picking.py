@@ -2,7 +2,8 @@
 click on one; an invisible marker as large as the panel, drawn over it, is selected instead, and its ``customdata``
 says what the click picked. :func:`picked` reads that back from the chart's selection state.
 
-Used by the dashboard's every-head figure: a click on a head's small pattern chooses that head.
+Used by the dashboard's every-head figure (a click on a head's small pattern chooses that head) and by the drawn-large
+pattern (:func:`clickable_cells`: a click on a cell opens that cell's QK attribution).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any, Optional
 
 import plotly.graph_objects as go
 
-__all__ = ["clickable_panels", "picked"]
+__all__ = ["clickable_cells", "clickable_panels", "picked"]
 
 # plotly hovers a marker when the pointer is within its radius plus this many pixels (layout.hoverdistance)
 _HOVER_PX = 20
@@ -64,6 +65,35 @@ def clickable_panels(fig: go.Figure, picks: Mapping[int, Sequence[Any]], hover: 
     # pixels wide, wider than the gap between small panels) would take the click instead
     for name in axes:
         fig.layout[name].fixedrange = True
+    return fig
+
+
+def clickable_cells(fig: go.Figure, trace: int = 0, causal: bool = True, max_cells: int = 8400, offset: int = 0,
+                    name: str = "cell") -> go.Figure:
+    """Put one invisible marker on each cell of the heat-map ``fig.data[trace]`` (a pattern: rows are queries, columns
+    keys), its ``customdata`` ``[offset + row, offset + column]`` (``offset``: the position of the heat-map's first
+    row and column, for a window of a longer text), so that a click on a cell selects it (plotly picks the
+    marker nearest the pointer, the one on the cell under it). ``causal``: only the cells at or below the diagonal
+    (a key after its query is never attended to). Nothing is added when there would be more than ``max_cells``
+    markers (a page then offers the cell's numbers instead). Returns ``fig``."""
+    tr = fig.data[trace]
+    if tr.type != "heatmap":
+        raise ValueError(f"trace {trace} is a {tr.type}, not a heat-map")
+    n_rows, n_cols = len(tr.z), len(tr.z[0]) if len(tr.z) else 0
+    xs = list(tr.x) if tr.x is not None else list(range(n_cols))
+    ys = list(tr.y) if tr.y is not None else list(range(n_rows))
+    cells = [(r, c) for r in range(n_rows) for c in range(n_cols) if not causal or c <= r]
+    if not cells or len(cells) > max_cells:
+        return fig
+    fig.add_trace(go.Scatter(
+        x=[xs[c] for _, c in cells], y=[ys[r] for r, _ in cells], customdata=[[offset + r, offset + c] for r, c in cells],
+        xaxis=tr.xaxis, yaxis=tr.yaxis, mode="markers",
+        marker=dict(symbol="square", size=max(4, min(24, 560 // max(n_rows, 1))), opacity=0.0, color="black"),
+        selected=dict(marker=dict(opacity=0.0)), unselected=dict(marker=dict(opacity=0.0)),
+        hovertext=[f"query {ys[r]}<br>key {xs[c]}<br>attention {float(tr.z[r][c]):.3f}<br>click: why it looks there"
+                   for r, c in cells],
+        hovertemplate="%{hovertext}<extra></extra>", showlegend=False, name=name,
+    ))
     return fig
 
 

@@ -7,7 +7,7 @@ import torch
 from conftest import tiny_config
 
 from sprout_interp import HookedSprout
-from sprout_interp.circuits.head_writes import name_cells, remove_writes, swap_token
+from sprout_interp.circuits.head_writes import name_cells, remove_writes, repeat_cell, swap_token
 from sprout_interp.core.errors import ArgumentError
 from sprout_model import GPT
 
@@ -112,3 +112,13 @@ def test_name_cells_on_gpt4(gpt4):
     assert (swapped != ids).sum() == 1 and swapped[0, first.copy_pos] != ids[0, first.copy_pos]
     with pytest.raises(ArgumentError, match="does not occur twice"):
         name_cells(gpt4, text, "Zorbin Plax")
+
+
+def test_repeat_cell_finds_the_first_repeated_run(hooked):
+    ids = torch.tensor([[5, 6, 7, 8, 9, 1, 2, 7, 8, 9, 3, 4]])  # 7 8 9 comes again at 7: the key is 3 (after 7 at 2)
+    assert repeat_cell(hooked, ids) == (7, 3)
+    assert repeat_cell(hooked, ids, run=4) is None  # no four tokens repeat
+    assert repeat_cell(hooked, ids, limit=7) is None  # the query at 7 is not shown
+    assert repeat_cell(hooked, torch.tensor([[1, 1, 1, 1]]), run=2) == (2, 1)  # the earlier copy must end before it
+    with pytest.raises(ArgumentError, match="run=True"):
+        repeat_cell(hooked, ids, run=True)
