@@ -39,6 +39,40 @@ def str_tokens(_m, key: str, text: str) -> list[str]:
     return token_labels(_m.tokenizer, ids) if _m.tokenizer is not None else list(_m.to_str_tokens(ids))
 
 
+def name_copy(strs: list[str]) -> dict | None:
+    """Where a text copies a name it repeats (names found by ``features.search.repeated_names`` from the tokens
+    alone), for the pages that open on it (attention, logit lens, attribution graph); None when no name repeats.
+
+    ``pos``: the position whose next token is the copied one -- before the second word of a repeated two-word name
+    (the chapter's story: the second " Pl" of "Zorbin Plax", predicted at position 56, "in"), else before the second
+    piece of the first name that comes back. ``span``: (first, last) position of that name's second occurrence,
+    with a repeated name right before or after it (the whole "Zorbin Plax"); ``first``: where its first occurrence
+    starts."""
+    from sprout_interp.features.search import repeated_names
+
+    again = repeated_names(strs)
+    second = again[again["occurrence"] == 2]
+    if second.empty:
+        return None
+    at = set(second["pos"])
+    pos = None
+    for p in sorted(second.loc[second["piece"] == 0, "pos"]):
+        if p - 1 in at:  # a name right after another repeated name: a full name's second word
+            pos = int(p) - 1
+            break
+    if pos is None:
+        name = second[second["name"] == second["name"].iloc[0]]
+        pos = int(name["pos"].iloc[0])  # before its second piece
+    lo = hi = pos
+    while lo - 1 in at:
+        lo -= 1
+    while hi + 1 in at:
+        hi += 1
+    names = set(second.loc[second["pos"].between(lo, hi), "name"])
+    first = int(again[(again["occurrence"] == 1) & again["name"].isin(names)]["pos"].min())
+    return {"pos": pos, "span": (lo, hi), "first": first}
+
+
 # -- logit lens -------------------------------------------------------------------------------
 
 
@@ -96,20 +130,23 @@ def patterns(_m, key: str, text: str, layer: int):
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def all_patterns(_m, key: str, text: str, n: int):
-    """Attention patterns (layer, head, query, key) of every block on the text's first ``n`` tokens."""
-    return attention.attention_patterns(_m, tokens(_m, text)[:, :n])
+def all_patterns(_m, key: str, text: str, start: int, n: int):
+    """Attention patterns (layer, head, query, key) of every block on the text's tokens ``start`` … ``start + n - 1``
+    (queries and keys; the model reads the text from its first token, so a query's weights on keys before the
+    window are not drawn)."""
+    return attention.attention_patterns(_m, tokens(_m, text)[:, :start + n])[:, :, start:, start:]
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
-def all_heads_chart(_m, key: str, text: str, n: int, framed: tuple | None):
-    """The small multiples of every head on the text's first ``n`` tokens, ``framed`` (layer, head) outlined (None:
-    no frame); a click on a panel selects its invisible marker, whose customdata is ``[layer, head]``.
+def all_heads_chart(_m, key: str, text: str, start: int, n: int, framed: tuple | None):
+    """The small multiples of every head on the text's tokens ``start`` … ``start + n - 1``, ``framed`` (layer, head)
+    outlined (None: no frame); a click on a panel selects its invisible marker, whose customdata is ``[layer, head]``.
     Built once and shared (plotly takes a while to lay out dozens of panels): callers must not change it."""
     from sprout_interp.plots.heads import all_heads_figure
     from sprout_interp.plots.picking import clickable_panels
 
-    fig = all_heads_figure(all_patterns(_m, key, text, n), str_tokens(_m, key, text), selected=framed, n=n)
+    fig = all_heads_figure(all_patterns(_m, key, text, start, n), str_tokens(_m, key, text)[start:start + n],
+                           selected=framed, first=start)
     names = {f"block {l + 1} head {h}": (l, h) for l in range(_m.cfg.n_layers) for h in range(_m.cfg.n_heads)}
     panels = {i: names[tr.name] for i, tr in enumerate(fig.data) if tr.name in names}
     return clickable_panels(fig, panels, {i: f"block {l + 1} head {h} (layer {l}): click to draw it large below"

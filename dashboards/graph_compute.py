@@ -5,7 +5,7 @@ functions of their arguments, no tensor maths."""
 from __future__ import annotations
 
 import streamlit as st
-from compute import tokens
+from compute import name_copy, tokens
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -17,21 +17,11 @@ def graph_transcoders(_m, key: str):
 
 
 def graph_end(strs: list[str]) -> int | None:
-    """Where a text's graph ends by default: just before the second occurrence of a repeated two-word name's
-    second word (the chapter's text: the second " Plax", so the logits predict it), else before the second piece
-    of the first name that comes back; None when no name repeats. A token count (the prompt is ``strs[:end]``)."""
-    from sprout_interp.features.search import repeated_names
-
-    again = repeated_names(strs)
-    second = again[again["occurrence"] == 2]
-    if second.empty:
-        return None
-    starts = set(second.loc[second["piece"] == 0, "pos"])
-    for p in sorted(starts):
-        if p - 1 in set(second["pos"]):  # a name right after another repeated name: a full name's second word
-            return int(p)
-    first = second[second["name"] == second["name"].iloc[0]]
-    return int(first["pos"].iloc[1] if len(first) > 1 else first["pos"].iloc[0])
+    """Where a text's graph ends by default: just after the position where the model predicts a repeated name's
+    copied token (:func:`compute.name_copy`), so the logits explain that prediction; None when no name repeats.
+    A token count (the prompt is ``strs[:end]``)."""
+    got = name_copy(strs)
+    return None if got is None else got["pos"] + 1
 
 
 @st.cache_resource(max_entries=3, show_spinner=False)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import compute
 import link
+import qk_compute
+import qk_view
 import show
 import state
 import streamlit as st
@@ -15,6 +17,7 @@ from sprout_interp.plots.heads import (
     head_scores_heatmap,
     pattern_figure,
 )
+from sprout_interp.plots.picking import clickable_cells
 
 state.header(
     "Attention heads",
@@ -32,10 +35,25 @@ with st.spinner("scoring every head…"), state.shown_errors("the head scores"):
 induction = compute.induction_head(circ)  # None: the finder found no induction head
 circuit_heads = set(compute.circuit_heads(circ))
 
-c = st.columns([2, 1, 3])
+c = st.columns([2, 1, 2, 3])
 link.bind("layer", "attn_layer", link.int_in(0, L - 1))
 link.bind("head", "attn_head", link.int_in(0, H - 1))
+# the window of tokens drawn: centred on the chosen position, which starts where the text copies a name it repeats
+# (compute.name_copy: the chapter's story, position 56, where " Pl" of "Zorbin Plax" comes again), wide enough to
+# reach back to the name's first occurrence (the induction head's stripe is drawn), at most WINDOW_MOST tokens
+WINDOW, WINDOW_MOST = 48, 128
+strs = compute.str_tokens(m, key, text)
+copy = compute.name_copy(strs)
+text_id = f"{key}\0{text}"
+if st.session_state.get("attn_text_id") not in (None, text_id):  # a new model or text: its own default window
+    for k in ("attn_pos", "attn_n"):
+        st.session_state.pop(k, None)
+st.session_state["attn_text_id"] = text_id
+link.bind("pos", "attn_pos", link.int_in(0, T - 1))
 link.bind("n", "attn_n", link.int_in(1, T))
+want = max(WINDOW, 2 * (copy["pos"] - copy["first"]) + 2) if copy else WINDOW
+state.remember("attn_n", min(T, want, WINDOW_MOST), 1, T)
+state.remember("attn_pos", copy["pos"] if copy else min(T, WINDOW) // 2, 0, T - 1)
 state.remember("attn_layer", induction[0] if induction else 0, 0, L - 1)
 state.remember("attn_head", induction[1] if induction else 0, 0, H - 1)
 clicked = show.take_click("attn_all")  # a click on a head's small pattern below (previous run) chooses that head
@@ -44,34 +62,56 @@ if clicked is not None and 0 <= clicked[0] < L and 0 <= clicked[1] < H:
 layer = c[0].selectbox("block", list(range(L)), format_func=block_label, key="attn_layer")
 head = c[1].selectbox("head", list(range(H)), key="attn_head",
                       help="Starts on the induction head the circuit finder names (block 1 head 0 when it finds none).")
-state.remember("attn_n", min(T, 48), 1, T)
-n = c[2].slider("first tokens shown", 1, T, key="attn_n") if T > 1 else 1
+pos = int(c[2].number_input("position", 0, T - 1, key="attn_pos",
+                            help="The query in the middle of the tokens drawn, outlined in the text view. Starts where "
+                                 "the text copies a name it repeats (the second occurrence), when it has one."))
+n = c[3].slider("tokens shown", 1, T, key="attn_n") if T > 1 else 1
+start = min(max(pos - n // 2, 0), T - n)
+end = start + n
+shown = f"tokens {start}–{end - 1} of {T}" if start or end < T else f"all {T} tokens"
 
 # -- every head at a glance ------------------------------------------------------------------
 st.subheader("Every head at a glance")
 with st.spinner("running the model…"), state.shown_errors("the attention patterns"):
-    pats = compute.all_patterns(m, key, text, n)
-    strs = compute.str_tokens(m, key, text)
-    every = compute.all_heads_chart(m, key, text, n, induction)
+    pats = compute.all_patterns(m, key, text, start, n)
+    every = compute.all_heads_chart(m, key, text, start, n, induction)
+    one = compute.patterns(m, key, text, layer)[head, :end, :end]  # the text view: every token up to the window's end
 show.chart(every, "every head", key="attn_all", on_select="rerun", selection_mode="points")
 framed = (f"Framed in red: the induction head the circuit finder names, {block_label(induction[0])}, head {induction[1]} "
           f"(induction score {circ.induction_score:.2f} on repeated random tokens)." if induction else
           f"No head is framed: the circuit finder finds no induction head in this model (the best induction score, "
           f"{circ.induction_score:.2f} for {block_label(circ.induction_layer)} head {circ.induction_head}, is below its "
           f"bar of {circ.threshold:.2f}).")
-st.caption(f"One small pattern per head, first {n} of {T} tokens, all on one colour scale (0–1). {framed} Click a "
-           "head's pattern (or choose it above) to draw it large below, where hovering shows the tokens and the weights.")
+where = (f"centred on position {pos}, where the text copies the name {state.md(repr(''.join(strs[copy['span'][0]:copy['span'][1] + 1]).strip()))} "
+         f"(its second occurrence: positions {copy['span'][0]}–{copy['span'][1]}; the first starts at {copy['first']})"
+         if copy and pos == copy["pos"] else f"centred on position {pos} as far as the text allows")
+st.caption(f"One small pattern per head, {shown} ({where}), all on one colour scale (0–1); a query's weights on "
+           f"tokens before the window are not drawn. {framed} Click a head's pattern (or choose it above) to draw it "
+           "large below, where hovering shows the tokens and the weights.")
 
 # -- the chosen head ---------------------------------------------------------------------------
 st.subheader(f"{block_label(layer)}, head {head}")
-left, right = st.columns([1, 1])
-with left:
-    show.chart(pattern_figure(pats[layer, head], strs[:n], title=f"{block_label(layer)}, head {head} "
-                               f"(blocks.{layer}.attn.hook_pattern), first {n} of {T} tokens"), "the chosen head")
-with right:
-    st.html(attention_hover_html(pats[layer, head], strs[:n], element_id=f"attn-hover-{layer}-{head}",
-                                 title=f"{block_label(layer)}, head {head} on the text (first {n} tokens)"),
-            unsafe_allow_javascript=True)
+# the pattern at a size it reads at (its plot square, the colour bar as tall), the text view beside it where the
+# page is wide enough, else below it
+# a click on a cell of the pattern drawn large (previous run) opens that cell's QK attribution (qk_view) below it
+link.bind("qk", "qk_open", link.as_bool, link.fmt_bool)
+link.bind("qk_query", "qk_query", link.int_in(0, T - 1))
+link.bind("qk_key", "qk_key", link.int_in(0, T - 1))
+qk_view.take_cell_click("attn_large", "qk_query", "qk_key", "qk_open", T)
+with st.container(horizontal=True, gap="large"):
+    show.chart(clickable_cells(pattern_figure(pats[layer, head], strs[start:end], first=start,
+                                              title=f"{block_label(layer)}, head {head} "
+                                                    f"(blocks.{layer}.attn.hook_pattern), {shown}"), offset=start),
+               "the chosen head", key="attn_large", on_select="rerun", selection_mode="points")
+    with st.container(width=560):
+        st.html(attention_hover_html(one, strs[:end], element_id=f"attn-hover-{layer}-{head}", shown=pos,
+                                     title=f"{block_label(layer)}, head {head} on the text (tokens 0–{end - 1})"),
+                unsafe_allow_javascript=True)
+cell = qk_view.first_cell(qk_compute.repeat_cell(m, key, text), T)  # the text's first repeat: the panel's first cell
+st.session_state.setdefault("qk_query", cell[0])
+st.session_state.setdefault("qk_key", cell[1])
+qk_view.cell_panel(strs, layer, head, "qk_query", "qk_key", "qk_open",
+                   lambda lyr, hd, q, k: qk_compute.qk_attribution(m, key, text, lyr, hd, q, k))
 
 # -- head scores and the circuit ----------------------------------------------------------------
 st.subheader("Head scores")
@@ -80,7 +120,12 @@ st.markdown("**previous-token**: attention to the token just before; **duplicate
             "tokens (16 rows of 64 tokens, each repeated twice) and on this text.")
 how = ("confirmed by ablation" if circ.confirmed else
        "as the head scores rank it; the Ablations page confirms it by ablation, as the README's claims do")
-(st.success if circ.found else st.info)(f"The induction circuit ({how}): {state.md(circ.summary())}")
+(st.success if circ.found else st.info)(
+    f"The induction circuit ({how}): {state.md(circ.summary())}. **How the heads are ranked:** a previous-token head by "
+    "the lower of its two previous-token scores, on repeated random tokens and on held-out text (a previous-token head "
+    "looks at the token before on any text), the table's **prev_token_ranked** column; the induction head by its "
+    "induction score on repeated random tokens (**induction_random**). A head that scores high on one text only "
+    "(on this text, or on random tokens alone) is not ranked first.")
 if induction is None:
     st.warning(f"No induction head: the best induction score in this model is {circ.induction_score:.2f} "
                f"({state.md(circ.induction_label)}), below the circuit finder's bar of {circ.threshold:.2f}, so no "
@@ -92,10 +137,22 @@ def _mark(row):
     return ["background-color: #fff3b0" if hit else ""] * len(row)
 
 
-show.table(scores, "head scores", data=scores.style.apply(_mark, axis=1).format(precision=3))
+# the scores the circuit is ranked by (random tokens and held-out text, text-independent) beside this text's
+ranked = compute.circuit_scores(m, key)[["layer", "head", "prev_token_random", "prev_token_text"]]
+ranked = ranked.assign(prev_token_heldout=ranked["prev_token_text"],
+                       prev_token_ranked=ranked[["prev_token_random", "prev_token_text"]].min(axis=1))
+table = scores.merge(ranked[["layer", "head", "prev_token_heldout", "prev_token_ranked"]], on=["layer", "head"])
+lead = [c for c in ("layer", "block", "head") if c in table.columns]
+table = table[lead + ["prev_token_ranked", "prev_token_random", "prev_token_heldout"]
+              + [c for c in table.columns if c not in lead and c not in ("prev_token_ranked", "prev_token_random",
+                                                                        "prev_token_heldout")]]
+table.attrs.update(scores.attrs)
+show.table(table, "head scores", data=table.style.apply(_mark, axis=1).format(precision=3))
 st.caption("Highlighted: the heads of the induction circuit above (the circuit finder's call, as in the README's "
-           "claims: scores on repeated random tokens and on held-out text, not on this text); the table's *_text columns "
-           "are this text's. layer = index in code (blocks.{layer}); block = layer + 1, the chapter's count.")
+           "claims). **prev_token_ranked** = the lower of **prev_token_random** (repeated random tokens) and "
+           "**prev_token_heldout** (held-out text): the score the best previous-token head is named by. The *_text "
+           "columns are this text's, shown beside them; the circuit is not ranked on them. layer = index in code "
+           "(blocks.{layer}); block = layer + 1, the chapter's count.")
 show.chart(head_scores_figure(scores), "head scores")
 
 st.subheader("What each head writes: its full OV circuit")

@@ -11,7 +11,6 @@ import show
 import state
 import streamlit as st
 
-from sprout_interp.features.search import repeated_names
 from sprout_interp.lens.logit_lens import CHAPTER_SPROUT_CONFIDENCE, penultimate_vs_final
 from sprout_interp.plots import layer_metrics_chart, logit_lens_grid
 from sprout_interp.plots.trajectories import TRAJECTORY_METRICS, trajectory_heatmaps
@@ -67,12 +66,11 @@ picked = next((tuple(int(v) for v in p["customdata"][:2]) for p in pts if p.get(
 if picked is not None and picked != st.session_state.get("lens_applied"):
     st.session_state["lens_applied"] = picked
     st.session_state["lens_pos"], st.session_state["lens_row"] = picked
-# the position starts at the first token shown, but a typed text that repeats a name opens on the name's second
-# occurrence, where the model can copy it
+# the position starts where the text copies a name it repeats (compute.name_copy: the token before the copied one,
+# so the cell shows whether each block already predicts the copy), else at the first token shown
 state.clamp_state("lens_start", 0, max(T - width, 0))
-again = repeated_names(compute.str_tokens(m, key, text)) if st.session_state.get("text_choice") == state.OWN_TEXT else None
-second = again[(again["occurrence"] == 2) & (again["piece"] == 0)] if again is not None else []
-state.remember("lens_pos", int(second["pos"].min()) if len(second) else st.session_state.get("lens_start", 0), 0, T - 1)
+copy = compute.name_copy(compute.str_tokens(m, key, text))
+state.remember("lens_pos", copy["pos"] if copy else st.session_state.get("lens_start", 0), 0, T - 1)
 state.remember("lens_row", R - 1, 0, R - 1)
 # the grid moves to a newly chosen position (typed, clicked, from a link) when it lies outside the tokens shown
 if st.session_state.get("lens_centred") != (st.session_state["lens_pos"], width):

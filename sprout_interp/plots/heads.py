@@ -18,7 +18,6 @@ from plotly.subplots import make_subplots
 from sprout_interp.circuits.heads import block_label, head_label
 from sprout_interp.plots.common import (
     FULL_COLUMN,
-    HALF_COLUMN,
     model_style,
     show_token,
     thinned_ticks,
@@ -64,15 +63,17 @@ def head_grid(df: pd.DataFrame, value: str) -> tuple[np.ndarray, list[int], list
 
 def pattern_figure(
     pattern, str_tokens: Sequence[str], layer: Optional[int] = None, head: Optional[int] = None, title: Optional[str] = None,
-    size: int = 600, narrowest: int = HALF_COLUMN,
+    size: int = 560, narrowest: Optional[int] = None, first: int = 0,
 ) -> go.Figure:
-    """Heat-map of one head's pattern (query rows × key columns), drawn square.
+    """Heat-map of one head's pattern (query rows × key columns), drawn square, its colour bar as tall as the pattern.
 
     ``pattern``: ``(query, key)``, or ``(layer, head, query, key)`` from ``attention_patterns`` with
-    ``layer``/``head`` picking the head (0-indexed). ``size``: the figure's width in pixels; a page may draw it
-    narrower (down to ``narrowest``, half the main column of a 1280-pixel window, which the title is wrapped to
-    fit): the axes are locked to one scale across and down, so the pattern stays square and fills its axes, and
-    at most 16 keys queries are labelled (every token is in the hover).
+    ``layer``/``head`` picking the head (0-indexed). ``str_tokens``: one per row, the first at input position
+    ``first`` (a window of a longer text: the labels say ``pos:token`` with the text's own positions). ``size``: the
+    figure's width in pixels, drawn at that width (``show.chart``'s default): fixed margins for the labels (a token
+    label is cut to 10 characters; every token is whole in the hover) and the colour bar, and a height that makes
+    the plot area square, so the pattern fills it at that size; the title is wrapped to the figure's width (or to
+    ``narrowest`` pixels, where a page may draw it narrower). At most 16 keys and queries are labelled.
     """
     p = pattern.detach().cpu().float().numpy() if hasattr(pattern, "detach") else np.asarray(pattern, dtype=float)
     if p.ndim == 4:
@@ -82,21 +83,23 @@ def pattern_figure(
     if p.ndim != 2:
         raise ValueError(f"expected a (query, key) or (layer, head, query, key) pattern, got shape {p.shape}")
     n = p.shape[0]
-    toks = [f"{i}:{show_token(str(t))}" for i, t in enumerate(list(str_tokens)[:n])]
+    toks = [f"{first + i}:{show_token(str(t), most=10)}" for i, t in enumerate(list(str_tokens)[:n])]
     fig = go.Figure(go.Heatmap(
-        z=p, x=toks, y=toks, colorscale="Blues", zmin=0, zmax=1, colorbar=dict(thickness=14),
+        z=p, x=toks, y=toks, colorscale="Blues", zmin=0, zmax=1, colorbar=dict(thickness=14, len=1.0),
         hovertemplate="query %{y}<br>key %{x}<br>attention %{z:.3f}<extra></extra>",
     ))
     if title is None:
         title = "attention pattern" if layer is None else f"attention pattern, {block_label(layer)}, head {head}"
-    heading = title_below_toolbar(title, width=narrowest - 110, font=14)
-    fig.update_layout(title=heading, width=size, height=size + 40, margin=dict(l=10, r=10, t=top_margin(heading), b=10),
-                      plot_bgcolor="white")
+    heading = title_below_toolbar(title, width=(narrowest or size) - 20, font=14, ref="container")
+    left, right, bottom = 118, 64, 96  # the query labels and axis title; the colour bar; the key labels and title
+    side = size - left - right
+    fig.update_layout(title=heading, width=size, height=top_margin(heading) + bottom + side,
+                      margin=dict(l=left, r=right, t=top_margin(heading), b=bottom), plot_bgcolor="white")
     fig.update_xaxes(title="key (attended to)", tickangle=-90, nticks=16, tickfont=dict(size=10), range=[-0.5, n - 0.5],
-                     constrain="domain", showgrid=False, automargin=True)
+                     constrain="domain", showgrid=False, automargin=False)
     fig.update_yaxes(title="query (attending)", nticks=16, tickfont=dict(size=10), range=[n - 0.5, -0.5],
                      scaleanchor="x", scaleratio=1, constrain="domain", constraintoward="top", showgrid=False,
-                     automargin=True)
+                     automargin=False)
     return fig
 
 
@@ -158,13 +161,14 @@ def head_scores_figure(df: pd.DataFrame, columns: Optional[Sequence[str]] = None
 
 def all_heads_figure(
     patterns, str_tokens: Sequence[str], selected: Optional[tuple[int, int]] = None, n: Optional[int] = None,
-    title: Optional[str] = None, panel: int = 170, max_width: int = FULL_COLUMN - 20,
+    title: Optional[str] = None, panel: int = 170, max_width: int = FULL_COLUMN - 20, first: int = 0,
 ) -> go.Figure:
     """Every head of every block at a glance: one small attention pattern per head (rows = blocks, counted
     from 1; columns = heads), one shared colour scale, the ``selected`` (layer, head) framed in red.
 
     ``patterns``: ``(layer, head, query, key)`` from ``attention_patterns`` (or a list of per-layer
-    ``(head, query, key)``); ``n``: only the first ``n`` tokens (queries and keys). Each panel is a square of
+    ``(head, query, key)``); ``n``: only the first ``n`` tokens (queries and keys); ``first``: the input position of
+    the first of them (a window of a longer text: labels and title use the text's own positions). Each panel is a square of
     ``panel`` pixels, smaller where the figure would be wider than ``max_width`` pixels (800: the main column of
     a 1280-pixel window); each pattern's axes are locked to one scale across and down, so a pattern stays square
     and fills its axes at whatever width the page draws it, and the frame is drawn on the pattern's own axes.
@@ -179,7 +183,7 @@ def all_heads_figure(
     L, H = p.shape[:2]
     n = p.shape[-1] if n is None else max(1, min(int(n), p.shape[-1]))
     p = p[:, :, :n, :n].astype(np.float32)
-    labels = [f"{i}:{show_token(str(t))}" for i, t in enumerate(list(str_tokens)[:n])]
+    labels = [f"{first + i}:{show_token(str(t))}" for i, t in enumerate(list(str_tokens)[:n])]
     # pixels: margins, gaps (a row's gap holds the next row's panel titles), and the square panels
     left, right, top, bottom, hgap, vgap = 20, 110, 80, 20, 10, 26
     side = int(max(60, min(panel, (max_width - left - right - (H - 1) * hgap) // H)))
@@ -211,7 +215,8 @@ def all_heads_figure(
             fig.layout.annotations[i].font = dict(color="#d62728", size=12)
             fig.layout.annotations[i].text = f"<b>block {sl + 1} head {sh}</b>"
     fig.update_layout(
-        title=title or f"every head, first {n} tokens (queries down, keys across)",
+        title=title or (f"every head, first {n} tokens" if not first else f"every head, tokens {first}–{first + n - 1}")
+        + " (queries down, keys across)",
         coloraxis=dict(colorscale="Blues", cmin=0, cmax=1, colorbar=dict(title="attention", len=min(1.0, 400 / plot_h))),
         width=left + right + plot_w, height=top + bottom + plot_h, margin=dict(l=left, r=right, t=top, b=bottom),
         plot_bgcolor="white",
@@ -219,12 +224,14 @@ def all_heads_figure(
     return fig
 
 
-def attention_hover_html(pattern, str_tokens: Sequence[str], title: str = "", element_id: str = "attn-hover") -> str:
+def attention_hover_html(pattern, str_tokens: Sequence[str], title: str = "", element_id: str = "attn-hover",
+                         shown: Optional[int] = None) -> str:
     """One head's pattern as the text itself, CircuitsVis-style, offline (plain HTML and JavaScript, no CDN).
 
     Hover over (or click, to keep) a token: the tokens it attends to are shaded blue by their weight, the
     later tokens that attend to it are underlined orange by theirs, and the strongest of each are listed.
-    ``pattern``: ``(query, key)``. Token strings reach the page only as JSON data written with ``textContent``,
+    ``pattern``: ``(query, key)``; ``shown``: the position shown (outlined) at first, the last when None. Token
+    strings reach the page only as JSON data written with ``textContent``,
     never as markup, so any text is shown literally.
     """
     import json
@@ -237,7 +244,8 @@ def attention_hover_html(pattern, str_tokens: Sequence[str], title: str = "", el
     if len(toks) < n:
         raise ValueError(f"{n} positions but only {len(toks)} token strings")
     weights = np.round(p.astype(np.float64), 4).tolist()
-    data = json.dumps({"tokens": toks, "pattern": weights, "title": str(title)}, ensure_ascii=True)
+    start = n - 1 if shown is None else max(0, min(int(shown), n - 1))
+    data = json.dumps({"tokens": toks, "pattern": weights, "title": str(title), "shown": start}, ensure_ascii=True)
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     uid = "".join(ch for ch in str(element_id) if ch.isalnum() or ch in "-_") or "attn-hover"
     return _HOVER_TEMPLATE.replace("__UID__", uid).replace("__DATA__", data)
@@ -300,7 +308,7 @@ _HOVER_TEMPLATE = """<div id="__UID__" class="sprout-attn" style="font-family: s
     info.appendChild(l1); info.appendChild(l2);
   }
   root.dataset.ready = "1";
-  if (n) show(n - 1);
+  if (n) show(D.shown);
 })();
 </script>
 """
