@@ -65,19 +65,21 @@ from sprout_interp.circuits.local_replacement import (
     rms_norm_jacobian,
     salient_logits,
 )
+from sprout_interp.core import limits
 from sprout_interp.core.arguments import check_count, check_indices, check_number
 from sprout_interp.core.errors import (
     AttributionGraphError,
 )
 from sprout_interp.core.hooked import HookedSprout, as_hooked
 
-__all__ = ["FINAL_NORMS", "FrozenBackward", "attribution_graph", "partial_influence", "graph_macs"]
+__all__ = ["FINAL_NORMS", "FrozenBackward", "attribution_graph", "partial_influence", "graph_macs", "graph_memory"]
 
 
 class _Backward:
     """The transposed maps of the frozen linear model, for batches of target rows (row vectors, as gradients)."""
 
-    def __init__(self, m: HookedSprout, rep: LocalReplacement, n_rows: int, n_cols: int):
+    def __init__(self, m: HookedSprout, rep: LocalReplacement, n_rows: int, n_cols: int,
+                 token_images: Optional[bool] = None):
         L, T, d = m.cfg.n_layers, rep.tokens.numel(), m.cfg.d_model
         self.H, self.dh, self.d = m.cfg.n_heads, m.cfg.d_head, d
         f = torch.float32
@@ -100,37 +102,46 @@ class _Backward:
         counts.index_put_((rep.feat_layer, rep.feat_pos), torch.ones_like(rep.feat_pos), accumulate=True)
         K = int(counts.max()) if nF else 0
         self.S = K + 2
-        self.src = torch.zeros(L, T, self.S, d, **dev)
+        self.srcT = torch.zeros(L, T, d, self.S, **dev)  # (L, T, d, S), filled in place: no second copy
         self.cols = torch.full((L, T, self.S), -1, dtype=torch.long, **dev)
         first = torch.cumsum(counts.flatten(), 0) - counts.flatten()  # node index of each (layer, pos)'s first feature
         slot = torch.arange(nF, **dev) - first[rep.feat_layer * T + rep.feat_pos]
-        dec = torch.cat([tc.W_dec.detach().float()[rep.feat_index[slice(*rep.layer_span(tc.layer))]]
-                         for tc in rep.transcoders]) if nF else torch.zeros(0, d, **dev)
-        self.src[rep.feat_layer, rep.feat_pos, slot] = dec * rep.feat_act[:, None]
+        for tc in rep.transcoders:  # a layer at a time: no (features, d) copy of every decoder row at once
+            span = slice(*rep.layer_span(tc.layer))
+            dec = tc.W_dec.detach().float()[rep.feat_index[span]] * rep.feat_act[span, None]
+            self.srcT[rep.feat_layer[span], rep.feat_pos[span], :, slot[span]] = dec
         self.cols[rep.feat_layer, rep.feat_pos, slot] = torch.arange(nF, **dev)
-        self.src[:, :, K] = rep.errors
+        self.srcT[:, :, :, K] = rep.errors
         self.cols[:, :, K] = nF + torch.arange(L * T, **dev).view(L, T)
-        self.src[:, :, K + 1] = rep.consts
-        self.srcT = self.src.transpose(-1, -2).contiguous()  # (L, T, d, S)
-        del self.src
+        self.srcT[:, :, :, K + 1] = rep.consts
         self.embed = m.model.embed.weight.detach().to(f)[rep.tokens]
-        self.F1T = self._tokens_through_block0(rep).permute(1, 2, 0).contiguous()  # (pos, d, token)
+        if token_images is None:
+            token_images = uses_token_images(T, d)
+        # (pos, d, token), or None: rows then go backward through block 0 (more multiply-adds, no T² d tensor)
+        self.F1T = self._tokens_through_block0(rep) if token_images else None
         self.tok_cols = nF + L * T + torch.arange(T, **dev)
         self.adj = torch.zeros(n_rows, n_cols, **dev)  # rows: targets as the caller places them
         self.const = torch.zeros(n_rows, **dev)
         self.macs = 0.0
 
-    def _tokens_through_block0(self, rep: LocalReplacement) -> Float[Tensor, "tok pos d"]:
+    def _tokens_through_block0(self, rep: LocalReplacement) -> Float[Tensor, "pos d tok"]:
         """Each token embedding carried forward through the frozen block 0 (attention, then the skip connection) to
-        ``resid_post`` of block 0: its image at every position. A row's token edges are then its gradient there
-        dotted with these images, so no row runs backward through block 0."""
+        ``resid_post`` of block 0: its image at every position, ``F[q, :, j]`` for token ``j`` at position ``q``. A
+        row's token edges are then its gradient there dotted with these images, so no row runs backward through
+        block 0. Filled a block of positions at a time (no temporary of the whole ``pos x d x tok`` size)."""
         T, d = self.embed.shape
-        F = torch.diag_embed(self.embed.T).permute(1, 2, 0)  # F[j, q] = embed[j] at q == j
-        for h in range(self.H):
-            o = ((self.embed * self.inv1[0, :, None]) @ self.WV[0][h].T) @ self.WO[0][h].T  # (token, d)
-            F += self.A[0, h].T[:, :, None] * o[:, None, :]  # from token j to query q: A[q, j]
-        if self.WS[0] is not None:
-            F += (F * self.inv2[0, None, :, None]) @ self.WS[0].T
+        F = torch.zeros(T, d, T, device=self.embed.device)
+        at = torch.arange(T, device=self.embed.device)
+        F[at, :, at] = self.embed  # token j at its own position
+        outs = [(((self.embed * self.inv1[0, :, None]) @ self.WV[0][h].T) @ self.WO[0][h].T).T  # (d, token)
+                for h in range(self.H)]
+        step = max(1, (8 << 20) // max(1, d * T))
+        for q0 in range(0, T, step):
+            blk = F[q0:q0 + step]
+            for h in range(self.H):
+                blk += self.A[0, h, q0:q0 + step, None, :] * outs[h][None]  # from token j to query q: A[q, j]
+            if self.WS[0] is not None:
+                blk += torch.matmul(self.WS[0], blk * self.inv2[0, q0:q0 + step, None, None])
         return F
 
     def attention(self, layer: int, G: Float[Tensor, "p b d"]) -> Float[Tensor, "p b d"]:
@@ -178,6 +189,11 @@ class _Backward:
             self.read(layer, G, r0, r1)
             G = self.attention(layer, self.skip(layer, G))
         self.read(0, G, r0, r1)
+        if self.F1T is None:  # through block 0 too, then each position's gradient dotted with its token's embedding
+            G = self.attention(0, self.skip(0, G))
+            self.adj[r0:r1, self.tok_cols[:P]] = torch.bmm(G, self.embed[:P, :, None])[:, :, 0].T
+            self.macs += G.shape[1] * P * G.shape[2]
+            return
         self.adj[r0:r1, self.tok_cols[:P]] = torch.bmm(G, self.F1T[:P, :, :P]).sum(0)
         self.macs += G.shape[1] * P * P * G.shape[2]
 
@@ -227,6 +243,95 @@ class _Backward:
 FrozenBackward = _Backward
 
 
+_CHUNK_BYTES = 16 << 20  # the block of buffer rows scaled or moved at a time once the rows pass it
+_TOKEN_IMAGES_BYTES = 64 << 20  # the largest tokens' images kept (pos² · d_model floats: 58 MiB at 200 of Sprout's)
+
+
+def uses_token_images(n_pos: int, d_model: int) -> bool:
+    """Whether a graph's rows read the token edges off each token carried forward through block 0 once (faster;
+    ``n_pos² · d_model`` floats, kept up to 64 MiB) rather than going backward through block 0 themselves."""
+    return 4 * n_pos * n_pos * d_model <= _TOKEN_IMAGES_BYTES
+
+
+def graph_memory(n_layers: int, d_model: int, n_heads: int, n_pos: int, n_features: int, k: int,
+                 n_logits: int = 10, max_feature_nodes: Optional[int] = None, batch_size: int = 64
+                 ) -> dict[str, int]:
+    """Bytes an attribution graph's own tensors take at their peak, by part, before any is allocated: a prompt of
+    ``n_pos`` positions with ``n_features`` active features, at most ``k`` of them at one (layer, position),
+    keeping ``max_feature_nodes`` of them (None: all). Parts: ``sources`` (the ``k + 2`` vectors each (layer,
+    position) writes, and their node indices), ``token_images`` (every token carried through block 0 to every
+    position, ``n_pos² · d_model``, when :func:`uses_token_images`), ``patterns`` (the frozen attention and its transpose), ``batches`` (a batch
+    of ``batch_size`` rows' gradients), ``rows`` (the adjacency rows computed: every node's, or the logits' and
+    the kept features'), ``kept`` (the kept graph's adjacency when features are left out, with a block of rows
+    moved into it) and ``table`` (the node table); ``total`` is their sum. Python, torch and the model are not in
+    it (about 0.4 GiB for Sprout)."""
+    L, d, H, T, nF = n_layers, d_model, n_heads, n_pos, n_features
+    n = nF + L * T + T + n_logits
+    S = k + 2
+    every = max_feature_nodes is None or max_feature_nodes >= nF
+    keep = nF if every else max_feature_nodes
+    n2 = keep + L * T + T + n_logits
+    parts = {
+        "sources": 4 * L * T * d * S + 8 * L * T * S + 4 * L * T * d * 4,  # srcT, cols, the replacement's (L, T, d)
+        "token_images": 4 * T * T * d + min(4 * T * T * d, 8 << 20) if uses_token_images(T, d) else 0,
+        "patterns": 2 * 4 * L * H * T * T,
+        "batches": 4 * batch_size * T * (5 * d + 2 * S),  # a batch's gradient, its copies through a block, reads
+        "rows": 4 * n * (n if every else keep + n_logits),
+        # then, left-out features: the influence ranking's block of scaled rows, or the kept adjacency with a block
+        # of rows, its kept columns and its left-out ones being moved into it, whichever is larger
+        "kept": 0 if every else 4 * n2 * n2 + 3 * min(_CHUNK_BYTES, 4 * n * (keep + n_logits)),
+        "table": 400 * n2,
+    }
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def _feature_budget(m: HookedSprout, rep: LocalReplacement, n_logits: int, max_feature_nodes: Optional[int],
+                    batch_size: int, budget: int) -> Optional[int]:
+    """The ``max_feature_nodes`` a graph is made with: None (every active feature) or a number. Asked for None,
+    every feature when the graph fits ``budget`` bytes, else the largest number that fits; asked for a number, that
+    number if it fits. Raises AttributionGraphError naming the argument, the estimate and the budget otherwise."""
+    L, T, nF = m.cfg.n_layers, rep.tokens.numel(), rep.n_features
+    counts = torch.zeros(L * T, dtype=torch.long)
+    counts.index_put_((rep.feat_layer.cpu() * T + rep.feat_pos.cpu(),), torch.ones(nF, dtype=torch.long),
+                      accumulate=True)
+    shape = dict(n_layers=L, d_model=m.cfg.d_model, n_heads=m.cfg.n_heads, n_pos=T, n_features=nF,
+                 k=int(counts.max()) if nF else 0, n_logits=n_logits, batch_size=batch_size)
+
+    def need(keep: Optional[int]) -> dict[str, int]:
+        return graph_memory(**shape, max_feature_nodes=keep)
+
+    def gib(b: int) -> str:
+        return f"{b / 2 ** 30:.2f} GiB" if b >= 1 << 28 else f"{b / 2 ** 20:.1f} MiB" if b >= 1 << 20 else f"{b:,} bytes"
+
+    if max_feature_nodes is None and need(None)["total"] <= budget:
+        return None
+    asked = None if max_feature_nodes is None else min(max_feature_nodes, nF)
+    if asked is not None and need(asked)["total"] <= budget:
+        return max_feature_nodes
+    lo, hi = 0, nF - 1  # the largest number of features left out that fits: need() grows with it below nF
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if need(mid)["total"] <= budget else (lo, mid - 1)
+    parts = need(asked if asked is not None else max(lo, 1))
+    show = ", ".join(f"{k} {gib(v)}" for k, v in parts.items() if k != "total")
+    where = (f"this prompt's graph ({T} positions, {nF:,} active features, up to {shape['k']} at one layer and "
+             f"position)")
+    if lo >= 1 and asked is not None:
+        raise AttributionGraphError(
+            f"max_feature_nodes={max_feature_nodes} needs about {gib(parts['total'])} for {where}, more than "
+            f"memory_budget={budget:,} bytes ({gib(budget)}; default sprout_interp.core.limits.MAX_GRAPH_BYTES): "
+            f"max_feature_nodes must be 1..{lo} here"
+            f"{' (or None: every feature fits)' if need(None)['total'] <= budget else ''}, or raise memory_budget "
+            f"({show})")
+    if lo >= 1:
+        return lo
+    raise AttributionGraphError(
+        f"{where} needs about {gib(parts['total'])} even with one feature kept, more than memory_budget={budget:,} "
+        f"bytes ({gib(budget)}; default sprout_interp.core.limits.MAX_GRAPH_BYTES): shorten the text, lower "
+        f"batch_size={batch_size}, use transcoders of a smaller k, or raise memory_budget ({show})")
+
+
 def _hop_macs(d: int, H: int, skip: bool, P: int) -> tuple[int, int]:
     """Multiply-adds per row of one block's skip connection and attention backward: on ``P`` positions, and on the
     1 + H vectors of a factored gradient (then expanded to the positions)."""
@@ -238,8 +343,8 @@ def _hop_macs(d: int, H: int, skip: bool, P: int) -> tuple[int, int]:
 def attribution_graph(model, text, transcoders: TranscodersLike = None, *, bos: bool = True,
                       max_n_logits: int = 10, desired_logit_prob: float = 0.95, batch_size: int = 64,
                       max_feature_nodes: Optional[int] = None, rerank_every: int = 2048,
-                      attribution_targets=None, final_norm: str = "frozen", progress: bool = False
-                      ) -> AttributionGraph:
+                      attribution_targets=None, final_norm: str = "frozen", memory_budget: Optional[int] = None,
+                      progress: bool = False) -> AttributionGraph:
     """The attribution graph of ``model`` on one prompt (see the module docstring for its nodes and edges).
 
     Args:
@@ -253,7 +358,8 @@ def attribution_graph(model, text, transcoders: TranscodersLike = None, *, bos: 
             for a token the model does not rank among its most probable.
         batch_size: target rows per backward pass (memory: about ``batch_size * pos * d_model * 16`` bytes).
         max_feature_nodes: keep at most this many feature nodes, chosen as circuit-tracer 0.5's ``attribute``
-            chooses them (None: every active feature; a number above the active count keeps them all). The logit
+            chooses them (None: every active feature when the graph fits ``memory_budget``, else as many as fit,
+            chosen the same way; a number above the active count keeps them all). The logit
             rows come first; then, until the budget is spent, the features' influence on the logits is computed
             over the rows known so far (circuit-tracer's ``compute_partial_influences``: ``|rows|`` normalized to
             sum 1, weighted by the logit probabilities, every path), the ``rerank_every`` unvisited features of
@@ -275,6 +381,12 @@ def attribution_graph(model, text, transcoders: TranscodersLike = None, *, bos: 
             in both modes; the choice is ``graph.info["final_norm"]`` and travels in the graph file. A graph made
             with ``max_feature_nodes`` may keep other features in each mode (the influence ranking reads the
             logit rows).
+        memory_budget: the bytes the graph's own tensors may take at their peak (None:
+            ``sprout_interp.core.limits.MAX_GRAPH_BYTES``, 1 GiB), estimated by :func:`graph_memory` before any
+            is allocated. The rows grow with the square of the prompt (every node's row holds every node), so with
+            ``max_feature_nodes=None`` a long prompt keeps the features of most influence that fit (the others'
+            effect stays in ``dropped``: the graph is as exact); a ``max_feature_nodes`` that does not fit is
+            refused, naming the largest that does.
         progress: show a progress bar over the batches.
 
     Returns an :class:`AttributionGraph`; ``graph.adjacency`` is ``(n, n)`` float32, rows = targets, in the
@@ -304,8 +416,13 @@ def attribution_graph(model, text, transcoders: TranscodersLike = None, *, bos: 
         raise AttributionGraphError(f"final_norm must be one of {FINAL_NORMS} (the frozen scale, circuit-tracer's "
                                     f"graph; or the norm's Jacobian for first-order logit edges), got {final_norm!r}"
                                     [:300])
+    budget = limits.MAX_GRAPH_BYTES if memory_budget is None else memory_budget
+    budget = check_count(budget, "memory_budget", high=1 << 50, what="bytes the graph's tensors may take",
+                         error=AttributionGraphError)
     with m.lock:
         rep = local_replacement(m, text, transcoders, bos)
+    n_logits = len(targets) if targets is not None else min(max_n_logits, m.cfg.d_vocab)
+    max_feature_nodes = _feature_budget(m, rep, n_logits, max_feature_nodes, batch_size, budget)
     return _graph(m, rep, max_n_logits, desired_logit_prob, batch_size, progress, max_feature_nodes, rerank_every,
                   targets, final_norm)
 
@@ -314,14 +431,27 @@ def partial_influence(rows: Float[Tensor, "r n"], row_nodes: Int[Tensor, " r"],
                       logit_probs: Float[Tensor, " k"], max_iter: int = 128) -> Float[Tensor, " n"]:
     """circuit-tracer's ``compute_partial_influences``: each node's influence on the logit nodes (the last ``k``
     columns) through the rows computed so far (``rows[i]`` is node ``row_nodes[i]``'s incoming edges; a node
-    without a row passes nothing on). ``|rows|`` each scaled to sum 1 (floor 1e-8), ``p @ (N + N² + ...)``."""
-    N = rows.abs()
-    N /= N.sum(dim=1, keepdim=True).clamp(min=1e-8)
-    prod = torch.zeros(rows.shape[1], dtype=N.dtype, device=N.device)
-    prod[-logit_probs.numel():] = logit_probs.to(N.dtype)
+    without a row passes nothing on). ``|rows|`` each scaled to sum 1 (floor 1e-8), ``p @ (N + N² + ...)``.
+
+    Rows of more than ``_CHUNK_BYTES`` are scaled a block at a time at every step instead of once (the same
+    values, without a second copy of the rows)."""
+    r, n = rows.shape
+    step = max(1, _CHUNK_BYTES // max(1, 4 * n))
+    if r <= step:
+        N = rows.abs()
+        N /= N.sum(dim=1, keepdim=True).clamp(min=1e-8)
+        blocks = [(0, r, N)]
+    else:
+        sums = torch.cat([rows[i:i + step].abs().sum(dim=1, keepdim=True) for i in range(0, r, step)]).clamp(min=1e-8)
+        blocks = [(i, min(r, i + step), None) for i in range(0, r, step)]
+    prod = torch.zeros(n, dtype=rows.dtype, device=rows.device)
+    prod[-logit_probs.numel():] = logit_probs.to(rows.dtype)
     total = torch.zeros_like(prod)
     for _ in range(max_iter):
-        prod = prod[row_nodes] @ N
+        w = prod[row_nodes]
+        prod = torch.zeros_like(total)
+        for i, j, N in blocks:
+            prod += w[i:j] @ (N if N is not None else rows[i:j].abs().div_(sums[i:j]))
         if not bool(prod.any()):
             return total
         total += prod
@@ -403,16 +533,20 @@ def _graph(m: HookedSprout, rep: LocalReplacement, max_n_logits: int, desired_lo
         cols = torch.cat([keep, torch.arange(nF, n, device=dev)])
         order = torch.cat([nL + row_nodes[nL:].argsort(), torch.arange(nL, device=dev)])  # features, then logits
         n2 = cols.numel()
-        rows = adj[order]
-        dropped = torch.zeros(n2, device=adj.device)
-        adj = torch.zeros(n2, n2, device=adj.device)
-        adj[:n_keep], adj[n2 - nL:] = rows[:n_keep][:, cols], rows[n_keep:][:, cols]
+        dest = torch.cat([torch.arange(n_keep, device=dev), torch.arange(n2 - nL, n2, device=dev)])
         out = (~visited).nonzero()[:, 0]
-        dropped[:n_keep], dropped[n2 - nL:] = rows[:n_keep][:, out].sum(1), rows[n_keep:][:, out].sum(1)
+        rows, bw.adj = adj, None
+        dropped = torch.zeros(n2, device=rows.device)
+        adj = torch.zeros(n2, n2, device=rows.device)
+        step = max(1, _CHUNK_BYTES // max(1, 4 * n))
+        for i in range(0, order.numel(), step):  # a block of rows at a time: no second copy of the buffer
+            blk = rows[order[i:i + step]]
+            adj[dest[i:i + step]] = blk[:, cols]
+            dropped[dest[i:i + step]] = blk[:, out].sum(1)
+        del rows, blk
         c = const[order]
         const = torch.zeros(n2, device=adj.device)
         const[:n_keep], const[n2 - nL:] = c[:n_keep], c[n_keep:]
-        del rows
         rep = _keep_features(rep, keep)
         n = n2
     inputs = torch.full((n,), math.nan)

@@ -107,7 +107,9 @@ class AttributionGraph:
         rest = torch.tensor(self.nodes["constant"].values)
         if "dropped" in self.nodes:
             rest = rest + torch.tensor(self.nodes["dropped"].values)
-        got = self.adjacency[rows].double().sum(1) + rest[rows]
+        n, step = rows.numel(), max(1, (1 << 22) // max(rows.numel(), 1))  # float64 sums, a block of rows at a time
+        sums = torch.cat([self.adjacency[i:i + step].double().sum(1) for i in range(0, n, step)]) if n else rest
+        got = sums[rows] + rest[rows]
         return float((torch.tensor(self.nodes["input"].values)[rows] - got).abs().max()) if bool(rows.any()) else 0.0
 
     def save(self, path: Union[str, Path]) -> Path:
@@ -199,6 +201,9 @@ def load_graph(path: Union[str, Path]) -> AttributionGraph:
         raise bad("a node's position is outside the prompt")
     if (meta.get("info") or {}).get("final_norm", "frozen") not in FINAL_NORMS:
         raise bad(f"its info's 'final_norm' must be one of {FINAL_NORMS}")
+    why = _check_values(sd, counts, L, meta.get("info") or {})
+    if why:
+        raise bad(why)
     toks = [str(s) for s in meta["tokens"]]
     labels = [toks[p] for p in pos[:nF + nE + nT].tolist()] + [str(s) for s in meta["logit_tokens"]]
     df = pd.DataFrame({"node": range(len(kinds)), "kind": kinds, "layer": sd["layer"].long().tolist()})
@@ -212,6 +217,77 @@ def load_graph(path: Union[str, Path]) -> AttributionGraph:
                             info=dict(meta.get("info") or {}))
 
 
+
+
+#: The largest |value| a graph file's edges and node values may hold. A real edge is part of a pre-activation or a
+#: logit (the shipped models' are below 100); at 1e12 a row's sum of |edges| over even 2^24 nodes stays below 2e19,
+#: whose square is still a finite float32, so influence and pruning never overflow.
+MAX_GRAPH_VALUE = 1e12
+
+
+def _check_values(sd: dict, counts: list, L: int, info: dict) -> str:
+    """What is wrong with a graph file's values, each field against the range the format gives it ('' when
+    nothing is). Node order: features sorted by (layer, pos, feature), errors (layer, pos), embeddings, logits."""
+    nF, nE, nT, nL = counts
+    n, T = sum(counts), nT
+    feats, errs, embs, logits = slice(0, nF), slice(nF, nF + nE), slice(nF + nE, nF + nE + nT), slice(n - nL, n)
+    layer, pos, feature = sd["layer"].long(), sd["pos"].long(), sd["feature"].long()
+    tokens, token_id = sd["tokens"].long(), sd["token_id"].long()
+    vocab = limits.LIMITS["vocab_size"]
+    if bool(((tokens < 0) | (tokens >= vocab)).any()):
+        return f"'tokens' must hold token ids 0..{vocab - 1}"
+    width = info.get("d_transcoder")
+    width = width if isinstance(width, int) and not isinstance(width, bool) and width > 0 else 1 << 24
+    if bool(((layer[feats] < 0) | (layer[feats] >= L)).any()) or bool(((feature[feats] < 0) |
+                                                                          (feature[feats] >= width)).any()):
+        return f"a feature node's 'layer' must be 0..{L - 1} and its 'feature' 0..{width - 1}"
+    key = (layer[feats] * T + pos[feats]) * width + feature[feats]
+    if nF > 1 and not bool((key[1:] > key[:-1]).all()):
+        return "feature nodes must be sorted by (layer, pos, feature), each once"
+    ep = torch.arange(nE)
+    if not (torch.equal(layer[errs], ep // T) and torch.equal(pos[errs], ep % T)):
+        return f"error nodes must be one per (layer 0..{L - 1}, pos 0..{T - 1}), in that order"
+    if not (bool((layer[embs] == -1).all()) and torch.equal(pos[embs], torch.arange(T))):
+        return f"embedding nodes must have 'layer' -1 and 'pos' 0..{T - 1} in order"
+    if not (bool((layer[logits] == L).all()) and bool((pos[logits] == T - 1).all())):
+        return f"logit nodes must have 'layer' {L} (n_layers) and 'pos' {T - 1} (the last)"
+    if bool((feature[nF:] != -1).any()):
+        return "only feature nodes have a 'feature' (the others -1)"
+    if not torch.equal(token_id[:nF + nE + nT], tokens[pos[:nF + nE + nT]]):
+        return "'token_id' of a feature, error or embedding node must be the prompt's token at its 'pos'"
+    if bool(((token_id[logits] < 0) | (token_id[logits] >= vocab)).any()) or \
+            token_id[logits].unique().numel() != nL:
+        return f"a logit node's 'token_id' must be a token id 0..{vocab - 1}, each once"
+    prob = sd["logit_prob"][logits].double()
+    if not bool(torch.isfinite(prob).all()) or bool((prob < 0).any()) or float(prob.sum()) > 1 + 1e-4:
+        return "'logit_prob' of the logit nodes must be probabilities 0..1 that sum to at most 1"
+    values = {"activation": (feats, 0.0), "norm": (slice(0, n - nL), 0.0), "input": (None, None),
+              "constant": (None, None), "dropped": (None, None)}
+    read = torch.cat([torch.arange(nF), torch.arange(n - nL, n)])  # the nodes that read: features and logits
+    for c, (rows, low) in values.items():
+        if c not in sd:
+            continue
+        v = sd[c][read] if rows is None else sd[c][rows]
+        if not bool(torch.isfinite(v).all()) or bool((v.abs() > MAX_GRAPH_VALUE).any()) or \
+                (low is not None and bool((v < low).any())):
+            at = "features and logits" if rows is None else "features" if c == "activation" else "all but logits"
+            return (f"'{c}' of the {at} must be finite numbers in "
+                    f"{'0' if low is not None else f'-{MAX_GRAPH_VALUE:g}'}..{MAX_GRAPH_VALUE:g}")
+    adj = sd["adjacency"]
+    if float(adj.abs().max()) > MAX_GRAPH_VALUE if adj.numel() else False:
+        return f"'adjacency' must hold edges of size at most {MAX_GRAPH_VALUE:g}"
+    # a direct effect goes from a node of a lower layer at an earlier or the same position into a feature or a
+    # logit (the graph is acyclic): checked a block of rows at a time, without an n x n index list
+    reads = torch.zeros(n, dtype=torch.bool)
+    reads[read] = True
+    step = max(1, (1 << 24) // max(n, 1))
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
+        allowed = (layer[None, :] < layer[r0:r1, None]) & (pos[None, :] <= pos[r0:r1, None]) & reads[r0:r1, None]
+        if bool(((adj[r0:r1] != 0) & ~allowed).any()):
+            return ("'adjacency' has an edge that is not from a lower layer at an earlier or the same position into "
+                    "a feature or logit node (rows = targets): a graph's edges cannot form a cycle")
+    return ""
 
 
 # -- influence, pruning and scores ----------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from sprout_interp.core.fingerprints import fingerprint, fingerprint_mismatch
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import as_hooked
 from sprout_interp.core.tokens import eot_id
-from sprout_interp.features.transcoder import Transcoder, TranscoderSet, load_transcoders, mlp_input
+from sprout_interp.features.transcoder import Transcoder, TranscoderSet, load_transcoders, max_k, mlp_input
 
 __all__ = ["TranscodersLike", "LocalReplacement", "check_transcoders", "prompt_tokens", "local_replacement", "salient_logits",
            "rms_norm_jacobian", "random_transcoders"]
@@ -242,7 +242,7 @@ def random_transcoders(model, k: int = 32, d_transcoder: Optional[int] = None, s
     d = m.cfg.d_model
     d_transcoder = check_count(4 * d if d_transcoder is None else d_transcoder, "d_transcoder", high=1 << 20,
                                error=AttributionGraphError)
-    k = check_count(k, "k", high=d_transcoder, what="active features per token, at most d_transcoder",
+    k = check_count(k, "k", high=max_k(d_transcoder), what=f"active features per token, 1..{max_k(d_transcoder)}",
                     error=AttributionGraphError)
     seed = check_count(seed, "seed", low=0, error=AttributionGraphError)
     g = torch.Generator().manual_seed(seed)

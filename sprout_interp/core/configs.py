@@ -23,7 +23,8 @@ from sprout_model.checkpoint import TIED
 from sprout_model.model import GPT, Config, rope_tables
 
 __all__ = ["validate_config", "expected_shapes", "strip_prefixes", "infer_config", "plan_config", "build_model",
-           "describe_config", "not_float", "few_keys", "check_tensors", "check_finite", "DEFAULT_CONTEXT",
+           "describe_config", "not_float", "few_keys", "check_tensors", "check_finite", "check_weights",
+           "check_runs", "DEFAULT_CONTEXT",
            "DEFAULT_ROPE_BASE", "PREFIXES"]
 
 DEFAULT_CONTEXT = 512
@@ -296,6 +297,38 @@ def check_finite(sd: Mapping[str, torch.Tensor], source: str) -> None:
             )
 
 
+def check_weights(sd: Mapping[str, torch.Tensor], source: str) -> None:
+    """Refuse, with :class:`InvalidWeightsError`, weights that cannot run in float32: NaN or infinite values
+    (:func:`check_finite`), or a finite value larger in size than ``limits.MAX_WEIGHT_ABS`` (1e4; see there why),
+    which overflows float32 once multiplied and summed. The one check of weight values for checkpoints, tuned
+    lenses, SAEs and transcoders."""
+    check_finite(sd, source)
+    bound = limits.MAX_WEIGHT_ABS
+    for k, v in sd.items():
+        if v.numel() and v.is_floating_point():
+            big = float(v.detach().abs().max())
+            if big > bound:
+                raise InvalidWeightsError(
+                    f"{str(k)[:80]} in {source} holds a value of size {big:.3g}, outside the range |w| <= {bound:g} "
+                    "that a weight must keep to run in float32 without overflow (trained weights are of order 1; "
+                    "sprout_interp.core.limits.MAX_WEIGHT_ABS sets the bound). These weights are damaged or not "
+                    "trained: use an earlier save")
+
+
+@torch.no_grad()
+def check_runs(model: GPT, source: str) -> None:
+    """Refuse, with :class:`InvalidWeightsError`, a model whose forward pass on a probe input (token ids 0..15,
+    or the whole vocabulary if smaller) gives a NaN or infinite logit: weights each within bounds whose products
+    still overflow float32 through the depth of the model."""
+    n = min(16, model.cfg.vocab_size, model.cfg.context)
+    logits, _ = model(torch.arange(n, device=next(model.parameters()).device)[None])
+    if not bool(torch.isfinite(logits).all()):
+        raise InvalidWeightsError(
+            f"the model in {source} gives NaN or infinite logits on the probe input (token ids 0..{n - 1}): its "
+            "weights overflow float32 in the forward pass (every logit must be finite). They are damaged or not "
+            "trained: use an earlier save")
+
+
 def _empty_gpt(config: Config) -> GPT:
     """A GPT of ``config`` whose parameters are uninitialised (the weights loaded next replace every one) and whose
     rotation tables are computed: built on the meta device, so the random initialisation of its 17M parameters,
@@ -318,7 +351,8 @@ def build_model(sd: Mapping[str, Any], cfg: Mapping[str, Any] | Config | None = 
 
     ``cfg`` fields that are present win; the others are inferred from the shapes. Everything is checked
     before the model is built (:func:`check_tensors`, then :func:`plan_config`); the weights must be finite
-    floating-point numbers that the file stores (:func:`check_finite`).
+    floating-point numbers that the file stores, each within ``limits.MAX_WEIGHT_ABS`` (:func:`check_weights`), and
+    the model's logits on a probe input finite (:func:`check_runs`).
     """
     sd = {k: v for k, v in strip_prefixes(sd).items() if isinstance(v, torch.Tensor)}
     check_tensors(sd, source, ties={TIED: "embed.weight"})
@@ -330,7 +364,7 @@ def build_model(sd: Mapping[str, Any], cfg: Mapping[str, Any] | Config | None = 
         )
     sd.setdefault(TIED, sd["embed.weight"])
     sd = {k: v.float() for k, v in sd.items()}
-    check_finite(sd, source)
+    check_weights(sd, source)
     model = _empty_gpt(config)
     if not (torch.isfinite(model.cos).all() and torch.isfinite(model.sin).all()):
         raise InvalidConfigError(
@@ -338,7 +372,9 @@ def build_model(sd: Mapping[str, Any], cfg: Mapping[str, Any] | Config | None = 
             "value such as 10000"
         )
     model.load_state_dict(sd, strict=True)
-    return model.float().eval()
+    model = model.float().eval()
+    check_runs(model, source)
+    return model
 
 
 def describe_config(cfg: Config) -> str:

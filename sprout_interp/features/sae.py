@@ -35,7 +35,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from sprout_interp.core.arguments import check_index
-from sprout_interp.core.configs import check_finite
+from sprout_interp.core.configs import check_weights
 from sprout_interp.core.errors import NotACheckpointError, SAEMismatchError, SAENotFoundError, SproutError
 from sprout_interp.core.files import as_path, read_json
 from sprout_interp.core.fingerprints import check_fingerprint, fingerprint, fingerprint_mismatch
@@ -56,6 +56,29 @@ RECIPE = ("TopK SAE, Gao et al. 2024 'Scaling and evaluating sparse autoencoders
           "1/32), normalised MSE, Adam")
 #: SAELens version whose cfg.json layout the files follow
 SAELENS_FORMAT = "6.0.0"
+
+#: SAELens's cfg.json settings that change what an SAE computes, and the values this toolkit applies (the first is
+#: SAELens's default, taken when the entry is absent). A file with any other value is refused naming the setting.
+_SETTINGS = {
+    "apply_b_dec_to_input": (True, False),  # subtract b_dec from the input before encoding, or not: applied
+    # SAELens's DTYPE_MAP names: the weights are read in their stored dtype and computed in float32 here
+    "dtype": ("float32", "float16", "bfloat16", "float64", "torch.float32", "torch.float16", "torch.bfloat16",
+              "torch.float64"),
+    "normalize_activations": ("none",),
+    "reshape_activations": ("none",),
+    "rescale_acts_by_decoder_norm": (False,),
+}
+_SETTINGS_WHY = {
+    "apply_b_dec_to_input": "true or false",
+    "dtype": "SAELens's dtype names; computed in float32 here",
+    "normalize_activations": "'expected_average_only_in' needs a scaling factor the file does not hold, and "
+                             "'constant_norm_rescale' and 'layer_norm' rescale each token's reconstruction by its "
+                             "input, which this toolkit does not apply: fold the normalisation into the weights "
+                             "(SAELens's fold_activation_norm_scaling_factor) and save with 'none'",
+    "reshape_activations": "this toolkit reads the residual stream, never hook_z",
+    "rescale_acts_by_decoder_norm": "not applied here: fold the decoder norms into the encoder (SAELens's "
+                                    "fold_W_dec_norm) and save with false",
+}
 
 _HOOK = re.compile(r"^blocks\.(\d+)\.hook_resid_(pre|mid|post)$")
 
@@ -79,16 +102,22 @@ class SparseAutoencoder(nn.Module):
     Attributes:
         W_enc (d_in, d_sae), b_enc (d_sae,), W_dec (d_sae, d_in), b_dec (d_in,): the parameters, SAELens's names.
         k: active latents per token.
+        apply_b_dec_to_input: whether ``b_dec`` is subtracted from the input before encoding (SAELens's setting of
+            the same name; True for every SAE trained here).
         hook_name: the hook point it reads and replaces (``blocks.{l}.hook_resid_post``).
         info: everything else the cfg.json records (model name, fingerprint, recipe, training numbers).
     """
 
-    def __init__(self, d_in: int, d_sae: int, k: int, hook_name: str, info: Optional[dict] = None):
+    def __init__(self, d_in: int, d_sae: int, k: int, hook_name: str, info: Optional[dict] = None,
+                 apply_b_dec_to_input: bool = True):
         super().__init__()
         if not (0 < k <= d_sae):
             raise SproutError(f"k must be between 1 and d_sae ({d_sae}), got {k}")
+        if not isinstance(apply_b_dec_to_input, bool):
+            raise SproutError(f"apply_b_dec_to_input must be True or False, got {apply_b_dec_to_input!r}")
         hook_layer(hook_name)
         self.d_in, self.d_sae, self.k, self.hook_name = int(d_in), int(d_sae), int(k), hook_name
+        self.apply_b_dec_to_input = apply_b_dec_to_input
         self.W_enc = nn.Parameter(torch.zeros(d_in, d_sae))
         self.b_enc = nn.Parameter(torch.zeros(d_sae))
         self.W_dec = nn.Parameter(torch.zeros(d_sae, d_in))
@@ -125,8 +154,10 @@ class SparseAutoencoder(nn.Module):
     # -- the maths --------------------------------------------------------------------------------
 
     def pre_acts(self, x: Float[Tensor, "... d_in"]) -> Float[Tensor, "... d_sae"]:
-        """``(x - b_dec) @ W_enc + b_enc``, before the TopK."""
-        return (x.to(self.W_enc.dtype) - self.b_dec) @ self.W_enc + self.b_enc
+        """``(x - b_dec) @ W_enc + b_enc`` (``x @ W_enc + b_enc`` when ``apply_b_dec_to_input`` is False), before the
+        TopK."""
+        x = x.to(self.W_enc.dtype)
+        return (x - self.b_dec if self.apply_b_dec_to_input else x) @ self.W_enc + self.b_enc
 
     def topk(self, pre: Float[Tensor, "... d_sae"]) -> tuple[Float[Tensor, "... k"], Int[Tensor, "... k"]]:
         """The k largest pre-activations, ReLU'd, and their latent indices."""
@@ -185,7 +216,7 @@ def _cfg(sae: SparseAutoencoder, dtype: torch.dtype) -> dict:
     return {
         "d_in": sae.d_in, "d_sae": sae.d_sae, "dtype": str(dtype).split(".")[-1], "device": "cpu",
         "architecture": "topk", "k": sae.k, "rescale_acts_by_decoder_norm": False,
-        "apply_b_dec_to_input": True, "normalize_activations": "none", "reshape_activations": "none",
+        "apply_b_dec_to_input": sae.apply_b_dec_to_input, "normalize_activations": "none", "reshape_activations": "none",
         "metadata": meta,
         # the pre-6.0 flat keys, for readers of the older layout
         "model_name": meta["model_name"], "hook_name": sae.hook_name, "hook_layer": sae.layer,
@@ -206,9 +237,10 @@ def save_sae(sae: SparseAutoencoder, folder: Union[str, Path], dtype: torch.dtyp
     return folder
 
 
-def _cfg_fields(cfg: dict, where: str) -> tuple[int, int, int, str, dict]:
-    """(d_in, d_sae, k, hook name, info) from a cfg.json object, each of the form :func:`save_sae` writes;
-    :class:`SAEMismatchError` naming the entry otherwise (nothing is converted: ``"16"`` or ``16.0`` is no width)."""
+def _cfg_fields(cfg: dict, where: str) -> tuple[int, int, int, str, dict, bool]:
+    """(d_in, d_sae, k, hook name, info, apply_b_dec_to_input) from a cfg.json object, each of the form
+    :func:`save_sae` writes; :class:`SAEMismatchError` naming the entry otherwise (nothing is converted: ``"16"``
+    or ``16.0`` is no width; a SAELens setting this toolkit does not apply is refused, see ``_SETTINGS``)."""
     def bad(entry: str, v: object, should: str) -> SAEMismatchError:
         return SAEMismatchError(f"{where} is damaged: {SAE_CFG} has {entry} = {str(v)[:60]!r} ({type(v).__name__}); "
                                 f"it should be {should}. Train it again")
@@ -216,8 +248,16 @@ def _cfg_fields(cfg: dict, where: str) -> tuple[int, int, int, str, dict]:
     for entry in ("metadata", "sprout", "activation_fn_kwargs"):
         if not isinstance(cfg.get(entry) or {}, dict):
             raise bad(entry, cfg[entry], "an object")
-    if cfg.get("architecture", "topk") != "topk":
-        raise SAEMismatchError(f"{where} is a {str(cfg.get('architecture'))[:40]!r} SAE; this toolkit runs TopK SAEs")
+    if cfg.get("architecture", "topk") != "topk" or cfg.get("activation_fn", "topk") != "topk":
+        raise SAEMismatchError(f"{where} is a {str(cfg.get('architecture', cfg.get('activation_fn')))[:40]!r} SAE; "
+                               "this toolkit runs TopK SAEs (architecture and activation_fn 'topk')")
+    settings = {}
+    for entry, should in _SETTINGS.items():  # SAELens's settings: applied, or the file refused naming them
+        v = cfg.get(entry, should[0])
+        if isinstance(v, bool) != isinstance(should[0], bool) or v not in should:
+            raise SAEMismatchError(f"{where} sets {entry} = {str(v)[:60]!r} in {SAE_CFG}, outside the values this "
+                                   f"toolkit applies: {list(should)} ({_SETTINGS_WHY[entry]})")
+        settings[entry] = v
     meta, sprout = cfg.get("metadata") or {}, cfg.get("sprout") or {}
     k = cfg.get("k", (cfg.get("activation_fn_kwargs") or {}).get("k"))
     sizes = {"d_in": cfg.get("d_in"), "d_sae": cfg.get("d_sae"), "k": k}
@@ -230,7 +270,7 @@ def _cfg_fields(cfg: dict, where: str) -> tuple[int, int, int, str, dict]:
     if "fingerprint" in sprout:
         check_fingerprint(sprout["fingerprint"], where, SAEMismatchError)
     info = dict(sprout, model_name=meta.get("model_name", ""), context_size=meta.get("context_size"))
-    return sizes["d_in"], sizes["d_sae"], sizes["k"], hook, info
+    return sizes["d_in"], sizes["d_sae"], sizes["k"], hook, info, settings["apply_b_dec_to_input"]
 
 
 def read_sae(folder: Union[str, Path]) -> SparseAutoencoder:
@@ -253,7 +293,7 @@ def read_sae(folder: Union[str, Path]) -> SparseAutoencoder:
         cfg = read_json(folder / SAE_CFG, "SAE cfg")
     except SproutError as e:  # damaged, oversized, not an object, unreadable
         raise SAEMismatchError(f"{where} cannot be read: {e}. Train it again") from None
-    d_in, d_sae, k, hook, info = _cfg_fields(cfg, where)
+    d_in, d_sae, k, hook, info, b_dec_in = _cfg_fields(cfg, where)
     try:
         with torch.device("meta"):  # the shapes cfg.json asks for, nothing allocated
             want = {n: tuple(v.shape) for n, v in SparseAutoencoder(d_in, d_sae, k, hook).state_dict().items()}
@@ -270,8 +310,8 @@ def read_sae(folder: Union[str, Path]) -> SparseAutoencoder:
         sd = read_safetensors(folder / SAE_WEIGHTS, source, check_shapes)
     except NotACheckpointError as e:  # damaged or oversized
         raise SAEMismatchError(f"{where} cannot be read: {e}") from None
-    check_finite(sd, source)
-    sae = SparseAutoencoder(d_in, d_sae, k, hook, info)
+    check_weights(sd, source)
+    sae = SparseAutoencoder(d_in, d_sae, k, hook, info, apply_b_dec_to_input=b_dec_in)
     sae.load_state_dict({n: v.float() for n, v in sd.items()})
     return sae.eval()
 

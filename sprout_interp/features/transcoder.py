@@ -38,7 +38,7 @@ from torch import Tensor, nn
 
 from sprout_interp.core import limits
 from sprout_interp.core.arguments import check_count, check_index, check_indices, integer
-from sprout_interp.core.configs import check_finite
+from sprout_interp.core.configs import check_weights
 from sprout_interp.core.errors import NotACheckpointError, SproutError, TranscoderMismatchError, TranscoderNotFoundError
 from sprout_interp.core.files import as_path, read_json
 from sprout_interp.core.fingerprints import check_fingerprint, fingerprint, fingerprint_mismatch
@@ -49,7 +49,7 @@ from sprout_interp.core.loading import read_safetensors
 __all__ = [
     "TC_CONFIG", "TC_RECIPE", "FEATURE_INPUT_HOOK", "FEATURE_OUTPUT_HOOK", "Transcoder", "TranscoderSet",
     "input_hook", "output_hook", "mlp_input", "layer_file", "transcoder_folder", "save_transcoder_layer",
-    "save_transcoders", "load_transcoders",
+    "save_transcoders", "load_transcoders", "max_k",
 ]
 
 TC_CONFIG = "config.yaml"
@@ -99,7 +99,8 @@ class Transcoder(nn.Module):
         super().__init__()
         d_model, d_transcoder = check_count(d_model, "d_model"), check_count(d_transcoder, "d_transcoder")
         layer = check_count(layer, "layer", low=0)
-        k = check_count(k, "k", high=d_transcoder, what="active features per token, at most d_transcoder")
+        k = check_count(k, "k", high=max_k(d_transcoder),
+                        what=f"active features per token, 1..{max_k(d_transcoder)}: at most a quarter of d_transcoder")
         self.d_model, self.d_transcoder, self.k, self.layer = d_model, d_transcoder, k, layer
         self.W_enc = nn.Parameter(torch.zeros(d_transcoder, d_model))
         self.W_dec = nn.Parameter(torch.zeros(d_transcoder, d_model))
@@ -303,6 +304,15 @@ def save_transcoders(ts: TranscoderSet, folder: Union[str, Path], dtype: torch.d
     return Path(folder)
 
 
+def max_k(d_transcoder: int) -> int:
+    """The largest ``k`` a transcoder of width ``d_transcoder`` may have: a quarter of its width (at least 1).
+
+    A TopK transcoder is sparse (the shipped ones keep 32 of 768 features, Gao et al. 2024 keep k well under 1% of
+    the width); an attribution graph holds ``k + 2`` source vectors per (layer, position), so a "TopK" of the whole
+    width would make every graph as large as one of dense features (6 GB for a prompt of gpt-4 with k = width)."""
+    return max(1, int(d_transcoder) // 4)
+
+
 def _bad(folder: Path, why: str) -> TranscoderMismatchError:
     return TranscoderMismatchError(
         f"the transcoders in {folder} cannot be used: {why}. Train them again "
@@ -325,7 +335,7 @@ def load_transcoders(model, folder: Union[str, Path, None] = None,
     ``limits.MAX_JSON_BYTES``; whole numbers in range), each layer file's size
     (``limits.MAX_WEIGHTS_BYTES``), its tensor names, float dtypes and shapes against the config and the
     model (:func:`~sprout_interp.core.loading.read_safetensors`, the checkpoints' and SAEs' reader); after
-    reading, that no value is NaN or infinite (:func:`~sprout_interp.core.configs.check_finite`); and the
+    reading, that no value is NaN, infinite or beyond ``limits.MAX_WEIGHT_ABS`` (:func:`~sprout_interp.core.configs.check_weights`); and the
     checkpoint fingerprint (config, weights, vocabulary). Raises
     :class:`~sprout_interp.core.errors.NotAPathError` when ``folder`` is not a path,
     :class:`~sprout_interp.core.errors.TranscoderNotFoundError` when there is no set,
@@ -344,7 +354,7 @@ def load_transcoders(model, folder: Union[str, Path, None] = None,
         raise _bad(folder, str(e)) from None
     d_model = _int(cfg, "d_model", 1, limits.LIMITS["d_model"], folder)
     d_tc = _int(cfg, "d_transcoder", 1, 1 << 24, folder)
-    k = _int(cfg, "k", 1, d_tc, folder)
+    k = _int(cfg, "k", 1, max_k(d_tc), folder)
     skip = cfg.get("skip_connection")
     if not isinstance(skip, bool) or cfg.get("activation") != "topk":
         raise _bad(folder, "config.yaml must name activation 'topk' and skip_connection true or false")
@@ -393,7 +403,7 @@ def load_transcoders(model, folder: Union[str, Path, None] = None,
             sd = read_safetensors(p, str(p), check_shapes)
         except NotACheckpointError as e:  # damaged or oversized
             raise _bad(folder, f"{p.name}: {e}") from None
-        check_finite(sd, str(p))
+        check_weights(sd, str(p))
         info = sprout["layers"].get(str(layer))
         tc = Transcoder(d_model, d_tc, k, layer, skip, dict(info if isinstance(info, dict) else {},
                                                             model_name=cfg.get("model_name", ""), fingerprint=fp))

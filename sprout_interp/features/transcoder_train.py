@@ -42,6 +42,7 @@ from sprout_interp.features.transcoder import (
     Transcoder,
     input_hook,
     layer_file,
+    max_k,
     mlp_input,
     output_hook,
     save_transcoder_layer,
@@ -118,7 +119,8 @@ def train_transcoder(
     m = as_hooked(model)
     d = m.cfg.d_model
     d_transcoder = check_count(d_transcoder if d_transcoder is not None else 8 * d, "d_transcoder")
-    k = check_count(k, "k", high=d_transcoder, what="active features per token, at most d_transcoder")
+    k = check_count(k, "k", high=max_k(d_transcoder),
+                    what=f"active features per token, 1..{max_k(d_transcoder)}: at most a quarter of d_transcoder")
     epochs, batch_size, save_every = (check_count(v, n) for v, n in ((epochs, "epochs"), (batch_size, "batch_size"),
                                                                      (save_every, "save_every")))
     dead_after, seed = check_count(dead_after, "dead_after"), check_count(seed, "seed", low=0)
