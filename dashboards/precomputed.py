@@ -15,8 +15,19 @@ The file records the checkpoint's fingerprint (``sprout_interp.core.fingerprints
 the sha256 of its weights and vocabulary), the sha256 of each file trained for it that an answer reads (the tuned
 lens, the SAEs: :func:`sources`) and the settings it was computed with (:func:`settings`). :func:`read` returns
 its contents only when all three equal the loaded model's; a changed checkpoint, a retrained lens or SAE, other
-settings or a damaged file give None and the reason, and the dashboard computes the answer itself. No streamlit
-here: the script imports this module without a server.
+settings or a damaged file give None and the reason, and the dashboard computes the answer itself. Only these
+fingerprints of the inputs decide whether the file is used, never its numbers: a file computed on another machine
+serves this one.
+
+What the file promises: its numbers are float32 computations, whose last bits depend on the CPU's kernels and the
+thread count, so a fresh computation on another machine equals them to :data:`FRESH_TOLERANCE` (relative 1e-4,
+absolute 1e-4: logits, logit differences, losses in nats, probabilities, head scores, shares), and a ratio of two
+such numbers to that tolerance on the difference it divides (patching's ``score`` as ``value - corrupted`` in
+logits, an ablation's share of the copying gain as the probability it removes). Its choices (the circuit's heads,
+its verdicts, which head ranks first) are the same wherever no near-tie decides them: every choice in the shipped
+files is won by at least :data:`CHOICE_MARGIN`, ten times the tolerance, and
+tests/dashboards/test_dashboard_precomputed.py asserts both. No streamlit here: the script imports this module
+without a server.
 """
 from __future__ import annotations
 
@@ -40,6 +51,12 @@ from sprout_interp.lens.tuned_lens import lens_path
 
 FILE = "dashboard.json"
 FORMAT = "sprout-dashboard/1"
+#: what a fresh computation of the file's numbers on another machine (other CPU kernels, another thread count)
+#: equals them to (``numpy.testing.assert_allclose``'s arguments): float32 rounding of a few forward passes
+FRESH_TOLERANCE = dict(rtol=1e-4, atol=1e-4)
+#: the least margin by which a choice in a shipped file is won (a head's score over the next, a share over a
+#: verdict's bar), far above FRESH_TOLERANCE: no rounding can make another machine choose otherwise
+CHOICE_MARGIN = 1e-3
 
 # The same call, with the same settings, as the claims scripts (analyses/induction_heads.py's defaults, which the
 # README's claims table uses): head scores on 16 rows of 64 repeated random tokens and on 8 held-out windows of 256

@@ -545,7 +545,8 @@ def test_attention_page_shows_each_heads_full_ov_circuit(gpt4):
     spec = next(c for c in charts(at) if c["layout"]["title"]["text"].startswith("full OV circuit copying score"))
     grid = values(spec["data"][0]["z"])
     want = ov_copying_scores(gpt4, ranks=False).pivot(index="layer", columns="head", values="copying_score")
-    assert np.allclose(grid.astype(float), want.to_numpy(), atol=1e-6)
+    # the page reads the shipped dashboard.json, computed on another machine: precomputed.FRESH_TOLERANCE
+    np.testing.assert_allclose(grid.astype(float), want.to_numpy(), rtol=1e-4, atol=1e-4)
     assert not any("self_top_k" in str(df.value.columns.tolist()) for df in at.dataframe)
     at.toggle(key="ov_ranks_open").set_value(True)
     ok(at.run())
