@@ -40,15 +40,27 @@ def _where(strs: list[str], p: int) -> str:
     return f"{p} {state.plain(repr(strs[p]))}" if 0 <= p < len(strs) else str(p)
 
 
-def _side(df, strs: list[str]):
-    """A side's ranked list as a person reads it: rank, what, written at, carried by, value."""
+def _side(df, strs: list[str]) -> pd.DataFrame:
+    """A side's ranked list as a person reads it: #, the component (what, and where it was written), the head that
+    carried it to the position, its value."""
     rows = df.head(TOP)
-    what = [("embedding" if k == "embedding" else f"{block_label(int(lyr))} {'feed-forward' if k == 'mlp' else k}"
-             + (f" {int(f)}" if k == "feature" else "")) for k, lyr, f in zip(rows["kind"], rows["layer"], rows["feature"])]
-    return pd.DataFrame({"rank": range(1, len(rows) + 1), "component": what,
-                         "written at": [_where(strs, int(p)) for p in rows["pos"]],
+    what = []
+    for k, lyr, f, p in zip(rows["kind"], rows["layer"], rows["feature"], rows["pos"]):
+        part = ("embedding" if k == "embedding" else f"block {int(lyr) + 1} " + (
+            "feed-forward" if k == "mlp" else f"feature {int(f)}" if k == "feature" else k))
+        what.append(f"{part} at {_where(strs, int(p))}")
+    return pd.DataFrame({"#": range(1, len(rows) + 1), "component": what,
                          "carried by": [c or "— (never moved)" for c in rows["carrier"]],
                          "value": rows["value"].round(3).to_list()})
+
+
+def _rows(n: int) -> int:
+    """A table's height in pixels showing ``n`` rows and its header without a scroll bar."""
+    return 35 * (n + 1) + 3
+
+
+#: the ranked lists' column widths: the component and its carrier read in full beside the other side's list
+_COLUMNS = {"#": st.column_config.NumberColumn(width=28), "value": st.column_config.NumberColumn(width=64, format="%.3f")}
 
 
 def _carriers(df):
@@ -86,17 +98,17 @@ def cell_panel(strs: list[str], layer: int, head: int, query_key: str, key_key: 
         left, right = st.columns(2)
         with left:
             st.markdown(f"**Query side** (the stream at {state.md(_where(strs, q))} entering {block_label(layer)})")
-            show.table(_side(a["query_components"], strs), "QK query side")
+            show.table(_side(a["query_components"], strs), "QK query side", column_config=_COLUMNS, height=_rows(TOP))
             st.caption("by carrier head")
             show.table(_carriers(a["query_by_head"]), "QK query side by carrier")
         with right:
             st.markdown(f"**Key side** (the stream at {state.md(_where(strs, k))} entering {block_label(layer)})")
-            show.table(_side(a["key_components"], strs), "QK key side")
+            show.table(_side(a["key_components"], strs), "QK key side", column_config=_COLUMNS, height=_rows(TOP))
             st.caption("by carrier head")
             show.table(_carriers(a["key_by_head"]), "QK key side by carrier")
         st.markdown("**Top pairs** (query component × key component: their product term; the last row is every other "
                     "pair)")
-        show.table(a["terms"][["query", "key", "term"]].round(3), "QK top pairs")
+        show.table(a["terms"][["query", "key", "term"]].round(3), "QK top pairs", height=_rows(len(a["terms"])))
         st.caption(f"Exact with the attention patterns and every norm's scale frozen on this prompt (the score is then "
                    f"a bilinear form of the two streams): each side's values add up to the score (the frozen score "
                    f"{a['info'].get('score_frozen', float('nan')):.3f}). A component's value is the score with it alone "

@@ -49,7 +49,7 @@ def _tables(at: AppTest) -> dict[str, object]:
     out = {"sides": [], "carriers": [], "pairs": None}
     for d in at.dataframe:
         cols = list(d.value.columns)
-        if cols[:2] == ["rank", "component"]:
+        if cols[:2] == ["#", "component"]:
             out["sides"].append(d.value)
         elif cols == ["carried by", "value"]:
             out["carriers"].append(d.value)
@@ -61,7 +61,7 @@ def _tables(at: AppTest) -> dict[str, object]:
 def _same_side(shown, library, n=12):
     lib = library.head(n)
     assert shown["value"].tolist() == lib["value"].round(3).tolist()
-    assert shown["written at"].str.split(" ").str[0].astype(int).tolist() == lib["pos"].tolist()
+    assert shown["component"].str.extract(r" at (\d+) ")[0].astype(int).tolist() == lib["pos"].tolist()
     carriers = ["— (never moved)" if pd.isna(v) else f"block {int(v) + 1} head {int(h)} (layer {int(v)})"
                 for v, h in zip(lib["via_layer"], lib["via_head"])]
     assert shown["carried by"].tolist() == carriers
