@@ -44,7 +44,7 @@ def _train(model, tokens, run_dir=None, **kw):
 
 @pytest.fixture(scope="module")
 def trained(model, tokens):
-    return _train(model, tokens, None, passes=6)
+    return _train(model, tokens, None, passes=4)
 
 
 def _loop_predict(clt, xs):
@@ -76,11 +76,11 @@ def test_encode_decode_are_circuit_tracers_jumprelu_clt(trained):
     assert bool((clt.threshold > 0).all()) and 0 < int((clt.encode(xs) != 0).sum()) < L * 7 * DT / 2
 
 
-def test_loss_falls_over_counted_steps(model, tokens):
-    short, s1 = _train(model, tokens, None, max_steps=3)
-    long, s2 = _train(model, tokens, None, passes=6)
-    assert (s1.steps, s1.tokens_seen) == (3, 3 * 128)
-    assert (s2.steps, s2.total_steps, s2.tokens_seen) == (2 * 6 * 6, 72, 72 * 128)
+def test_loss_falls_over_counted_steps(model, tokens, trained):
+    short, s1 = _train(model, tokens, None, passes=4, max_steps=3)
+    long, s2 = trained
+    assert (s1.steps, s1.total_steps, s1.tokens_seen) == (3, 48, 3 * 128)
+    assert (s2.steps, s2.total_steps, s2.tokens_seen) == (2 * 4 * 6, 48, 48 * 128)
     assert max(s2.nmse) < 0.7 * min(s1.nmse), (s1.nmse, s2.nmse)
     assert long.info["finished"] and not short.info["finished"]
 
@@ -94,16 +94,16 @@ def test_training_rows_stay_unit_in_training_units(model, tokens, tmp_path):
 
 
 def test_resume_is_bit_identical_to_an_uninterrupted_run(model, tokens, tmp_path):
-    kw = dict(save_every=5, dead_after=100, d_transcoder=256, k=1)  # features go dead: AuxK and its state take part
+    kw = dict(save_every=5, dead_after=100, d_transcoder=256, k=1, chunk_tokens=512)  # dead features: AuxK takes part
     whole, sw = _train(model, tokens, tmp_path / "a", **kw)
-    _train(model, tokens, tmp_path / "b", max_steps=7, **kw)  # inside chunk 0
+    _train(model, tokens, tmp_path / "b", max_steps=6, **kw)  # inside chunk 0, between two saves
     st = torch.load(tmp_path / "b" / STATE_FILE, weights_only=True)
-    assert st["step"] == 7 and set(st["chunk_sums"]) == {"0"}
+    assert st["step"] == 6 and set(st["chunk_sums"]) == {"0"}
     mid = clt_from_state(model, tmp_path / "b")
-    assert mid.info["training"]["steps"] == 7 and not mid.info["finished"]
-    _train(model, tokens, tmp_path / "b", max_steps=17, **kw)  # across the chunk boundary at step 12
+    assert mid.info["training"]["steps"] == 6 and not mid.info["finished"]
+    _train(model, tokens, tmp_path / "b", max_steps=11, **kw)  # across the chunk boundary at step 8
     resumed, sr = _train(model, tokens, tmp_path / "b", **kw)
-    assert sw.steps == sr.steps == 24
+    assert sw.steps == sr.steps == 16
     for name, p in whole.state_dict().items():
         assert torch.equal(p, resumed.state_dict()[name]), name
     assert sum(whole.info["training"]["dead_at_end"]) > 0
@@ -145,7 +145,7 @@ def test_files_have_circuit_tracers_names_shapes_and_config(model, trained, tmp_
     back = load_clt(model, tmp_path)
     for name, p in clt.state_dict().items():
         torch.testing.assert_close(back.state_dict()[name], p.half().float(), rtol=0, atol=0)
-    assert back.info["training"]["steps"] == 72
+    assert back.info["training"]["steps"] == 48
 
 
 def test_loader_refuses_what_it_cannot_use(model, trained, tmp_path):
