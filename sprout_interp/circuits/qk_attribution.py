@@ -51,9 +51,11 @@ from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import HookedSprout, as_hooked
 from sprout_model.model import apply_rope
 
-__all__ = ["QKAttribution", "qk_attribution", "COMPONENT_COLUMNS", "QK_UNITS", "component_label", "by_head",
+__all__ = ["QKAttribution", "qk_attribution", "KINDS", "COMPONENT_COLUMNS", "QK_UNITS", "component_label", "by_head",
            "qk_maps", "side_components"]
 
+#: a component's kinds (the ``kind`` column's categories)
+KINDS = ("feature", "error", "mlp", "embedding", "constant")
 #: the columns of ``key_components`` / ``query_components``
 COMPONENT_COLUMNS = ("kind", "layer", "block", "pos", "token", "feature", "via_layer", "via_block", "via_head", "node",
                      "value")
@@ -137,7 +139,8 @@ def qk_maps(m: HookedSprout, layer: int, head: int, tokens: Int[Tensor, " pos"],
     blk = m.blocks[layer]
     names = [act_name("resid_pre", layer), act_name("scale", layer, "ln1"), act_name("q", layer), act_name("k", layer),
              act_name("attn_scores", layer)]
-    _, cache = m.run_with_cache(tokens[None], names_filter=names)
+    stop = layer + 1 if layer + 1 < m.cfg.n_layers else None  # nothing above this block is read
+    _, cache = m.run_with_cache(tokens[None], names_filter=names, stop_at_layer=stop)
     s1 = cache[names[1]][0, :, 0].float()
     cos, sin = m.model.cos.float(), m.model.sin.float()
 
@@ -168,32 +171,34 @@ def side_components(m: HookedSprout, rep: LocalReplacement, carried: Carried, la
     cg, cl, cp = cv.nonzero(as_tuple=True)
     zero = vals.numel() - g_idx.numel() + cv.numel() - cg.numel()
     n_idx_np, g_np = n_idx.numpy(), np.concatenate([g_idx.numpy(), cg.numpy()])
+    value = np.concatenate([vals[g_idx, n_idx].double().numpy(), cv[cg, cl, cp].double().numpy()])
+    order = np.argsort(-np.abs(value), kind="stable")  # every column is built in this order
     feat = n_idx_np < nF
     err = (n_idx_np >= nF) & (n_idx_np < nF + L * T)
     k = np.where(err, n_idx_np - nF, 0)
     p_emb = n_idx_np - nF - L * T
     f_layer, f_pos, f_idx = (t.cpu().numpy() for t in (rep.feat_layer, rep.feat_pos, rep.feat_index))
     fi = np.where(feat, n_idx_np, 0)
-    layer = np.where(feat, f_layer[fi] if nF else 0, np.where(err, k // T, -1))
-    pos = np.where(feat, f_pos[fi] if nF else 0, np.where(err, k % T, p_emb))
-    kind = np.where(feat, "feature", np.where(err, "mlp" if mlp else "error", "embedding"))
-    feature = np.where(feat, f_idx[fi] if nF else 0, -1)
-    layer = np.concatenate([layer, cl.numpy()])
-    pos = np.concatenate([pos, cp.numpy()])
-    kind = np.concatenate([kind, np.full(cg.numel(), "constant")])
-    feature = np.concatenate([feature, np.full(cg.numel(), -1)])
-    node = np.concatenate([n_idx_np, np.full(cg.numel(), -1)])
-    value = np.concatenate([vals[g_idx, n_idx].double().numpy(), cv[cg, cl, cp].double().numpy()])
+    nc = cg.numel()
+    layer = np.concatenate([np.where(feat, f_layer[fi] if nF else 0, np.where(err, k // T, -1)), cl.numpy()])[order]
+    pos = np.concatenate([np.where(feat, f_pos[fi] if nF else 0, np.where(err, k % T, p_emb)), cp.numpy()])[order]
+    # kinds as codes of KINDS: feature 0, error 1, mlp 2, embedding 3, constant 4
+    kind = np.concatenate([np.where(feat, 0, np.where(err, 2 if mlp else 1, 3)), np.full(nc, 4)])[order]
+    feature = np.concatenate([np.where(feat, f_idx[fi] if nF else 0, -1), np.full(nc, -1)])[order]
+    node = np.concatenate([n_idx_np, np.full(nc, -1)])[order]
+    g_np, value = g_np[order], value[order]
     stays = g_np == G - 1
-    via_layer = pd.array(np.where(stays, 0, g_np // H), dtype="Int64")
-    via_head = pd.array(np.where(stays, 0, g_np % H), dtype="Int64")
-    via_layer[stays], via_head[stays] = pd.NA, pd.NA
-    lab = np.asarray(labels, dtype=object)
-    df = pd.DataFrame({"kind": kind, "layer": layer.astype(np.int64), "block": layer.astype(np.int64) + 1,
-                       "pos": pos.astype(np.int64), "token": lab[pos] if len(pos) else lab[:0],
-                       "feature": feature.astype(np.int64), "via_layer": via_layer, "via_block": via_layer + 1,
-                       "via_head": via_head, "node": node.astype(np.int64), "value": value})
-    df = df.iloc[np.argsort(-np.abs(value), kind="stable")].reset_index(drop=True)
+    via_layer = pd.arrays.IntegerArray(np.where(stays, 0, g_np // H).astype(np.int64), stays)
+    via_head = pd.arrays.IntegerArray(np.where(stays, 0, g_np % H).astype(np.int64), stays.copy())
+    cats, codes = np.unique(np.asarray(labels, dtype=object).astype(str), return_inverse=True)
+    layer = layer.astype(np.int64)
+    df = pd.DataFrame({"kind": pd.Categorical.from_codes(kind, categories=KINDS), "layer": layer, "block": layer + 1,
+                       "pos": pos.astype(np.int64),
+                       "token": pd.Categorical.from_codes(codes.reshape(-1)[pos.astype(np.int64)], categories=cats),
+                       "feature": feature.astype(np.int64), "via_layer": via_layer,
+                       "via_block": pd.arrays.IntegerArray(via_layer.to_numpy(dtype=np.int64, na_value=0) + 1,
+                                                           stays.copy()),
+                       "via_head": via_head, "node": node.astype(np.int64), "value": value}, copy=False)
     df.attrs["units"] = QK_UNITS
     return df, int(zero)
 
@@ -256,8 +261,9 @@ def qk_attribution(model, text, layer: int, head: int, query_pos: int, key_pos: 
         layer: 0-indexed (block ``layer + 1``); head: of that block.
         query_pos, key_pos: positions of the prompt (negative counts from the end); ``key_pos <= query_pos``.
         transcoders: None: each block's whole feed-forward output per position is one component (kind ``mlp``);
-            a TranscoderSet or ``{layer: Transcoder}`` (as :func:`~sprout_interp.circuits.attribution_graph.
-            attribution_graph` takes): feature, error and constant components.
+            a TranscoderSet or ``{layer: Transcoder}`` (as
+            :func:`~sprout_interp.circuits.attribution_graph.attribution_graph` takes): feature, error and
+            constant components.
         top: pairs kept in ``terms`` before its remainder row; n_components: components of each side in it.
 
     Raises QKAttributionError for a layer, head or position outside the model or the prompt (or a key after the
