@@ -195,7 +195,9 @@ def ablation_prediction(graph: AttributionGraph, nodes: Sequence[int]) -> dict[s
     negated), and ``{"total_features", "total_logits"}``: the features follow their inputs (the linear replacement
     model: a feature's activation moves as its input does, the removed ones held at 0; errors and constants held),
     through every path. Float64; the units are the targets' (pre-activation; logit minus the mean logit).
-    In the frozen model they are exact: ``frozen_run(..., linear=True)`` with the removed features held at 0.
+    In the frozen model they are exact: ``frozen_run(..., linear=True)`` with the removed features held at 0. For a
+    graph made with ``final_norm="jacobian"`` the logit changes are first-order changes through the final norm's
+    Jacobian (the feature changes are the same).
     """
     graph = check_graph(graph)
     n, nF, nL = graph.adjacency.shape[0], graph.n_features, graph.n_logits
@@ -233,6 +235,12 @@ def intervention_check(model, graph: AttributionGraph, transcoders: TranscodersL
     """
     m = as_hooked(model)
     graph = check_graph(graph)
+    if graph.final_norm != "frozen":
+        raise AttributionGraphError(
+            f"intervention_check compares a graph with its frozen replacement model, whose final norm's scale is "
+            f"frozen, but this graph's logit rows pass the final norm's {graph.final_norm}: make it with "
+            "final_norm='frozen', or measure it against the real model with "
+            "sprout_interp.circuits.graph_predictions.logit_predictions")
     factor = check_number(factor, "factor", error=AttributionGraphError)
     with m.lock:
         rep = local_replacement(m, graph.tokens, transcoders, bos=bool(graph.info.get("bos", True)))

@@ -13,7 +13,7 @@ import torch
 from conftest import pinned_threads, tiny_config
 
 from sprout_interp.circuits.attribution_graph import attribution_graph
-from sprout_interp.circuits.graph_interventions import ablation_prediction, frozen_run
+from sprout_interp.circuits.graph_interventions import ablation_prediction, frozen_run, intervention_check
 from sprout_interp.circuits.graph_predictions import (
     logit_predictions,
     logit_totals,
@@ -204,6 +204,11 @@ def test_the_choice_travels_in_the_graph_file_and_is_checked(model, ts, tokens, 
     for bad in ("Jacobian", "real", None, True):
         with pytest.raises(AttributionGraphError, match="final_norm"):
             attribution_graph(model, tokens, ts, final_norm=bad)
+
+
+def test_the_frozen_models_check_refuses_a_jacobian_graph(model, ts, graphs):
+    with pytest.raises(AttributionGraphError, match="final_norm='frozen'"):
+        intervention_check(model, graphs["jacobian"], ts, n=1)
 
 
 def test_totals_are_ablation_predictions_and_the_frozen_model(model, ts, tokens, graphs):
