@@ -72,7 +72,8 @@ from sprout_interp.core.errors import (
 )
 from sprout_interp.core.hooked import HookedSprout, as_hooked
 
-__all__ = ["FINAL_NORMS", "FrozenBackward", "attribution_graph", "partial_influence", "graph_macs", "graph_memory"]
+__all__ = ["FINAL_NORMS", "FrozenBackward", "attribution_graph", "partial_influence", "graph_macs", "graph_memory",
+           "uses_token_images"]
 
 
 class _Backward:
