@@ -40,6 +40,41 @@ def _exchange(a: Path, b: Path) -> bool:
     return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process with id ``pid`` exists (another user's counts: signalling it is refused, not absent)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OverflowError:
+        return False
+    return True
+
+
+def clean_stale_writes(folder: str | Path) -> list[Path]:
+    """Remove what killed writers of ``folder`` left beside it: the temporary folders ``.<name>.tmp-<pid>`` and
+    ``.<name>.old-<pid>`` (:func:`save_checkpoint`) whose process is gone, or whose pid is this process's (it is
+    writing none when this runs; a run restarted after a kill may get its old pid back). A live writer's folder is
+    kept. Returns the paths removed."""
+    folder = Path(folder)
+    removed = []
+    for kind in ("tmp", "old"):
+        for stale in folder.parent.glob(f".{folder.name}.{kind}-*"):
+            pid = stale.name.rpartition("-")[2]
+            if not pid.isdigit() or (int(pid) != os.getpid() and pid_alive(int(pid))):
+                continue
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.unlink(missing_ok=True)
+            removed.append(stale)
+    return removed
+
+
 def save_checkpoint(
     model: GPT, folder: str | Path, tokenizer_file: str | Path | None, train_info: dict, dtype: torch.dtype = torch.float32
 ) -> Path:
@@ -47,14 +82,14 @@ def save_checkpoint(
 
     Everything is written into a temporary folder beside it (``.<name>.tmp-<pid>``), which then takes the
     folder's place in one rename (an atomic exchange when the folder already exists), so a kill at any
-    moment leaves the old folder or the new one, never a folder missing its tokenizer. Files of the old
+    moment leaves the old folder or the new one, never a folder missing its tokenizer; what a killed writer left
+    is removed first (:func:`clean_stale_writes`). Files of the old
     folder that are not rewritten (its tokenizer.json when ``tokenizer_file`` is None, anything else)
     are carried over.
     """
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    for stale in folder.parent.glob(f".{folder.name}.tmp-*"):  # left by a writer that was killed
-        shutil.rmtree(stale, ignore_errors=True)
+    clean_stale_writes(folder)
     tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
     tmp.mkdir()
     try:

@@ -22,27 +22,27 @@ from tokenizers import Tokenizer
 from .augment import common_words, find_names, randomise_names
 from .cli import FRACTION, ArgumentParser, Number, input_errors_exit, writable_folder
 from .corpus import CorpusError, corpus_hash, describe, describe_sources, load_documents, source_counts, source_of, split_corpus
-from .tokenizer import EOT, TokenizerError, encode_pieces, load_tokenizer, train_tokenizer
+from .tokenizer import EOT, TokenizerError, check_corpus_tokenizer, encode_pieces, load_tokenizer, train_tokenizer
 
 DATA_ROOT = Path("data")
+MAX_NAME_VIEWS = 32  # --name-views: each view is one more copy of the training split's tokens, and train reads
+# one view per epoch (version e mod K in epoch e), so more views than a run's epochs are never read; the recipes use 4
 
 
 def reuse_tokenizer(path: str | Path) -> Tokenizer:
-    """A ``tokenizer.json`` to encode with, checked: it exists, parses, and has the end-of-text token."""
+    """A ``tokenizer.json`` to encode with, checked as ``sprout_interp.load`` checks a checkpoint's (its size, its
+    JSON, a Sprout tokenizer's components: :func:`~sprout_model.tokenizer.load_tokenizer`) and fit for a corpus (it
+    has the end-of-text token, at most 65,536 tokens). CorpusError naming ``--tokenizer`` otherwise."""
     p = Path(path)
     if p.is_dir():
         p = p / "tokenizer.json"
     if not p.is_file():
-        raise CorpusError(f"no tokenizer at {p}: pass a tokenizer.json (such as sprout_model/checkpoints/tokenizer.json)")
+        raise CorpusError(f"--tokenizer: no tokenizer at {p}; pass a tokenizer.json (such as "
+                          "sprout_model/checkpoints/tokenizer.json)")
     try:
-        tok = load_tokenizer(p)
-    except Exception as e:
-        raise CorpusError(f"{p} is not a tokenizers file ({type(e).__name__}: {str(e)[:200]})") from None
-    if tok.token_to_id(EOT) is None:
-        raise CorpusError(f"{p} has no {EOT} token, which prepare puts between documents")
-    if tok.get_vocab_size() > 1 << 16:
-        raise CorpusError(f"{p} has {tok.get_vocab_size():,} tokens; the token files are uint16 (at most 65,536)")
-    return tok
+        return check_corpus_tokenizer(load_tokenizer(p), str(p))
+    except TokenizerError as e:
+        raise CorpusError(f"--tokenizer: {e}") from None
 
 
 def write_tokens(path: Path, tok: Tokenizer, texts: Iterable[str], eot: int) -> list[int]:
@@ -70,12 +70,16 @@ def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction
     example the shipped models', ``sprout_model/checkpoints/tokenizer.json``, so that a model trained on a bigger
     corpus keeps their vocabulary and is measured on the same validation windows).
 
+    ``name_views``: 0 to :data:`MAX_NAME_VIEWS` renamed copies of the training split. ``tokenizer`` is checked as
+    ``sprout_interp.load`` checks a checkpoint's tokenizer, before anything is written.
+
     Raises CorpusError (or ValueError for an argument out of range) with what to do.
     """
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"--val-fraction must be between 0 and 1 (such as 0.05), got {val_fraction}")
-    if name_views < 0:
-        raise ValueError(f"--name-views must be 0 or more, got {name_views}")
+    if isinstance(name_views, bool) or not isinstance(name_views, int) or not 0 <= name_views <= MAX_NAME_VIEWS:
+        raise ValueError(f"--name-views must be a whole number from 0 to {MAX_NAME_VIEWS} (each view is another copy "
+                         f"of the training split's tokens; train reads one per epoch), got {name_views!r}")
     for flag, v in (("--splice-share", splice_share), ("--full-name-share", full_name_share)):
         if not 0.0 <= v <= 1.0:
             raise ValueError(f"{flag} must be between 0 and 1, got {v}")
@@ -83,14 +87,13 @@ def prepare(corpus: str = "default", out: str | Path | None = None, val_fraction
             raise ValueError(f"{flag} shapes the names of the --name-views versions, and none are written: pass "
                              "--name-views K (such as 4) too, or drop it")
     out = Path(out) if out else DATA_ROOT / (corpus if not Path(corpus).is_dir() else Path(corpus).name)
-    out.mkdir(parents=True, exist_ok=True)
+    tok = reuse_tokenizer(tokenizer) if tokenizer is not None else None  # refused before anything is written
     t0 = time.time()
     docs = load_documents(corpus)
     train, val = split_corpus(corpus, docs, val_fraction, seed)
+    out.mkdir(parents=True, exist_ok=True)
     print(describe(train, val), end="")
-    if tokenizer is not None:
-        tok = reuse_tokenizer(tokenizer)
-    else:
+    if tok is None:
         try:
             tok = train_tokenizer(d.text for d in train)
         except TokenizerError as e:
@@ -145,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--val-fraction", type=Number(0.0, 1.0, above=True, below=True), default=0.05)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--name-views", type=int, default=0,
-                   help="also write K versions of the training split with recurring names randomised")
+                   help=f"also write K versions (0 to {MAX_NAME_VIEWS}) of the training split with recurring names randomised")
     p.add_argument("--splice-share", type=FRACTION, default=0.0,
                    help="with --name-views: share of invented names spliced from two common words (augment.splice_name)")
     p.add_argument("--full-name-share", type=FRACTION, default=0.0,

@@ -30,7 +30,7 @@ import torch
 from tqdm import tqdm
 
 from .batches import Batches, TorchBatches
-from .checkpoint import config_problem, parameter_count, save_checkpoint
+from .checkpoint import clean_stale_writes, config_problem, parameter_count, save_checkpoint
 from .cli import FRACTION, NON_NEGATIVE, POSITIVE, ArgumentParser, Number, input_errors_exit, writable_folder
 from .corpus import open_tokens
 from .evaluation import NAME_TEXTS, name_copying, repeated_tokens_loss_ratio
@@ -38,7 +38,7 @@ from .grow import load_grown, read_source
 from .model import GPT, Config
 from .presets import PRESETS, preset
 from .run_state import read_state, rng_state, set_rng_state, write_state
-from .tokenizer import load_tokenizer
+from .tokenizer import TokenizerError, check_corpus_tokenizer, load_tokenizer
 
 
 @dataclass
@@ -339,8 +339,16 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
                                  f"not continue the same run. Pass --sampler {saved_sampler} to resume, or --out a new folder")
         if s.get("fit") and a.fit_minutes:
             a.tokens = s["fit"]["tokens"]  # the schedule it was fitted to (without --fit-minutes, --tokens rules)
-    out.mkdir(parents=True, exist_ok=True)
     vocab = meta["vocab_size"]
+    # the tokenizer every checkpoint of the run carries, checked as a loader checks it, before anything is written:
+    # a checkpoint with a tokenizer that sprout_interp.load refuses would load nowhere
+    try:
+        tokenizer = check_corpus_tokenizer(load_tokenizer(data / "tokenizer.json"), str(data / "tokenizer.json"), vocab)
+    except TokenizerError as e:
+        raise TrainArgsError(f"--data: {e}") from None
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in clean_stale_writes(out / "checkpoint"):  # a killed run's half-written checkpoint folders
+        print(f"removed {stale}, left by a run that was killed while writing a checkpoint")
     train_tokens = real_tokens = open_tokens(data / "train.bin", vocab)
     if a.real_rows and not a.name_views:
         raise ValueError("--real-rows mixes the real text into --name-views training; without --name-views every row is real")
@@ -350,8 +358,8 @@ def train(a: TrainArgs, progress: bool = True) -> dict:
             raise FileNotFoundError(f"no train_names*.bin in {data}: run `python -m sprout_model.prepare --name-views 4` first")
         train_tokens = [open_tokens(f, vocab) for f in files]
     val_tokens = open_tokens(data / "val.bin", vocab)
-    # the invented-name copying probe of info.py, tracked at every evaluation: copying is what the shipped models must keep
-    tokenizer = load_tokenizer(data / "tokenizer.json")
+    # the invented-name copying probe of info.py, tracked at every evaluation (with the tokenizer read above):
+    # copying is what the shipped models must keep
     if len(val_tokens) < a.seq_len + 1:  # evaluate() would divide by zero at the first validation
         raise ValueError(
             f"the validation split has {len(val_tokens)} tokens, fewer than seq_len+1 = {a.seq_len + 1}: "

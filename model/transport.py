@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from .checkpoint import SHIPPED_DIR, load_folder
+from .checkpoint import SHIPPED_DIR, clean_stale_writes, load_folder
 
 MiB = 1 << 20
 SEND_LIMIT = 64 * MiB  # the working tree and the carried paths together
@@ -180,8 +180,8 @@ def join_parts(src: str | Path, dest: str | Path, tokenizer: str | Path | None =
         raise PartsError(f"{tok} is not the tokenizer the run trained with (SHA-256 {want[:12]}…); pass the corpus's "
                          "tokenizer.json with --tokenizer")
     dest.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_writes(dest)  # what a killed join left, this process's pid included
     tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
         save_file(dict(sorted(sd.items())), str(tmp / "model.safetensors"),

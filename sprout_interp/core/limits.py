@@ -6,6 +6,7 @@ Module attributes, read at every load, so a test (or a user with a bigger model)
 """
 from __future__ import annotations
 
+from sprout_model import tokenizer
 from sprout_model.checkpoint import CONFIG_LIMITS
 
 __all__ = ["MAX_WEIGHTS_BYTES", "MAX_JSON_BYTES", "MAX_TOKENIZER_BYTES", "MAX_MODEL_BYTES", "MAX_PICKLE_BYTES",
@@ -13,7 +14,7 @@ __all__ = ["MAX_WEIGHTS_BYTES", "MAX_JSON_BYTES", "MAX_TOKENIZER_BYTES", "MAX_MO
 
 MAX_WEIGHTS_BYTES = 4 << 30  # a .safetensors or .pt file; Sprout's own is 70 MB in float32
 MAX_JSON_BYTES = 16 << 20  # config.json, train.json (a long run's history is well under 1 MB)
-MAX_TOKENIZER_BYTES = 64 << 20  # tokenizer.json (Sprout's 8,192-token BPE is about 0.5 MB)
+MAX_TOKENIZER_BYTES = tokenizer.MAX_TOKENIZER_BYTES  # tokenizer.json (Sprout's 8,192-token BPE is about 0.5 MB)
 MAX_MODEL_BYTES = 8 << 30  # float32 parameters plus the RoPE tables of the model that would be built
 MAX_PICKLE_BYTES = 64 << 20  # the pickle inside a .pt
 PICKLE_OPS = 200_000  # pickle opcodes allowed in a .pt, plus PICKLE_OPS_PER_TENSOR for each tensor in it

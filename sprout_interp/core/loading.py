@@ -329,13 +329,13 @@ def _read_tokenizer(p: Path) -> Tokenizer:
     raw = read_bytes(p, limits.MAX_TOKENIZER_BYTES, "tokenizer file")
     try:
         text = raw.decode("utf-8")
-        spec = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as e:
+        json.loads(text)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise NotACheckpointError(
             f"{p} is not a Hugging Face tokenizers file ({type(e).__name__}: {str(e)[:200]}); pass the "
             "tokenizer.json the model was trained with"
         ) from None
-    check_tokenizer(spec, str(p))
+    check_tokenizer(text, str(p))  # the text: a file holding a JSON string is no tokenizer's text
     try:
         return tokenizer_call(f"reading {p}", Tokenizer.from_str, text)
     except SproutError:

@@ -38,11 +38,20 @@ from typing import Any, TypeVar, Union
 
 import torch
 from jaxtyping import Bool, Int
+from tokenizers import Tokenizer
 from torch import Tensor
 
 from sprout_interp.core.arguments import describe, integer
 from sprout_interp.core.errors import ArgumentError, ContextLengthError, SproutError, TokenizationError
-from sprout_model.tokenizer import EOT, TokenizerError
+from sprout_model.tokenizer import (
+    ALLOWED,
+    EOT,
+    GPT2_SPLIT_PATTERN,
+    TokenizerError,
+    check_expansion,
+    check_tokenizer_spec,
+    is_rust_panic,
+)
 from sprout_model.tokenizer import encode as _encode
 
 _T = TypeVar("_T")
@@ -76,26 +85,10 @@ __all__ = [
 
 #: Characters one call into the Rust tokenizer reads at most; a module attribute, so a test can change it.
 CHUNK_CHARS = 256
-#: The GPT-2 pre-tokenization regex (what ByteLevel's ``use_regex=True`` applies): the one Split pattern accepted.
-GPT2_SPLIT_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-_ALLOWED = (
-    "Sprout reads byte-level BPE tokenizers as sprout_model.tokenizer trains them (or a plain word-level "
-    "vocabulary): no normalizer, no truncation or padding, the ByteLevel pre-tokenizer (or a Split with the GPT-2 "
-    "pattern before a ByteLevel with use_regex=false), a ByteLevel decoder and post-processor or none, and added "
-    "tokens without whitespace that strip nothing. Pass the tokenizer.json the model was trained with"
-)
-_BYTE_LEVEL_KEYS = {"type": str, "add_prefix_space": bool, "trim_offsets": bool, "use_regex": bool}
-_MAX_ADDED_TOKENS, _MAX_ADDED_CHARS = 1024, 256
 #: The longest run with no space before a non-space character that one chunk grows to hold whole (characters);
 #: a chunk's ids are still bounded by its UTF-8 bytes.
 LONGEST_RUN = 16_384
 _SPACE_BEFORE_TEXT = re.compile(r" (?=\S)")
-
-
-def is_rust_panic(err: BaseException) -> bool:
-    """Whether ``err`` is a Rust panic that pyo3 raised (``pyo3_runtime.PanicException``, which derives from
-    ``BaseException``, not ``Exception``; the module cannot be imported, so the class is known by its name)."""
-    return not isinstance(err, Exception) and any(c.__name__ == "PanicException" for c in type(err).__mro__)
 
 
 def tokenizer_call(what: str, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
@@ -117,113 +110,27 @@ def tokenizer_call(what: str, fn: Callable[..., _T], *args: Any, **kwargs: Any) 
         ) from None
 
 
-def _refuse(source: str, why: str) -> TokenizationError:
-    return TokenizationError(f"{source} is not a tokenizer Sprout can use: {why}. {_ALLOWED}")
-
-
-def _check_byte_level(spec: dict, where: str, source: str, use_regex: bool | None = None) -> None:
-    """A ByteLevel pre-tokenizer, decoder or post-processor: known keys of the right types only."""
-    for k, v in spec.items():
-        if k not in _BYTE_LEVEL_KEYS or not isinstance(v, _BYTE_LEVEL_KEYS[k]):
-            raise _refuse(source, f"its {where} ByteLevel has the option {str(k)[:40]!r}={str(v)[:40]!r}")
-    if use_regex is not None and spec.get("use_regex", True) is not use_regex:
-        raise _refuse(source, f"its {where} ByteLevel has use_regex={not use_regex}, expected {use_regex} here")
-
-
-def _check_pre_tokenizer(spec: Any, source: str) -> None:
-    if spec is None:
-        return
-    kind = spec.get("type") if isinstance(spec, dict) else None
-    if kind == "ByteLevel":
-        _check_byte_level(spec, "pre-tokenizer", source, use_regex=True)
-        return
-    if kind == "Sequence":
-        parts = spec.get("pretokenizers")
-        if isinstance(parts, list) and len(parts) == 1 and isinstance(parts[0], dict) and parts[0].get("type") == "ByteLevel":
-            _check_byte_level(parts[0], "pre-tokenizer", source, use_regex=True)
-            return
-        if isinstance(parts, list) and len(parts) == 2 and all(isinstance(p, dict) for p in parts):
-            split, byte_level = parts
-            if split.get("type") == "Split" and byte_level.get("type") == "ByteLevel":
-                pattern = split.get("pattern")
-                if pattern != {"Regex": GPT2_SPLIT_PATTERN}:
-                    raise _refuse(source, f"its pre-tokenizer splits with the pattern {str(pattern)[:120]!r}; the only "
-                                          f"split pattern accepted is GPT-2's, {GPT2_SPLIT_PATTERN!r}")
-                if set(split) != {"type", "pattern", "behavior", "invert"} or split["behavior"] != "Isolated" \
-                        or split["invert"] is not False:
-                    raise _refuse(source, "its GPT-2 Split pre-tokenizer is not behavior='Isolated', invert=false")
-                _check_byte_level(byte_level, "pre-tokenizer", source, use_regex=False)
-                return
-    raise _refuse(source, f"its pre-tokenizer is {str(kind or type(spec).__name__)[:60]!r}")
-
-
-def _check_model(spec: Any, source: str) -> None:
-    kind = spec.get("type") if isinstance(spec, dict) else None
-    if kind not in ("BPE", "WordLevel", None):
-        raise _refuse(source, f"its model is {str(kind)[:60]!r}, not BPE")
-    if not isinstance(spec, dict) or not isinstance(spec.get("vocab"), dict):
-        raise _refuse(source, "its model has no vocabulary")
-    if kind == "WordLevel" or (kind is None and "merges" not in spec):
-        if set(spec) - {"type", "vocab", "unk_token"} or not isinstance(spec.get("unk_token"), (str, type(None))):
-            raise _refuse(source, "its WordLevel model has options other than vocab and unk_token")
-        return
-    want = {"dropout": (None,), "unk_token": (None,), "continuing_subword_prefix": (None,),
-            "end_of_word_suffix": (None,), "fuse_unk": (False,), "byte_fallback": (False,), "ignore_merges": (False, True)}
-    for k, v in spec.items():
-        if k in ("type", "vocab", "merges"):
-            continue
-        if k not in want or not any(v is w for w in want[k]):
-            raise _refuse(source, f"its BPE model has the option {str(k)[:40]!r}={str(v)[:40]!r} (Sprout's BPE has "
-                                  "no dropout, unknown token, subword prefix or suffix, and no byte fallback)")
-    if not isinstance(spec.get("merges", []), list):
-        raise _refuse(source, "its BPE model's merges are not a list")
-
-
-def _check_added_tokens(spec: Any, source: str) -> None:
-    if spec is None:
-        return
-    if not isinstance(spec, list) or len(spec) > _MAX_ADDED_TOKENS:
-        raise _refuse(source, f"its added_tokens are not a list of at most {_MAX_ADDED_TOKENS:,} tokens")
-    for t in spec:
-        content = t.get("content") if isinstance(t, dict) else None
-        if not isinstance(content, str) or not 0 < len(content) <= _MAX_ADDED_CHARS or any(c.isspace() for c in content):
-            raise _refuse(source, f"its added token {str(content)[:60]!r} is not 1 to {_MAX_ADDED_CHARS} characters "
-                                  "without whitespace")
-        if t.get("lstrip") or t.get("rstrip"):
-            raise _refuse(source, f"its added token {content[:60]!r} strips the whitespace around it")
-
-
 def check_tokenizer(tokenizer: Any, source: str = "the tokenizer") -> None:
     """Refuse a tokenizer whose components are not those of a Sprout tokenizer (see the module docstring).
 
-    ``tokenizer`` is a ``tokenizers.Tokenizer``, the text of a ``tokenizer.json`` or its parsed dict; ``source``
-    names it in the message. Returns None; raises ``TokenizationError`` saying what is wrong and what is allowed.
+    ``tokenizer`` is a ``tokenizers.Tokenizer``, the text of a ``tokenizer.json`` or its parsed JSON value (a
+    ``tokenizer.json`` holding ``[]`` is refused as no JSON object); ``source`` names it in the message. The check
+    itself is ``sprout_model.tokenizer.check_tokenizer_spec``, the one the training tools apply. Returns None;
+    raises ``TokenizationError`` saying what is wrong and what is allowed.
     """
     if isinstance(tokenizer, str):
         try:
             spec = json.loads(tokenizer)
-        except ValueError:
-            raise _refuse(source, "it is not valid JSON") from None
-    elif isinstance(tokenizer, dict):
-        spec = tokenizer
-    else:
+        except (ValueError, RecursionError):
+            raise TokenizationError(f"{source} is not a tokenizer Sprout can use: it is not valid JSON. {ALLOWED}") from None
+    elif isinstance(tokenizer, Tokenizer):
         spec = json.loads(tokenizer_call("writing the tokenizer out", tokenizer.to_str))
-    if not isinstance(spec, dict):
-        raise _refuse(source, "it is not a JSON object")
-    for k in ("truncation", "padding", "normalizer"):
-        if spec.get(k) is not None:
-            raise _refuse(source, f"it has a {k} ({str(spec[k])[:120]}); Sprout's tokenizers have none")
-    _check_added_tokens(spec.get("added_tokens"), source)
-    _check_pre_tokenizer(spec.get("pre_tokenizer"), source)
-    for part in ("decoder", "post_processor"):
-        sub = spec.get(part)
-        if sub is None:
-            continue
-        if not isinstance(sub, dict) or sub.get("type") != "ByteLevel":
-            raise _refuse(source, f"its {part.replace('_', '-')} is "
-                                  f"{str(sub.get('type') if isinstance(sub, dict) else type(sub).__name__)[:60]!r}")
-        _check_byte_level(sub, part.replace("_", "-"), source)
-    _check_model(spec.get("model"), source)
+    else:
+        spec = tokenizer
+    try:
+        check_tokenizer_spec(spec, source)
+    except TokenizerError as e:
+        raise TokenizationError(str(e)) from None
 
 
 def tokenizer_from_json(text: str, source: str = "the tokenizer"):
@@ -232,8 +139,6 @@ def tokenizer_from_json(text: str, source: str = "the tokenizer"):
     Raises ``TokenizationError`` for a refused shape; the tokenizers library's own error (an ``Exception``)
     for JSON it cannot read.
     """
-    from tokenizers import Tokenizer
-
     check_tokenizer(text, source)
     return tokenizer_call(f"reading {source}", Tokenizer.from_str, text)
 
@@ -285,13 +190,10 @@ def encode_ids(tokenizer, text: str) -> list[int]:
         end = _chunk_end(text, start, size)
         chunk = text[start:end]
         got = tokenizer_call("encoding the text", tokenizer.encode, chunk, add_special_tokens=False).ids
-        n_bytes = len(chunk.encode("utf-8"))
-        if len(got) > n_bytes + 1:
-            raise TokenizationError(
-                f"the tokenizer turned {len(chunk):,} characters ({n_bytes:,} UTF-8 bytes) at character {start:,} into "
-                f"{len(got):,} token ids; a byte-level BPE gives at most one per byte, so this tokenizer expands "
-                f"text (a normalizer or post-processor that adds characters or tokens) and is refused. {_ALLOWED}"
-            )
+        try:
+            check_expansion(chunk, len(got), start)
+        except TokenizerError as e:
+            raise TokenizationError(str(e)) from None
         ids.extend(got)
         start = end
     return ids

@@ -115,6 +115,66 @@ def test_a_hostile_tokenizer_is_refused_when_loaded(kind, tmp_path, tiny_gpt):
     refused(lambda: hf_tokenizer(folder / "tokenizer.json"), *words)  # the export reads it through the same check
 
 
+@pytest.mark.parametrize("kind", list(HOSTILE))
+def test_the_training_tools_refuse_what_the_loader_refuses_with_the_same_words(kind, tmp_path, tiny_gpt):
+    """One check: ``sprout_model.tokenizer.load_tokenizer`` (what ``prepare --tokenizer`` and ``train`` read a
+    tokenizer with) refuses each hostile file with the very message the loader gives."""
+    from sprout_model.tokenizer import TokenizerError, load_tokenizer
+
+    spec, words = HOSTILE[kind]
+    path = write(tmp_path / "t", spec)
+    with pytest.raises(TokenizerError) as e:
+        load_tokenizer(path)
+    own = checkpoint(tmp_path, tiny_gpt, SHIPPED, "own")
+    assert str(e.value) == refused(lambda: load_checkpoint(own, tokenizer=path), *words)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[]", ["not a JSON object (it holds an array)"]), ('"tokenizer"', ["not a JSON object (it holds a string)"]),
+    ("5", ["not a JSON object (it holds a number)"]), ("null", ["not a JSON object (it holds null)"]),
+    ("[" * 100_000, ["not a Hugging Face tokenizers file"]),
+])
+def test_a_tokenizer_json_that_is_no_object_is_refused(text, words, tmp_path, tiny_gpt):
+    """A tokenizer.json holding ``[]`` raised a plain AttributeError ('list' object has no attribute 'to_str')."""
+    from sprout_model.tokenizer import TokenizerError, load_tokenizer
+
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "tokenizer.json").write_text(text)
+    own = checkpoint(tmp_path, tiny_gpt, SHIPPED, "own")
+    with pytest.raises(errors.SproutError) as e:
+        load_checkpoint(own, tokenizer=tmp_path / "t")
+    assert isinstance(e.value, (errors.TokenizationError, errors.NotACheckpointError)), type(e.value)
+    assert all(w in str(e.value) for w in words), str(e.value)
+    (tmp_path / "c").mkdir()
+    save_checkpoint(tiny_gpt, tmp_path / "c" / "ckpt", None, {})
+    (tmp_path / "c" / "ckpt" / "tokenizer.json").write_text(text)  # a checkpoint's own tokenizer.json too
+    with pytest.raises((errors.TokenizationError, errors.NotACheckpointError)):
+        si.load(tmp_path / "c" / "ckpt")
+    with pytest.raises(TokenizerError):  # and the training tools' reader
+        load_tokenizer(tmp_path / "t" / "tokenizer.json")
+    if text.startswith("[" * 2) or text.startswith('"'):  # a str passed to check_tokenizer is a file's text
+        return
+    with pytest.raises(errors.TokenizationError, match="not a JSON object"):
+        tokens.check_tokenizer(json.loads(text), "x")  # the parsed value itself
+
+
+def test_the_training_tools_encoding_stops_an_expanding_tokenizer():
+    """The expansion bound has one home (sprout_model.tokenizer.check_expansion): prepare's encoder stops a tokenizer
+    that slipped past the check as the library's chunked encoder does."""
+    from sprout_model.tokenizer import TokenizerError, encode, encode_pieces
+
+    tok = unchecked(edited(normalizer=EXPANDING))
+    with pytest.raises(TokenizerError, match="expands text"):
+        encode(tok, "a cat")
+    with pytest.raises(TokenizerError, match="expands text"):
+        next(encode_pieces(tok, "a banana " * 10))
+    with pytest.raises(errors.TokenizationError, match="expands text"):
+        tokens.encode_ids(tok, "a cat")
+    shipped = Tokenizer.from_file(str(SHIPPED_TOKENIZER))
+    text = TEXTS["story"]
+    assert encode(shipped, text) == shipped.encode(text, add_special_tokens=False).ids  # a real tokenizer passes
+
+
 def test_refusal_comes_before_the_rust_library_builds_the_tokenizer(tmp_path, tiny_gpt, monkeypatch):
     folder = checkpoint(tmp_path, tiny_gpt, edited(pre_tokenizer=BACKTRACKING))
     built = []

@@ -15,6 +15,7 @@ import torch
 
 from sprout_model import GPT, Config
 from sprout_model.checkpoint import save_checkpoint
+from sprout_model.prepare import MAX_NAME_VIEWS
 from sprout_model.presets import PRESETS
 from sprout_model.run_state import RunStateError, write_state
 from sprout_model.tokenizer import train_tokenizer
@@ -576,3 +577,214 @@ def test_the_gpu_recipe_refuses_non_finite_and_negative_numbers(argv, words, cap
 
     err = cli_error(device.main, argv, capsys)
     assert all(w in err for w in words), err
+
+
+# --- prepare and train refuse what no loader reads, before writing anything -------------------------------
+
+EXPANDING = {"type": "Replace", "pattern": {"String": "a"}, "content": "x" * 4000}  # 144 KB of text became 139 MB
+
+
+def run_cli(module: str, *argv: str) -> tuple[int, list[str]]:
+    """``python -m sprout_model.<module> argv`` in a subprocess: (exit status, the lines of its stderr)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-m", f"sprout_model.{module}", *argv], capture_output=True, text=True,
+                       timeout=300, check=False, env={**os.environ, "PYTHONPATH": str(root)}, cwd=root)
+    return r.returncode, r.stderr.strip().splitlines()
+
+
+def hostile_tokenizer(data: Path, folder: Path, **parts) -> Path:
+    """The ``data`` fixture's tokenizer.json with some top-level parts replaced, written to ``folder``."""
+    spec = json.loads((data / "tokenizer.json").read_text())
+    spec.update(parts)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tokenizer.json").write_text(json.dumps(spec))
+    return folder / "tokenizer.json"
+
+
+@pytest.fixture
+def texts(tmp_path) -> Path:
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"{i}.txt").write_text(PROSE)
+    return folder
+
+
+@pytest.mark.parametrize("views", [str(MAX_NAME_VIEWS + 1), "2.5"])
+def test_prepare_name_views_is_bounded_on_the_command_line(texts, tmp_path, views):
+    """--name-views had no upper bound: a 144 KB corpus wrote 1,498 files and kept going."""
+    code, err = run_cli("prepare", "--corpus", str(texts), "--out", str(tmp_path / "out"), "--name-views", views)
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: ") and "--name-views" in err[0], err
+    if views != "2.5":  # argparse's own one line for a non-integer
+        assert f"from 0 to {MAX_NAME_VIEWS}" in err[0] and f"got {views}" in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("views", ["-1", "1000000", str(MAX_NAME_VIEWS + 1)])
+def test_prepare_name_views_out_of_range_is_one_line(texts, tmp_path, capsys, views):
+    from sprout_model import prepare
+
+    err = cli_error(prepare.main, ["--corpus", str(texts), "--out", str(tmp_path / "out"), "--name-views", views], capsys)
+    assert f"--name-views must be a whole number from 0 to {MAX_NAME_VIEWS}" in err and f"got {views}" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("views", [MAX_NAME_VIEWS + 1, -1, True, 2.0, "4"])
+def test_prepare_refuses_name_views_out_of_range_in_code(texts, tmp_path, views):
+    from sprout_model.prepare import prepare
+
+    with pytest.raises(ValueError, match=rf"--name-views must be a whole number from 0 to {MAX_NAME_VIEWS}"):
+        prepare(str(texts), tmp_path / "out", name_views=views)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["expanding normalizer", "json array", "backtracking split", "not json", "no eot",
+                                  "too many tokens"])
+def test_prepare_refuses_a_tokenizer_the_loader_refuses(data, texts, tmp_path, capsys, kind, monkeypatch):
+    """prepare accepted a tokenizer that si.load refuses (an expanding normalizer: 144 KB became 139 MB), and train
+    then wrote a checkpoint nothing can load. Now prepare applies the loader's check before writing anything."""
+    from sprout_model import prepare, tokenizer
+
+    folder = tmp_path / "tok"
+    if kind == "expanding normalizer":
+        path, words = hostile_tokenizer(data, folder, normalizer=EXPANDING), ["has a normalizer", "Replace"]
+    elif kind == "json array":
+        folder.mkdir()
+        (path := folder / "tokenizer.json").write_text("[]")
+        words = ["not a JSON object (it holds an array)"]
+    elif kind == "backtracking split":
+        split = {"type": "Split", "pattern": {"Regex": "(a|a)*$"}, "behavior": "Isolated", "invert": False}
+        spec = json.loads((data / "tokenizer.json").read_text())
+        path = hostile_tokenizer(data, folder, pre_tokenizer={"type": "Sequence",
+                                                              "pretokenizers": [split, spec["pre_tokenizer"]]})
+        words = ["(a|a)*$", "GPT-2"]
+    elif kind == "not json":
+        folder.mkdir()
+        (path := folder / "tokenizer.json").write_text("{" * 100)
+        words = ["is not a tokenizers file"]
+    elif kind == "no eot":
+        spec = json.loads((data / "tokenizer.json").read_text())
+        spec["added_tokens"] = []
+        spec["model"]["vocab"] = {k: v for k, v in spec["model"]["vocab"].items() if k != "<|endoftext|>"}
+        path, words = hostile_tokenizer(data, folder, **spec), ["has no <|endoftext|> token"]
+    else:
+        monkeypatch.setattr(tokenizer, "MAX_TOKENIZER_BYTES", 1000)
+        path, words = data / "tokenizer.json", ["is over 1,000 bytes"]
+    err = cli_error(prepare.main, ["--corpus", str(texts), "--out", str(tmp_path / "out"), "--tokenizer", str(path)], capsys)
+    assert err.startswith("error: --tokenizer: ") and all(w in err for w in words), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_prepare_with_an_expanding_tokenizer_exits_2_in_a_subprocess(data, texts, tmp_path):
+    path = hostile_tokenizer(data, tmp_path / "tok", normalizer=EXPANDING)
+    code, err = run_cli("prepare", "--corpus", str(texts), "--out", str(tmp_path / "out"), "--tokenizer", str(path))
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: --tokenizer: "), err
+    assert "has a normalizer" in err[0] and not (tmp_path / "out").exists()
+
+
+def test_the_tokenizer_prepare_trains_passes_the_loaders_check(data):
+    """What prepare trains is what the check accepts (the check refuses nothing of ours)."""
+    from sprout_model.tokenizer import check_corpus_tokenizer, check_tokenizer_spec, load_tokenizer
+
+    check_tokenizer_spec(json.loads((data / "tokenizer.json").read_text()), "trained")
+    assert check_corpus_tokenizer(load_tokenizer(data / "tokenizer.json"), "t", TINY.vocab_size).get_vocab_size() == 300
+
+
+@pytest.mark.parametrize("kind", ["expanding normalizer", "another size", "json array"])
+def test_train_refuses_a_prepared_corpus_whose_tokenizer_no_loader_reads(data, tmp_path, capsys, kind):
+    """A prepared corpus with such a tokenizer trained to a checkpoint that sprout_interp.load refuses; now train
+    refuses it naming --data, before the run folder exists."""
+    import shutil
+
+    from sprout_model.train import main
+
+    bad = tmp_path / "bad"
+    shutil.copytree(data, bad)
+    if kind == "expanding normalizer":
+        hostile_tokenizer(data, bad, normalizer=EXPANDING)
+        words = ["has a normalizer"]
+    elif kind == "another size":
+        texts = [f"The {w} walked to the harbour at {i} o'clock and sang." for i, w in enumerate(["cat", "dog", "man"] * 40)]
+        train_tokenizer(texts, vocab_size=280).save(str(bad / "tokenizer.json"))
+        words = ["has 280 tokens but the prepared corpus says vocab_size 300", "would load nowhere"]
+    else:
+        (bad / "tokenizer.json").write_text("[]")
+        words = ["not a JSON object"]
+    err = cli_error(main, train_cli(bad, tmp_path / "run"), capsys)
+    assert err.startswith("error: --data: ") and all(w in err for w in words), err
+    assert not (tmp_path / "run").exists()
+
+
+# --- what a killed checkpoint write leaves is cleaned on the next start --------------------------------------
+
+
+def dead_pid() -> int:
+    """The id of a process that has exited (reused only after the kernel cycles through every pid)."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def leftover(folder: Path, kind: str, pid: int) -> Path:
+    """A half-written ``.<name>.<kind>-<pid>`` folder beside ``folder``, as a killed save_checkpoint leaves it."""
+    stale = folder.with_name(f".{folder.name}.{kind}-{pid}")
+    stale.mkdir(parents=True)
+    (stale / "model.safetensors").write_bytes(b"\0" * 1000)
+    return stale
+
+
+def test_stale_checkpoint_folders_are_removed_when_a_run_starts(data, tmp_path):
+    """Each killed run left a .checkpoint.tmp-PID folder (a whole model's weights) that nothing removed; the next
+    start removes those whose process is gone (or whose pid is this process's), and keeps a live writer's."""
+    import os
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    gone = [leftover(run / "checkpoint", "tmp", dead_pid()), leftover(run / "checkpoint", "old", dead_pid()),
+            leftover(run / "checkpoint", "tmp", os.getpid())]
+    live_writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        live = leftover(run / "checkpoint", "tmp", live_writer.pid)
+        other = run / ".checkpoint.tmp-notapid"  # not one of ours: left alone
+        other.mkdir()
+        train(args(data, run, max_steps=1, save_every=10, eval_every=10), progress=False)
+        assert not any(p.exists() for p in gone)
+        assert live.is_dir() and other.is_dir()
+        assert (run / "state.pt").is_file()
+    finally:
+        live_writer.kill()
+        live_writer.wait()
+
+
+def test_clean_stale_writes_beside_any_checkpoint_folder(tmp_path):
+    """save_checkpoint (every tool that writes a checkpoint) and the device join clean the same way."""
+    import os
+    import subprocess
+    import sys
+
+    from sprout_model.checkpoint import clean_stale_writes, pid_alive
+
+    ckpt = tmp_path / "ckpt"
+    dead = dead_pid()
+    assert not pid_alive(dead) and pid_alive(os.getpid()) and not pid_alive(0) and not pid_alive(2 ** 40)
+    stale = [leftover(ckpt, "tmp", dead), leftover(ckpt, "old", dead)]
+    neighbour = leftover(tmp_path / "other", "tmp", dead)  # another folder's leftovers: not this folder's to clean
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        live = leftover(ckpt, "tmp", sleeper.pid)
+        assert sorted(clean_stale_writes(ckpt)) == sorted(stale)
+        assert live.is_dir() and neighbour.is_dir()
+        save_checkpoint(GPT(TINY), ckpt, None, {})
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ckpt", live.name, ".other.tmp-" + str(dead)])
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert clean_stale_writes(ckpt) == [live]  # its writer is gone now
