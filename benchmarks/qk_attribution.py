@@ -75,6 +75,7 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--layer", type=int, default=1)
     p.add_argument("--head", type=int, default=0)
+    p.add_argument("--warmup", action="store_true", help="run each variant once, untimed, first")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     m = si.load(a.model)
@@ -98,7 +99,7 @@ def main(argv=None) -> None:
     labels = {"cell": "one cell, feed-forward outputs", "cell_tc": "one cell, transcoders",
               "cell_last": f"one cell of the last block ({L}), transcoders", "graph": "the attribution graph",
               "loadings": "head loadings of the pruned graph's edges"}
-    times, res = interleaved(variants, a.reps, warmup=True, progress=True)
+    times, res = interleaved(variants, a.reps, warmup=a.warmup, progress=True)
     sizes = {k: f"{len(r.key_components) + len(r.query_components)} component rows" for k, r in res.items()
              if k.startswith("cell")}
     sizes["graph"] = f"{g.n_features} features"

@@ -59,8 +59,9 @@ def mlp_replacement(model: HookedSprout, tokens: Int[Tensor, " pos"]) -> LocalRe
 
 
 def frozen_maps(model: HookedSprout, rep: LocalReplacement) -> FrozenBackward:
-    """The frozen model's maps for ``rep`` (the attribution graph's own, with no target rows yet)."""
-    return FrozenBackward(model, rep, 0, n_nodes(rep))
+    """The frozen model's maps for ``rep`` (the attribution graph's own, with no target rows yet; without the token
+    images through block 0 the graph's rows read, since the carrier split goes through block 0 itself)."""
+    return FrozenBackward(model, rep, 0, n_nodes(rep), token_images=False)
 
 
 @dataclass
