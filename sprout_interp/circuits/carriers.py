@@ -34,7 +34,7 @@ from sprout_interp.core.hooked import HookedSprout
 from sprout_interp.features.transcoder import Transcoder
 
 __all__ = ["Carried", "mlp_replacement", "frozen_maps", "carried_backward", "carried_forward", "node_writes",
-           "const_writes", "n_nodes"]
+           "n_nodes"]
 
 
 def n_nodes(rep: LocalReplacement) -> int:
@@ -81,10 +81,6 @@ class Carried:
     consts: Float[Tensor, "group r layer pos"]
     n_via_layers: int
     P: int
-
-    def total(self) -> Float[Tensor, " r"]:
-        """Every part of every group added up: ``g · x`` for each gradient."""
-        return self.nodes.sum((0, 2)) + self.consts.sum((0, 2, 3))
 
 
 def carried_backward(bw: FrozenBackward, rep: LocalReplacement, top: int, mid: bool, pos: Int[Tensor, " r"],
@@ -211,9 +207,4 @@ def node_writes(bw: FrozenBackward, rep: LocalReplacement, nodes: Int[Tensor, " 
         origin[t], pos[t] = -1, p
         vecs[t] = bw.embed[p]
     return origin, pos, vecs
-
-
-def const_writes(rep: LocalReplacement, layer: Int[Tensor, " b"], pos: Int[Tensor, " b"]) -> Float[Tensor, "b d"]:
-    """The constant writes (``b_dec``; see :class:`LocalReplacement`) of block ``layer`` at ``pos``."""
-    return rep.consts[layer, pos]
 
