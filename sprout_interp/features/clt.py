@@ -52,7 +52,8 @@ __all__ = ["CLT_RECIPE", "CrossLayerTranscoder", "enc_file", "dec_file", "clt_fo
 #: The training recipe (also written into config.yaml).
 CLT_RECIPE = ("cross-layer transcoder trained with BatchTopK per source layer (the k x batch largest ReLU'd "
               "pre-activations of the batch kept; Bussmann et al. 2024) and saved as circuit-tracer's JumpReLU with "
-              "each layer's threshold the running mean of the smallest kept activation; loss: the sum over layers "
+              "each layer's threshold the BatchTopK cut over 8,192 training tokens (k features per token on average "
+              "there); loss: the sum over layers "
               "of each output's normalised MSE, plus AuxK on dead features (coefficient 1/32) against the errors "
               "of the layers they write to; each feature's decoder (all the layers it writes to together) kept at "
               "unit norm; inputs and outputs scaled to mean norm sqrt(d_model) per layer while training and folded "

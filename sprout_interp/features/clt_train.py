@@ -10,9 +10,11 @@ normalised MSE (the per-layer recipe's, :func:`~sprout_interp.features.train.top
 reconstruct the (detached) errors of the layers they write to. Each feature's decoder (all its target layers
 together) is kept at unit norm, inputs and outputs are scaled per layer to mean norm sqrt(d_model) and the scales
 are folded into ``W_enc`` and ``W_dec`` before saving; Adam with the SAEs' schedule
-(:func:`~sprout_interp.features.train.lr_at`). circuit-tracer's CLT knows JumpReLU, not TopK, so the saved CLT
-is a JumpReLU whose threshold, per layer, is the running mean (decay 0.99) of the smallest activation the
-BatchTopK kept: the BatchTopK-to-JumpReLU rule of Bussmann et al.
+(:func:`~sprout_interp.features.train.lr_at`). circuit-tracer's CLT knows JumpReLU, not TopK, so the returned
+CLT is a JumpReLU whose threshold, per layer, is the BatchTopK cut over the first 8,192 tokens of the last chunk
+(the ``k x n``-th largest ReLU'd pre-activation of those ``n`` tokens: ``k`` features per token on average
+there). While training, the running mean (decay 0.99) of each batch's smallest kept activation is kept as the
+threshold of a run's current state (:func:`clt_from_state`: Bussmann et al.'s rule).
 
 The data come in ``chunks``: chunk ``c`` holds ``chunk_tokens`` tokens of fresh training windows
 (``training_sample_for(seed=seed * 100_000 + c)``), trained on for ``passes`` shuffled passes, so a long run sees
@@ -54,6 +56,8 @@ __all__ = ["STATE_FILE", "CLTStats", "collect_clt_chunk", "train_clt", "clt_from
 
 STATE_FILE = "clt.state.pt"
 THRESHOLD_DECAY = 0.99
+#: the training tokens (of the last chunk) a finished CLT's thresholds are set on
+CALIBRATION_TOKENS = 8192
 
 
 @dataclass
@@ -171,6 +175,21 @@ def _drop_radial_grad_(clt: CrossLayerTranscoder) -> None:
             continue
         g, wf = w.grad.view(w.shape[0], -1), w.view(w.shape[0], -1)
         g -= (g * wf).sum(-1, keepdim=True) * wf
+
+
+@torch.no_grad()
+def _calibrated_thresholds(clt: CrossLayerTranscoder, xs: list[Tensor], s_in: list[float], k: int,
+                           rows: int = CALIBRATION_TOKENS) -> Tensor:
+    """Each layer's JumpReLU threshold (training units) so that its features fire ``k`` times per token on average
+    over the first ``rows`` tokens of ``xs``: halfway between the ``k x n``-th and the next largest ReLU'd
+    pre-activation of those ``n`` tokens (the BatchTopK cut over the whole sample; 0 where fewer are positive)."""
+    out = torch.zeros(clt.n_layers, dtype=torch.float64)
+    for i in range(clt.n_layers):
+        x = xs[i][:rows] * s_in[i]
+        pre = (x @ clt.W_enc[i].T + clt.b_enc[i]).relu().flatten()
+        top = pre.topk(min(k * x.shape[0] + 1, pre.numel())).values
+        out[i] = float(top[-2:].double().mean()) if len(top) > k * x.shape[0] else 0.0
+    return out
 
 
 def _fold(clt: CrossLayerTranscoder, s_in: list[float], s_out: list[float], thr: Tensor) -> CrossLayerTranscoder:
@@ -348,6 +367,10 @@ def train_clt(
     secs = time.time() - t0
     if s_in is None:  # nothing left to do and no state: nothing was trained
         raise SproutError("no training step was run (max_steps=0 and no saved state): nothing to return")
+    if xs is None:  # resumed where it had stopped: the last chunk again, for the thresholds
+        c = min(step - 1, total - 1) // per_chunk
+        xs, _ = collect_clt_chunk(m, chunk_tokens, length, _chunk_seed(seed, c), _chunk_tokens(tokens, c, chunks))
+    thr = _calibrated_thresholds(clt, xs, s_in, k)
     out = _fold(clt, s_in, s_out, thr)
     dead_now = (last_fired >= dead_after).sum(1).tolist()
     stats = CLTStats(steps=step, total_steps=total, tokens_seen=step * batch_size, seconds=secs,
@@ -357,6 +380,7 @@ def train_clt(
         training={**settings, "steps": step, "total_steps": total, "tokens_seen": step * batch_size,
                   "distinct_tokens": chunks * chunk_tokens, "final_nmse": [round(v, 4) for v in last_nmse],
                   "dead_at_end": dead_now, "thresholds": [round(float(t), 5) for t in thr],
+                  "threshold_rule": f"BatchTopK cut over {CALIBRATION_TOKENS} tokens of the last chunk",
                   "input_scales": s_in, "output_scales": s_out,
                   "split": "training documents (sprout_interp.core.texts.training_sample_for)"},
     )

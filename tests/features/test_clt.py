@@ -76,6 +76,16 @@ def test_encode_decode_are_circuit_tracers_jumprelu_clt(trained):
     assert bool((clt.threshold > 0).all()) and 0 < int((clt.encode(xs) != 0).sum()) < L * 7 * DT / 2
 
 
+def test_thresholds_make_k_features_per_token_on_the_last_chunk(model, tokens, trained):
+    clt = trained[0]
+    xs, _ = collect_clt_chunk(model, 768, tokens=tokens[24:])  # chunk 1 of 2: the rows the thresholds were set on
+    with torch.no_grad():
+        acts = clt.encode(torch.stack(xs))
+    n = xs[0].shape[0]
+    for i in range(L):
+        assert abs(int((acts[i] != 0).sum()) - K * n) <= 2, i  # k per token, to a cut rounding may move by one
+
+
 def test_loss_falls_over_counted_steps(model, tokens, trained):
     short, s1 = _train(model, tokens, None, passes=4, max_steps=3)
     long, s2 = trained
