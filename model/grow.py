@@ -138,6 +138,9 @@ def main(argv: list[str] | None = None) -> None:
     shape = source_shape(sd)
     cfg = preset(a.preset)
     cfg.vocab_size = shape["vocab_size"]  # as train does: the corpus's tokenizer decides
+    if a.seq_len > cfg.context:
+        p.error(f"--seq-len {a.seq_len} is longer than {a.preset}'s context of {cfg.context}: pass --seq-len "
+                f"{cfg.context} or less")
     big = GPT(cfg)
     load_grown(big, sd)
     small = GPT(type(cfg).from_dict({**cfg.to_dict(), **{k: shape[k] for k in ("n_layer", "d_model", "n_head", "d_ff")}}))

@@ -105,6 +105,11 @@ def main(argv: list[str] | None = None) -> None:
     writable_folder(a.out, "--out")
     src = Path(a.source)
     model, info = load_folder(src)
+    if a.rows < 1 or a.seq_len < 1:  # checked before --out is written
+        p.error(f"--rows and --seq-len must be 1 or more, got {a.rows} and {a.seq_len}")
+    if a.seq_len > model.cfg.context and (Path(a.data) / "val.bin").is_file():  # the loss is measured on it
+        p.error(f"--seq-len {a.seq_len} is longer than the checkpoint's context of {model.cfg.context}: pass "
+                f"--seq-len {model.cfg.context} or less")
     n = model.cfg.n_layer
     targets, sources = parse_blocks(a.blocks, n), parse_blocks(a.copies_of, n)
     stacked = GPT(model.cfg)

@@ -269,6 +269,12 @@ def cli_case(cli: str, argv: str, *words: str):
 @pytest.mark.parametrize("cli, argv, words", [
     cli_case("grow", "{ckpt} --preset bogus --data {data}", "argument --preset: invalid choice: 'bogus'"),
     cli_case("grow", "{ckpt} --rows 0 --data {data}", "--rows and --seq-len must be 1 or more"),
+    cli_case("grow", "{ckpt} --seq-len 100000 --data {data}", "--seq-len 100000 is longer than sprout's context of 512"),
+    cli_case("stack", "{ckpt} --blocks 2 --copies-of 1 --out {tmp}/out --seq-len 0",
+             "--rows and --seq-len must be 1 or more, got 16 and 0"),
+    cli_case("stack", "{ckpt} --blocks 2 --copies-of 1 --out {tmp}/out --rows -1", "--rows and --seq-len must be 1 or more"),
+    cli_case("stack", "{ckpt} --blocks 2 --copies-of 1 --out {tmp}/out --seq-len 100000 --data {data}",
+             "--seq-len 100000 is longer than the checkpoint's context of 64"),
     cli_case("stack", "{ckpt} --blocks 2 --copies-of 1 --out {tmp}/out --out-scales 0.5,nan",
              "--out-scales must be a finite number, got nan"),
     cli_case("stack", "{ckpt} --blocks 2 --copies-of 1 --out {tmp}/out --out-scales inf",
