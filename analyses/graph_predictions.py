@@ -25,7 +25,7 @@ from typing import Sequence
 import pandas as pd
 
 from sprout_interp.circuits.graph_predictions import logit_predictions, prediction_prompts, prediction_summary
-from sprout_interp.report.cli import NamedModel, print_table, script_parser, start
+from sprout_interp.report.cli import NamedModel, out_dir, print_table, script_parser, start
 
 SCRIPT = "graph_predictions"
 COMMAND = f".venv/bin/python analyses/{SCRIPT}.py"
@@ -40,6 +40,8 @@ def parser():
                    help="lengths each ready-made text is cut to (none: no ready-made prompts)")
     p.add_argument("--k", type=int, default=3, help="features removed per prompt and selection")
     p.add_argument("--seed", type=int, default=0, help="seed of the held-out windows")
+    p.add_argument("--from-csv", nargs="+", default=None, metavar="CSV",
+                   help="report the predictions.csv file(s) a run wrote instead of measuring again")
     return p
 
 
@@ -80,6 +82,9 @@ def report(df: pd.DataFrame, args: Namespace, out) -> None:
     direct = prediction_summary(df, "predicted_direct")
     print_table(total.round(3), "the graph's total prediction against the real removal")
     print_table(direct.round(3), "the direct edge alone against the real removal")
+    unique = df.drop_duplicates(["model", "text", "layer", "pos", "feature", "final_norm"]).assign(select="any")
+    print_table(prediction_summary(unique, by=["block"]).sort_values(["model", "block", "final_norm"]).round(3),
+                "by the removed feature's block (each removal once, whatever selected it)")
     print("\n" + markdown(total))
     df.to_csv(out / "predictions.csv", index=False)
     total.to_csv(out / "summary.csv", index=False)
@@ -88,6 +93,10 @@ def report(df: pd.DataFrame, args: Namespace, out) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.from_csv:
+        out = out_dir(SCRIPT, args.out)
+        report(pd.concat([pd.read_csv(p) for p in args.from_csv], ignore_index=True), args, out)
+        return 0
     started = start(SCRIPT, args)
     if started is None:
         return 2

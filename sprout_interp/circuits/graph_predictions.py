@@ -154,9 +154,11 @@ def _pearson(a: Tensor, b: Tensor) -> float:
     return float((a * b).sum()) / den if den > 0 else float("nan")
 
 
-def prediction_summary(predictions: pd.DataFrame, prediction: str = "predicted_total") -> pd.DataFrame:
+def prediction_summary(predictions: pd.DataFrame, prediction: str = "predicted_total", by: Sequence[str] = ()
+                       ) -> pd.DataFrame:
     """How close ``prediction`` (``predicted_total`` or ``predicted_direct``) of :func:`logit_predictions`'s table
-    comes to ``real``, per (``model`` when the table has that column, ``select``, ``final_norm``): ``removals``,
+    comes to ``real``, per (``model`` when the table has that column, ``select``, ``final_norm``, then the columns
+    ``by``, e.g. ``["block"]``): ``removals``,
     ``prompts``, Pearson ``r``, ``sign_agreement`` (share of removals whose predicted and real changes have the same
     sign) and ``median_rel_error`` (median of ``|predicted - real| / |real|``)."""
     if prediction not in ("predicted_total", "predicted_direct"):
@@ -165,7 +167,9 @@ def prediction_summary(predictions: pd.DataFrame, prediction: str = "predicted_t
             predictions.columns):
         raise AttributionGraphError("predictions must be logit_predictions' table (columns select, final_norm, "
                                     f"text, {prediction}, real)")
-    by = [c for c in ("model", "select", "final_norm") if c in predictions]
+    if isinstance(by, str) or any(c not in predictions for c in by):
+        raise AttributionGraphError(f"by must be a list of the table's columns, got {by!r}"[:300])
+    by = [c for c in ("model", "select", "final_norm") if c in predictions] + list(by)
     rows = []
     for key, g in predictions.groupby(by, sort=False):
         p = torch.tensor(g[prediction].values, dtype=torch.float64)

@@ -290,6 +290,10 @@ def test_the_measure_is_a_loop_of_real_removals_each_prompt_alone(model, ts):
     assert abs(one["r"] - float(torch.corrcoef(torch.stack([p, r]))[0, 1])) < 1e-9
     assert one["sign_agreement"] == float(((p > 0) == (r > 0)).double().mean())
     assert abs(one["median_rel_error"] - float(((p - r).abs() / r.abs()).median())) < 1e-12
+    by_block = prediction_summary(df, by=["block"])
+    assert by_block.groupby(["select", "final_norm"])["removals"].sum().eq(4).all()
+    with pytest.raises(AttributionGraphError, match="by"):
+        prediction_summary(df, by=["no such column"])
 
 
 @pytest.mark.unchecked_types
