@@ -143,6 +143,22 @@ def test_rows_through_block_0_give_the_graph_the_token_images_give(tiny, ts, gra
     assert g.max_error() < 1e-4 and g.info["macs"] > graph.info["macs"]
 
 
+def test_ranking_and_moving_the_rows_a_block_at_a_time_gives_the_same_graph(tiny, ts, graph, monkeypatch):
+    """Left-out features: the influence ranking scales the rows, and the kept graph is moved out of the buffer, a
+    block of rows at a time once the rows pass a block's size (no second copy of the buffer): the same features,
+    edges and dropped values as in one piece."""
+    import sprout_interp.circuits.attribution_graph as ag
+
+    whole = attribution_graph(tiny, graph.tokens, ts, max_feature_nodes=30, rerank_every=7)
+    monkeypatch.setattr(ag, "_CHUNK_BYTES", 4 * len(graph.nodes) * 3)  # three rows at a time
+    blocks = attribution_graph(tiny, graph.tokens, ts, max_feature_nodes=30, rerank_every=7)
+    assert blocks.nodes[["layer", "pos", "feature"]].equals(whole.nodes[["layer", "pos", "feature"]])
+    torch.testing.assert_close(blocks.adjacency, whole.adjacency, rtol=0, atol=1e-6)
+    torch.testing.assert_close(torch.tensor(blocks.nodes["dropped"].values), torch.tensor(whole.nodes["dropped"].values),
+                               rtol=0, atol=1e-6, equal_nan=True)
+    assert blocks.max_error() < 1e-4
+
+
 # --- graph files ------------------------------------------------------------------------------------------------
 
 
