@@ -37,7 +37,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from sprout_interp.core.errors import SproutError
+from sprout_interp.core.arguments import check_count, check_number, describe
+from sprout_interp.core.errors import ArgumentError, SproutError
 from sprout_interp.core.hooked import as_hooked
 from sprout_interp.core.texts import training_sample_for
 from sprout_interp.core.tokens import ModelInput
@@ -230,13 +231,26 @@ def train_sae(
     from tqdm.auto import tqdm
 
     m = as_hooked(model)
+    d_in = m.cfg.d_model
+    # every setting checked before the activations are collected: epochs=0 or a batch larger than the sample
+    # returned an untrained SAE
+    d_sae = check_count(d_sae if d_sae is not None else 8 * d_in, "d_sae", what="latents")
+    k = check_count(k, "k", high=d_sae, what=f"active latents per token, at most d_sae ({d_sae})")
+    epochs, batch_size, dead_after = (check_count(v, name) for v, name in ((epochs, "epochs"), (batch_size, "batch_size"),
+                                                                          (dead_after, "dead_after")))
+    n_tokens, seed = check_count(n_tokens, "n_tokens", what="training tokens collected"), check_count(seed, "seed", low=0)
+    k_aux = check_count(k_aux if k_aux is not None else d_in // 2, "k_aux")
+    lr = check_number(lr, "lr", low=0.0, low_open=True)
+    aux_coef = check_number(aux_coef, "aux_coef", low=0.0)
+    if max_seconds is not None:
+        max_seconds = check_number(max_seconds, "max_seconds", low=0.0, low_open=True)
     if acts is None:
         acts = collect_activations(m, layer, n_tokens, seed=seed, progress=progress)
-    if acts.dim() != 2 or acts.shape[1] != m.cfg.d_model:
-        raise SproutError(f"acts must be (tokens, {m.cfg.d_model}), got {tuple(acts.shape)}")
-    d_in = m.cfg.d_model
-    d_sae = d_sae or 8 * d_in
-    k_aux = k_aux or d_in // 2
+    if not isinstance(acts, Tensor) or acts.dim() != 2 or acts.shape[1] != d_in:
+        raise SproutError(f"acts must be (tokens, {d_in}), got {tuple(getattr(acts, 'shape', ())) or describe(acts)}")
+    if acts.shape[0] < batch_size:
+        raise ArgumentError(f"{acts.shape[0]} training activations are fewer than one batch of batch_size={batch_size}: "
+                            "no training step would run; collect more tokens or lower batch_size")
     torch.manual_seed(seed)
     sae = SparseAutoencoder.for_model(m, layer, d_sae, k, seed=seed)
     n = acts.shape[0]

@@ -32,6 +32,7 @@ from sprout_interp.features.metrics import feature_density, held_out_tokens, sae
 from sprout_interp.features.neurons import index_neurons, neurons_for_token  # noqa: E402
 from sprout_interp.features.pages import features_for_token, index_features, transcoder_promoted  # noqa: E402
 from sprout_interp.features.sae import SparseAutoencoder  # noqa: E402
+from sprout_interp.features.train import train_sae  # noqa: E402
 from sprout_interp.features.transcoder import Transcoder  # noqa: E402
 from sprout_interp.features.transcoder_metrics import transcoder_quality  # noqa: E402
 from sprout_model import GPT  # noqa: E402
@@ -94,6 +95,12 @@ def _sae(m) -> SparseAutoencoder:
 
 def _transcoders(m) -> dict:
     return {0: Transcoder(m.cfg.d_model, 8, 2, 0, info={"fingerprint": fingerprint(m)})}
+
+
+def _train_sae(**kw):
+    kw = {"acts": torch.randn(64, 16, generator=torch.Generator().manual_seed(0)), "d_sae": 32, "k": 4,
+          "batch_size": 16, "epochs": 1, "progress": False, **kw}
+    return lambda m: train_sae(m, 0, **kw)
 
 
 def _sae_quality(**kw):
@@ -245,6 +252,13 @@ CASES = [
     ("transcoder-promoted-n-0", lambda m: transcoder_promoted(m, _transcoders(m), [(0, 1)], n=0), si.ArgumentError,
      r"\bn=0"),
     ("transcoder-quality-none", lambda m: transcoder_quality(m, None, TEXT), si.SproutError, r"transcoders=None"),
+    ("train-sae-epochs-0", _train_sae(epochs=0), si.ArgumentError, r"epochs=0"),
+    ("train-sae-batch-over-sample", _train_sae(batch_size=65), si.ArgumentError,
+     r"64 training activations are fewer than one batch of batch_size=65"),
+    ("train-sae-lr-0", _train_sae(lr=0.0), si.ArgumentError, r"lr=0.0"),
+    ("train-sae-k-over-width", _train_sae(d_sae=8, k=9), si.ArgumentError, r"\bk=9 is out of range"),
+    ("train-sae-seed-float", _train_sae(seed=1.5), si.ArgumentError, r"seed=1.5"),
+    ("train-sae-acts-list", _train_sae(acts=[[0.0] * 16]), si.SproutError, r"acts must be"),
     # lists that hold nothing, and things that are no list
     ("trajectories-lenses-empty", lambda m: si.trajectories(m, TEXT, lenses=[]), si.ArgumentError, r"lenses"),
     ("trajectories-lenses-none", lambda m: si.trajectories(m, TEXT, lenses=None), si.ArgumentError, r"lenses"),
@@ -372,6 +386,9 @@ def test_numbers_in_every_accepted_form_still_run(model):
     assert len(si.composition_table(model, modes="K", samples=1)) == len(si.composition_table(model, modes=["K"], samples=1))
     lens = si.train_tuned_lens(model, torch.tensor([[1, 2, 3, 4]]), steps=1, progress=False)
     assert lens.info["steps"] == 1 and len(lens.info["loss_curve"]) == 1
+    sae, stats = train_sae(model, 0, torch.randn(64, 16, generator=torch.Generator().manual_seed(0)), d_sae=32, k=4,
+                           batch_size=16, epochs=1, progress=False)  # exactly one batch per step: four steps run
+    assert sae.d_sae == 32 and stats.steps == 4
 
 
 def _outcome(call, m, seconds: int = 3) -> str:
