@@ -231,6 +231,7 @@ def test_totals_are_ablation_predictions_and_the_frozen_model(model, ts, tokens,
     assert abs(change + float(logit_totals(g)[s])) < TOL
 
 
+@torch.no_grad()
 def _real_by_hand(model, ts, tokens: torch.Tensor, layer: int, pos: int, feature: int) -> tuple[float, int]:
     """The real model with one transcoder feature's write taken out of block ``layer``'s feed-forward output at
     ``pos`` (its activation read off the transcoder on the true feed-forward input), its top token's logit minus
@@ -238,9 +239,8 @@ def _real_by_hand(model, ts, tokens: torch.Tensor, layer: int, pos: int, feature
     base = model(tokens[None])[0, -1]
     target = int(base.argmax())
     _, cache = model.run_with_cache(tokens[None], names_filter=[act_name("normalized", layer, "ln2")])
-    with torch.no_grad():
-        x = cache[act_name("normalized", layer, "ln2")][0, pos] * model.blocks[layer].ln2.w
-        act = float(ts[layer].encode(x)[feature])
+    x = cache[act_name("normalized", layer, "ln2")][0, pos] * model.blocks[layer].ln2.w
+    act = float(ts[layer].encode(x)[feature])
     assert act != 0
     write = act * ts[layer].W_dec.detach()[feature]
 
