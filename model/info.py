@@ -75,12 +75,12 @@ def describe(name: str) -> dict:
         return {"name": name, "path": str(folder), "missing": True, "reason": f"no checkpoint at {folder} ({how})"}
     try:
         model, info = load_folder(folder)
-    except Exception as e:  # a damaged folder: say so and go on with the others
+        tok = tokenizer_path(folder)
+        tokenizer = load_tokenizer(tok) if tok else None  # checked as sprout_interp.load checks it
+    except Exception as e:  # a damaged folder (or tokenizer): say so and go on with the others
         return {"name": name, "path": str(folder), "missing": True, "reason": f"cannot load {folder}: {type(e).__name__}: {e}"}
     first, second, ratio = repeated_tokens_loss_ratio(model, seq_len=SEQ_LEN, batch=BATCH, seed=SEED)
     val = info.get("val_loss")
-    tok = tokenizer_path(folder)
-    tokenizer = load_tokenizer(tok) if tok else None
     names = name_copying(model, tokenizer) if tokenizer else None
     heldout = name_copying(model, tokenizer, HELDOUT_NAME_TEXTS) if tokenizer else None
     return {

@@ -259,6 +259,11 @@ def test_grow_ship_info_prepare_command_lines(data, tmp_path, capsys, marker):
     assert info.main([str(good), str(bad)]) == 0  # info reports a damaged folder in its table and goes on
     out = capsys.readouterr().out
     assert "| " + str(good) in out and f"- {bad}: cannot load" in out and "n_layer" in out
+    hostile = save_checkpoint(GPT(TINY), tmp_path / "hostile", None, {})
+    (hostile / "tokenizer.json").write_text("[]")  # a tokenizer no loader reads: reported like a damaged folder
+    assert info.main([str(good), str(hostile)]) == 0
+    out = capsys.readouterr().out
+    assert "| " + str(good) in out and f"- {hostile}: cannot load" in out and "not a JSON object" in out, out
 
 
 def cli_case(cli: str, argv: str, *words: str):
