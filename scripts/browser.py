@@ -339,6 +339,45 @@ gds.forEach((gd, k) => {
   for (const [kind, n] of Object.entries(said)) if (n > 3) out.problems.push(`${name}: ... and ${n - 3} more (${kind})`);
   out.figures.push(fig);
 });
+// labels drawn in a box of the figure (an annotation centred in a rectangle shape, the anatomy diagram's parts):
+// inside the smallest such box that holds its centre
+for (const gd of gds) {
+  const L = gd._fullLayout, shapes = L.shapes || [];
+  const rects = Array.from(gd.querySelectorAll('.shapelayer path')).filter(e => visible(e)
+    && (shapes[+e.dataset.index] || {}).type === 'rect').map(e => e.getBoundingClientRect());
+  const title = ((gd.querySelector('.gtitle') || {}).textContent || '').trim().slice(0, 40) || '(untitled)';
+  for (const a of gd.querySelectorAll('.infolayer .annotation text')) {
+    const q = quad(a);
+    if (!q || !visible(a) || !a.textContent.trim()) continue;
+    const b = bounds(q), cx = (b.left + b.right) / 2, cy = (b.top + b.bottom) / 2;
+    const holds = rects.filter(r => r.left <= cx && cx <= r.right && r.top <= cy && cy <= r.bottom)
+      .sort((u, v) => u.width * u.height - v.width * v.height);
+    const r = holds[0];
+    if (r && (b.left < r.left - TOL || b.right > r.right + TOL || b.top < r.top - TOL || b.bottom > r.bottom + TOL))
+      out.problems.push(`figure "${title}": label "${a.textContent.trim().slice(0, 50)}" spills out of its box `
+                        + `(${where(b)} px; box ${where(r)})`);
+  }
+}
+// tables: their columns inside their box (a column pushed past the edge is cut off, whatever scrolls it back);
+// buttons: their whole label (Streamlit cuts a long one to "…")
+for (const df of document.querySelectorAll('[data-testid="stDataFrame"]')) {
+  const sc = df.querySelector('.dvn-scroller');
+  if (sc && visible(df) && sc.scrollWidth > sc.clientWidth + 1) {
+    const head = Array.from(df.querySelectorAll('[role="columnheader"]')).map(h => h.textContent.trim()).filter(Boolean);
+    out.problems.push(`a table's columns are cut: ${sc.scrollWidth} px of columns in a ${sc.clientWidth} px box`
+                      + (head.length ? ` (columns ${head.slice(0, 8).join(', ')})` : ''));
+  }
+}
+for (const t of document.querySelectorAll('[data-testid="stTable"]')) {
+  if (visible(t) && t.scrollWidth > t.clientWidth + 1)
+    out.problems.push(`a table is wider than its box: ${t.scrollWidth} px in ${t.clientWidth} px`);
+}
+for (const b of document.querySelectorAll('[data-testid="stMain"] button')) {
+  if (!visible(b) || !b.textContent.trim()) continue;
+  const cut = Array.from(b.querySelectorAll('*')).some(e => e.children.length === 0 && e.scrollWidth > e.clientWidth + 1)
+    || Array.from(b.querySelectorAll('div, p, span')).some(e => e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).textOverflow === 'ellipsis');
+  if (cut) out.problems.push(`the button "${b.textContent.trim().slice(0, 60)}" shows its label cut`);
+}
 // the attention text view: its tokens wrap inside their box
 for (const v of document.querySelectorAll('.sprout-attn .sa-tokens')) {
   if (v.scrollWidth > v.clientWidth + 1)

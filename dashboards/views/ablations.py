@@ -71,7 +71,7 @@ heads = c[0].multiselect("heads to ablate (together)", heads_all, key=hkey,
 kind = c[1].radio("kind", KINDS, horizontal=True, key="abl_kind")
 named = ", ".join(f"{block_label(lh[0])} · head {lh[1]}" for lh in first) or "none"
 if circ is not None and not circ.confirmed:
-    c = st.columns([3, 1])
+    c = [st.container(), st.container()]  # the caption, then the button under it (in a narrow column its label was cut)
     c[0].caption(f"First choice ({named}): the induction circuit as the head scores rank it (the circuit finder with "
                  "the README's settings: the best induction head and the best previous-token head on repeated random "
                  "tokens and held-out text), not yet confirmed by ablation.")

@@ -104,7 +104,8 @@ with text_tab:
             desc = compute.feature_descriptions(m, key, layer, tuple(int(f) for f in top["feature"]))
             top["description"] = [desc[int(f)] for f in top["feature"]]
             st.markdown("**The strongest features on this text** (pos 0-based)")
-            st.dataframe(top, hide_index=True)
+            # a table whose cells wrap: a description is a sentence or two, which a data grid's column cuts off
+            st.table(top.round(3), hide_index=True)
             show = st.selectbox("colour the text by feature", list(top["feature"]), key=f"feat_text_pick_{key}_{layer}")
             strs = compute.str_tokens(m, key, text)
             acts = [0.0] * len(strs)

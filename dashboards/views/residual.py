@@ -28,13 +28,11 @@ show.chart(rms_growth_chart(rms.assign(model=name), color="model", dash=None, lo
                              chapter=CHAPTER_GPT4_RMS, chapter_label="chapter (gpt-4, held-out text)",
                              title=f"{name}: RMS of the stream after each block (this text)"),
             "RMS after each block")
-c = st.columns(2)
-with c[0]:
-    st.markdown("**Ours beside the chapter's gpt-4 figures**")
-    show.table(growth_claims(rms), "ours beside the chapter")
-with c[1]:
-    st.markdown("**Every row** (block: from 1, 0 = after the embedding; layer: index in code, −1 = embedding)")
-    show.table(rms, "RMS after each block")
+# one table under the other: side by side, half a 1280-pixel window's column cut the first one's last column
+st.markdown("**Ours beside the chapter's gpt-4 figures**")
+show.table(growth_claims(rms), "ours beside the chapter")
+st.markdown("**Every row** (block: from 1, 0 = after the embedding; layer: index in code, −1 = embedding)")
+show.table(rms, "RMS after each block")
 
 st.subheader("What each block is worth")
 st.caption("The loss on this text (nats per token) when one block stops writing to the stream: its attention "

@@ -7,15 +7,16 @@ from torch import Tensor
 
 __all__ = ["model_diagram", "rope_grid_figure", "distance_profile_figure"]
 
-# (key, label, y centre) from top (input) to bottom (output); keys match sprout_interp.anatomy.params.PARTS
+# (key, label, y centre) from top (input) to bottom (output); keys match sprout_interp.anatomy.params.PARTS; a label
+# is at most about 24 characters a line
 _BOXES = [
     ("embed", "token embedding  (V × d)", 9.0),
     ("rmsnorm", "RMSNorm", 7.6),
-    ("attention", "attention: QK-norm, RoPE, causal softmax", 6.8),
+    ("attention", "attention: QK-norm, RoPE,<br>causal softmax", 6.8),
     ("rmsnorm", "RMSNorm", 5.4),
     ("ffn", "SwiGLU feed-forward", 4.6),
     ("rmsnorm", "final RMSNorm", 2.6),
-    ("embed", "output head = embedding matrix (tied)", 1.4),
+    ("embed", "output head =<br>embedding matrix (tied)", 1.4),
 ]
 
 
@@ -27,7 +28,9 @@ def model_diagram(n_layer: int, selected: str | None = None) -> go.Figure:
         on = key == selected or (selected == "block" and 4.0 < y < 8.0) or (selected == "gpt")
         fig.add_shape(type="rect", x0=1.2, x1=5.8, y0=y - 0.35, y1=y + 0.35, line=dict(color="#444"),
                       fillcolor="#ffd54f" if on else "#e3f2fd")
-        fig.add_annotation(x=3.5, y=y, text=label, showarrow=False, font=dict(size=13))
+        # two short lines at most: the label stays inside its box when the page draws the diagram narrow (a
+        # half column of a 1280-pixel window)
+        fig.add_annotation(x=3.5, y=y, text=label, showarrow=False, font=dict(size=12))
     # the residual stream: the thick vertical line, with the two additions of each block
     fig.add_shape(type="line", x0=0.6, x1=0.6, y0=0.6, y1=9.6, line=dict(width=8, color="#90a4ae"))
     for y in (6.8, 4.6):

@@ -59,10 +59,10 @@ def test_feature_page_and_the_text_tab():
     at = ok(at.run())
     assert any("feature 7" in shown(m.value) for m in at.markdown)
     # the text tab: a table of features with descriptions, built only once the tab is open
-    assert not any("description" in d.value.columns for d in at.dataframe)
+    assert not any("description" in d.value.columns for d in [*at.dataframe, *at.table])
     at.session_state["feat_tab"] = "On your text"  # what clicking the tab does
     at = ok(at.run())
-    tables = [d.value for d in at.dataframe]
+    tables = [d.value for d in at.table]  # a table whose cells wrap: the descriptions are read whole
     assert any({"feature", "max_act", "pos_of_max", "description"} <= set(t.columns) for t in tables)
     assert not any("feature 7" in shown(m.value) for m in at.markdown)  # the feature page's tab is closed
     at.session_state["feat_tab"] = "Feature page"

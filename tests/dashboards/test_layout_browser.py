@@ -35,7 +35,10 @@ WIDTHS = (1280, 1600, 1920, 2560)
 PAGES = {
     "anatomy": ("/?model=gpt-4", 1, None, 1),
     "logit_lens": ("/logit_lens?model=gpt-4&trajectories=1", 3, None, 3),
+    # a late position of Sprout's story: the grid and the trajectories scroll, their labels and titles stay in view
+    "logit_lens (Sprout, a late position)": ("/logit_lens?model=sprout&pos=123&trajectories=1", 3, None, 3),
     "residual": ("/residual?model=gpt-4", 2, None, 2),
+    "ablations (Sprout, the circuit not yet confirmed)": ("/ablations?model=sprout", 1, None, 1),
     "attention (gpt-4)": ("/attention?model=gpt-4", 4, None, 4),
     "attention (Sprout)": ("/attention?model=sprout&repeated=1", 5, None, 5),
     "ablations": ("/ablations?model=gpt-4", 1, "run the full sweep", 2),
@@ -187,6 +190,102 @@ def test_every_page_holds_its_shape_at_every_width(site, page):
     assert not found, f"{page}: {len(found)} layout problem(s):\n  " + "\n  ".join(found)
 
 
+#: the pattern drawn large: its labels (one per token), its image, its colour bar and its title's lines
+LARGE_JS = """
+const gd = Array.from(document.querySelectorAll('.js-plotly-plot'))
+  .find(g => ((g.querySelector('.gtitle') || {}).textContent || '').includes('hook_pattern'));
+if (!gd) return null;
+const img = gd.querySelector('.hm image').getBoundingClientRect();
+const bar = gd.querySelector('.colorbar .cbfills') || gd.querySelector('.colorbar');
+const b = bar.getBoundingClientRect();
+return {labels: Array.from(gd._fullData[0].x), image: [img.width, img.height], bar: [b.width, b.height],
+        lines: gd.querySelectorAll('.gtitle tspan.line').length || 1};
+"""
+
+
+def _large_pattern(d, widths=WIDTHS) -> dict:
+    """The pattern drawn large at each width: square, at least 300 px, a colour bar as tall and a title of at most
+    two lines (at 1280 px it was 230 px wide beside a 500 px bar under three lines). Returns the last one seen."""
+    for w in widths:
+        d.set_window_size(w, 1000)
+        browser.settle(d)
+        big = d.execute_script(LARGE_JS)
+        assert big is not None, w
+        (iw, ih), (_, bh) = big["image"], big["bar"]
+        assert iw >= 300 and abs(iw - ih) <= 2, (w, big["image"])
+        assert abs(bh - ih) <= 0.1 * ih, (w, "colour bar", bh, "pattern", ih)
+        assert big["lines"] <= 2, (w, big["lines"])
+    return big
+
+
+def test_the_attention_page_opens_centred_on_the_repeated_name(site):
+    """Sprout's story repeats "Zorbin Plax" at positions 53-58 and a typed 49-token story at 36-41: the default
+    window holds the whole second occurrence (and reaches back to the first), centred on where the name is copied
+    (the token before the second word), which the text view outlines in view; the pattern drawn large reads at
+    every width."""
+    import sprout_interp as si
+    from sprout_interp.core.texts import TEXTS
+    from sprout_interp.features.search import repeated_names
+
+    url, d = site
+    m = si.load("sprout")
+    for text, path in ((TEXTS["story"], "/attention?model=sprout"),
+                       (NAME_TEXT, f"/attention?model=sprout&text={quote(NAME_TEXT)}")):
+        again = repeated_names(m.to_str_tokens(text))
+        second = again[again["occurrence"] == 2]
+        span = list(range(int(second["pos"].min()), int(second["pos"].max()) + 1))
+        plax = int(second[(second["name"] == "Plax") & (second["piece"] == 0)]["pos"].iloc[0])
+        _open(d, url, path, 4)
+        q = _query(d)
+        assert int(q["pos"][0]) == plax - 1, q  # the copy: where the model predicts " Pl" again
+        big = _large_pattern(d)
+        shown = [int(x.split(":")[0]) for x in big["labels"]]
+        assert set(span) | {int(again["pos"].min())} <= set(shown), (span, shown[0], shown[-1])  # both occurrences
+        centre = (shown[0] + shown[-1]) / 2
+        assert abs(centre - (plax - 1)) <= 1 or shown[0] == 0 and shown[-1] == len(m.to_str_tokens(text)) - 1, shown
+        view, outlined = d.execute_script(TEXT_VIEW_JS)
+        assert outlined is not None and view[1] - 1 <= outlined[1] and outlined[3] <= view[3] + 1, (view, outlined)
+        token = d.execute_script("return Array.from(document.querySelectorAll('.sprout-attn .sa-tokens span'))"
+                                 ".find(s => s.style.outlineStyle === 'solid').dataset.pos;")
+        assert int(token) == plax - 1
+
+
+def test_the_features_descriptions_are_shown_whole(site):
+    """On a typed text the Features page lists its strongest features with a description each: every description
+    is read whole in a cell that wraps, inside the page (a data grid's column cut them off at 1600 px)."""
+    url, d = site
+    _open(d, url, f"/features?model=sprout&layer=1&text={quote(NAME_TEXT)}", 0)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not d.execute_script(DESCRIPTIONS_JS)["cells"]:
+        time.sleep(0.5)
+    for w in WIDTHS:
+        d.set_window_size(w, 1000)
+        browser.settle(d)
+        got = d.execute_script(DESCRIPTIONS_JS)
+        assert len(got["cells"]) >= 5, (w, got)
+        for text, left, right, scroll, client in got["cells"]:
+            assert text.startswith(("fires", "dead", "never")), text
+            assert scroll <= client + 1 and got["box"][0] - 1 <= left and right <= got["box"][1] + 1, (w, text)
+
+
+#: the strongest features' descriptions, as table cells: (text, left, right, scrollWidth, clientWidth), and the
+#: main column's box
+DESCRIPTIONS_JS = """
+const main = document.querySelector('[data-testid="stMainBlockContainer"]').getBoundingClientRect();
+const cells = [];
+for (const t of document.querySelectorAll('[data-testid="stTable"] table')) {
+  const heads = Array.from(t.querySelectorAll('thead th')).map(h => h.textContent.trim());
+  const i = heads.indexOf('description');
+  if (i < 0) continue;
+  for (const row of t.querySelectorAll('tbody tr')) {
+    const c = row.children[i], r = c.getBoundingClientRect();
+    cells.push([c.textContent.trim(), r.left, r.right, c.scrollWidth, c.clientWidth]);
+  }
+}
+return {cells: cells, box: [main.left, main.right]};
+"""
+
+
 def _column_in_view(d, title: str, column: int) -> dict:
     info = d.execute_script(COLUMN_JS, title, column)
     assert info is not None, title
@@ -198,8 +297,9 @@ def _column_in_view(d, title: str, column: int) -> dict:
 
 def test_the_logit_lens_opens_on_a_linked_position_and_on_the_repeated_name(site):
     """A link's ``pos`` past the grid's first 30 tokens moves the grid to it, drawn and scrolled into view; a typed
-    text whose name comes back after the first 30 tokens opens on the second occurrence, its label showing the
-    token's leading space."""
+    text whose name comes back after the first 30 tokens opens where the name is copied (the token before its
+    second word, not the first name's first token, where nothing can be predicted yet), the copied token in view
+    too, its label showing the token's leading space."""
     url, d = site
     _open(d, url, "/logit_lens?model=gpt-4&text=dialogue&pos=75", 2)
     start = int(_query(d).get("start", ["0"])[0])
@@ -213,8 +313,9 @@ def test_the_logit_lens_opens_on_a_linked_position_and_on_the_repeated_name(site
     from sprout_interp.features.search import repeated_names
 
     again = repeated_names(si.load("gpt-4").to_str_tokens(NAME_TEXT))
-    second = int(again[(again["occurrence"] == 2) & (again["piece"] == 0)]["pos"].min())
-    assert second >= 30  # the second "Zorbin", beyond the first 30 tokens
+    plax = int(again[(again["occurrence"] == 2) & (again["name"] == "Plax") & (again["piece"] == 0)]["pos"].iloc[0])
+    second = plax - 1  # where the name is copied: the model predicts " Pl" of the second "Zorbin Plax" there
+    assert second >= 30  # beyond the first 30 tokens
     _open(d, url, f"/logit_lens?model=gpt-4&text={quote(NAME_TEXT)}", 2)
     assert int(browser.texts(d, '[data-testid="stNumberInputField"]', "value")[0]) == second
     start = int(_query(d)["start"][0])
@@ -222,6 +323,7 @@ def test_the_logit_lens_opens_on_a_linked_position_and_on_the_repeated_name(site
         d.set_window_size(w, 1000)
         browser.settle(d)
         info = _column_in_view(d, "top-1 guess after each block", second - start)
+        _column_in_view(d, "top-1 guess after each block", second + 1 - start)  # the copied " Pl"
     assert any(t.startswith("␣") for t in info["ticks"])  # " Pl" is drawn "␣Pl", not "Pl"
 
 
