@@ -42,15 +42,16 @@ def _where(strs: list[str], p: int) -> str:
 
 def _side(df, strs: list[str]) -> pd.DataFrame:
     """A side's ranked list as a person reads it: #, the component (what, and where it was written), the head that
-    carried it to the position, its value."""
+    carried it to the position (``head_label`` without the layer: blocks count from 1), its value."""
     rows = df.head(TOP)
     what = []
     for k, lyr, f, p in zip(rows["kind"], rows["layer"], rows["feature"], rows["pos"]):
         part = ("embedding" if k == "embedding" else f"block {int(lyr) + 1} " + (
-            "feed-forward" if k == "mlp" else f"feature {int(f)}" if k == "feature" else k))
+            "MLP" if k == "mlp" else f"feature {int(f)}" if k == "feature" else k))
         what.append(f"{part} at {_where(strs, int(p))}")
-    return pd.DataFrame({"#": range(1, len(rows) + 1), "component": what,
-                         "carried by": [c or "— (never moved)" for c in rows["carrier"]],
+    carried = ["— (never moved)" if pd.isna(v) else head_label(int(v), int(h), with_layer=False)
+               for v, h in zip(rows["via_layer"], rows["via_head"])]
+    return pd.DataFrame({"#": range(1, len(rows) + 1), "component": what, "carried by": carried,
                          "value": rows["value"].round(3).to_list()})
 
 
@@ -69,17 +70,20 @@ def _carriers(df):
 
 
 def cell_panel(strs: list[str], layer: int, head: int, query_key: str, key_key: str, open_key: str,
-               attribute: Callable[[int, int, int, int], dict], where: str = "the text") -> None:
+               attribute: Callable[[int, int, int, int], dict], where: str = "the text",
+               how: str = "click a cell of the pattern, or choose it here",
+               parts: str = "Each feed-forward's whole output at a position is one component.") -> None:
     """The QK-attribution panel for head ``head`` of block ``layer`` (0-indexed): an expander (open while
     ``st.session_state[open_key]``) with the query and key positions (widgets ``query_key``, ``key_key``, bound to the
     link by the page) and, when open, ``attribute(layer, head, query, key)`` (a dict as
     ``compute.qk_attribution`` returns) drawn as the score, the two ranked lists, the sides by carrier head and the
-    top pairs. ``strs``: the tokens of the prompt the positions index."""
+    top pairs. ``strs``: the tokens of the prompt the positions index; ``where`` names it, ``how`` says how a cell is
+    chosen, ``parts`` what a component is."""
     T = len(strs)
     who = head_label(layer, head)
     st.session_state.setdefault(open_key, False)
-    with st.expander(f"why {who} looks where it looks: the QK attribution of one cell (click a cell of the pattern, "
-                     "or choose it here)", key=open_key, on_change="rerun") as box:
+    with st.expander(f"why {who} looks where it looks: the QK attribution of one cell ({how})", key=open_key,
+                     on_change="rerun") as box:
         if not box.open:
             return
         state.remember(query_key, T - 1, 0, T - 1)
@@ -113,8 +117,9 @@ def cell_panel(strs: list[str], layer: int, head: int, query_key: str, key_key: 
                    f"a bilinear form of the two streams): each side's values add up to the score (the frozen score "
                    f"{a['info'].get('score_frozen', float('nan')):.3f}). A component's value is the score with it alone "
                    f"on its side and the whole other side. 'carried by': the attention head that last moved it to the "
-                   f"position; '— (never moved)': written at the position itself. Each feed-forward's whole output at "
-                   f"a position is one component. Layers 0-indexed in labels such as L0H2 (block = layer + 1).")
+                   f"position, blocks counted from 1 as the chapter does (block = layer + 1; labels such as L0H2 give the "
+                   f"0-indexed layer of code); '— (never moved)': written at the position itself. MLP: a block's "
+                   f"feed-forward. {parts}")
 
 
 def graph_section(m, key: str, graph, gkey: str, nodes_all: pd.DataFrame, edges: pd.DataFrame, keys: list[str],
@@ -179,4 +184,7 @@ def graph_section(m, key: str, graph, gkey: str, nodes_all: pd.DataFrame, edges:
     head = c[1].selectbox("head", list(range(H)), key="ag_qk_head")
     cell_panel(strs, int(layer), int(head), "ag_qk_query", "ag_qk_key", "ag_qk_open",
                lambda lyr, hd, q, k: qk_compute.graph_qk(m, key, graph, gkey, lyr, hd, q, k),
-               where="the graph's prompt (<|endoftext|> first), with the graph's transcoders")
+               where="the graph's prompt (<|endoftext|> first), with the graph's transcoders",
+               how="choose the head above and the cell here, or a head-carried edge",
+               parts="With the graph's transcoders, as the graph's nodes: each feed-forward is its features, an error "
+                     "node and the transcoder's decoder bias (constant) at each position.")

@@ -62,7 +62,7 @@ def _same_side(shown, library, n=12):
     lib = library.head(n)
     assert shown["value"].tolist() == lib["value"].round(3).tolist()
     assert shown["component"].str.extract(r" at (\d+) ")[0].astype(int).tolist() == lib["pos"].tolist()
-    carriers = ["— (never moved)" if pd.isna(v) else f"block {int(v) + 1} head {int(h)} (layer {int(v)})"
+    carriers = ["— (never moved)" if pd.isna(v) else f"block {int(v) + 1} head {int(h)}"
                 for v, h in zip(lib["via_layer"], lib["via_head"])]
     assert shown["carried by"].tolist() == carriers
 
@@ -87,7 +87,7 @@ def test_attention_a_click_on_a_cell_opens_its_qk_attribution_and_the_link_keeps
     _same_side(key, a.key_components)
     assert t["carriers"][1]["value"].tolist() == a.key_by_head()["value"].round(3).tolist()
     assert t["pairs"]["term"].tolist() == a.terms["term"].round(3).tolist()
-    assert key["carried by"].iloc[0] == "block 1 head 0 (layer 0)"  # the previous-token head carries the most
+    assert key["carried by"].iloc[0] == "block 1 head 0"  # the previous-token head carries the most
 
     again = ok(page("views/attention.py", dict(at.query_params)).run())  # the link, reopened: the same cell
     assert again.session_state["qk_open"] and (again.session_state["qk_query"], again.session_state["qk_key"]) == (54, 2)
