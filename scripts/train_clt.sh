@@ -8,7 +8,7 @@
 # config.yaml with the quality on held-out text. Running the script again, in this session or a later one, resumes
 # each unfinished run bit for bit and skips finished ones. The settings (CLT_ARGS) must stay the same for a resume;
 # change them only with a fresh folder (CLT_ROOT). A model whose load fails (its weights moved aside for a moment)
-# is retried. Progress: `python -m sprout_interp.features.clt_train --model M --out runs/clt/M --status`;
+# is retried; a second copy of this script finds the run folder locked and stops. Progress: `python -m sprout_interp.features.clt_train --model M --out runs/clt/M --status`;
 # a finished run ships in float16 with `... --model M --ship runs/clt/M`.
 set -uo pipefail
 cd "$(git rev-parse --show-toplevel)"
@@ -23,9 +23,11 @@ read -r -a ARGS <<< "${CLT_ARGS:---expansion 4 --k 32 --chunks 24 --chunk-tokens
 for model in $MODELS; do
   for try in 1 2 3 4 5 6; do
     echo "== $(date -u +%FT%TZ) $model (try $try): ${ARGS[*]}"
-    if "$PY" -m sprout_interp.features.clt_train --model "$model" --out "$ROOT/$model" --threads 1 "${ARGS[@]}"; then
-      break
-    fi
+    "$PY" -m sprout_interp.features.clt_train --model "$model" --out "$ROOT/$model" --threads 1 "${ARGS[@]}"
+    rc=$?
+    [ "$rc" -eq 0 ] && break
+    # 3: another process is training in that run folder (it holds its clt.lock): leave it alone, start nothing
+    [ "$rc" -eq 3 ] && { echo "== $model: another trainer holds $ROOT/$model; this script stops"; exit 3; }
     sleep 60
   done
 done

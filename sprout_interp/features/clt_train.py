@@ -52,12 +52,19 @@ from sprout_interp.features.clt import CLT_RECIPE, CrossLayerTranscoder
 from sprout_interp.features.train import collect_hooks, lr_at
 from sprout_interp.features.transcoder import input_hook, mlp_input, output_hook
 
-__all__ = ["STATE_FILE", "CLTStats", "collect_clt_chunk", "train_clt", "clt_from_state", "main"]
+__all__ = ["STATE_FILE", "LOCK_FILE", "RunFolderBusyError", "CLTStats", "collect_clt_chunk", "train_clt", "clt_from_state", "main"]
 
 STATE_FILE = "clt.state.pt"
+LOCK_FILE = "clt.lock"
 THRESHOLD_DECAY = 0.99
 #: the training tokens (of the last chunk) a finished CLT's thresholds are set on
 CALIBRATION_TOKENS = 8192
+#: the command line's exit status when another process is training in the run folder
+BUSY = 3
+
+
+class RunFolderBusyError(SproutError):
+    """Another process is training in the same run folder."""
 
 
 @dataclass
@@ -192,6 +199,25 @@ def _calibrated_thresholds(clt: CrossLayerTranscoder, xs: list[Tensor], s_in: li
     return out
 
 
+def _lock_run(run_dir):
+    """An exclusive lock on ``run_dir`` (``clt.lock``; the kernel releases it when the process ends, however it
+    ends): a second trainer on the same run folder is refused instead of writing the same state file. Returns the
+    open lock file (None without a run folder)."""
+    if run_dir is None:
+        return None
+    import fcntl
+
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    fh = open(Path(run_dir) / LOCK_FILE, "w")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        raise RunFolderBusyError(f"another process is training in {run_dir} (it holds {LOCK_FILE}): let it finish, "
+                                 "or stop it, before starting another") from None
+    return fh
+
+
 def _fold(clt: CrossLayerTranscoder, s_in: list[float], s_out: list[float], thr: Tensor) -> CrossLayerTranscoder:
     """The CLT in raw units (scales folded into W_enc and W_dec, b_dec divided) with JumpReLU thresholds ``thr``."""
     out = copy.deepcopy(clt).eval()
@@ -245,6 +271,17 @@ def train_clt(
     Returns the CLT (float32, raw units, JumpReLU thresholds, its training numbers in ``info``) and a
     :class:`CLTStats`.
     """
+    lock = _lock_run(run_dir)  # held until this call returns or raises (or its process ends)
+    try:
+        return _train_clt(model, run_dir, d_transcoder, k, chunks, chunk_tokens, passes, length, batch_size, lr,
+                          aux_coef, k_aux, dead_after, seed, tokens, save_every, log_every, max_steps, progress)
+    finally:
+        if lock is not None:
+            lock.close()
+
+
+def _train_clt(model, run_dir, d_transcoder, k, chunks, chunk_tokens, passes, length, batch_size, lr, aux_coef, k_aux,
+               dead_after, seed, tokens, save_every, log_every, max_steps, progress):
     m = as_hooked(model)
     L, d = m.cfg.n_layers, m.cfg.d_model
     d_transcoder = check_count(d_transcoder if d_transcoder is not None else 4 * d, "d_transcoder")
@@ -460,9 +497,14 @@ def main(argv: list[str] | None = None) -> int:
     if (out / "config.yaml").is_file() and not (out / STATE_FILE).is_file():
         print(f"{out} holds a finished CLT: nothing to do (--status shows its quality)")
         return 0
-    clt, st = train_clt(m, out, d_transcoder=a.d_transcoder or a.expansion * m.cfg.d_model, k=a.k, chunks=a.chunks,
-                        chunk_tokens=a.chunk_tokens, passes=a.passes, length=a.length, batch_size=a.batch_size,
-                        lr=a.lr, seed=a.seed, save_every=a.save_every, log_every=a.log_every, max_steps=a.max_steps)
+    try:
+        clt, st = train_clt(m, out, d_transcoder=a.d_transcoder or a.expansion * m.cfg.d_model, k=a.k,
+                            chunks=a.chunks, chunk_tokens=a.chunk_tokens, passes=a.passes, length=a.length,
+                            batch_size=a.batch_size, lr=a.lr, seed=a.seed, save_every=a.save_every,
+                            log_every=a.log_every, max_steps=a.max_steps)
+    except RunFolderBusyError as e:
+        print(e, flush=True)
+        return BUSY
     print(f"{st.steps}/{st.total_steps} steps ({st.tokens_seen:,} tokens), this call {st.seconds:.0f}s "
           f"({st.tokens_per_s:,.0f} tokens/s); nmse per layer {[round(v, 3) for v in st.nmse]}; dead {st.dead}",
           flush=True)

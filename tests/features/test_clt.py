@@ -14,7 +14,14 @@ from sprout_interp.core.errors import SproutError, TranscoderMismatchError, Tran
 from sprout_interp.core.hooked import HookedSprout
 from sprout_interp.features.clt import CrossLayerTranscoder, dec_file, enc_file, load_clt, save_clt
 from sprout_interp.features.clt_metrics import clt_quality, clt_replacement_quality, run_with_clt
-from sprout_interp.features.clt_train import STATE_FILE, clt_from_state, collect_clt_chunk, train_clt
+from sprout_interp.features.clt_train import (
+    LOCK_FILE,
+    STATE_FILE,
+    RunFolderBusyError,
+    clt_from_state,
+    collect_clt_chunk,
+    train_clt,
+)
 from sprout_interp.features.transcoder import Transcoder, mlp_input
 from sprout_interp.features.transcoder_metrics import run_with_transcoders
 from sprout_model import GPT
@@ -120,6 +127,20 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(model, tokens, tmp_path
     assert not torch.equal(mid.W_enc, whole.W_enc)
     with pytest.raises(SproutError, match="other settings.*k"):
         _train(model, tokens, tmp_path / "b", **dict(kw, k=2))
+
+
+def test_a_second_trainer_on_a_busy_run_folder_is_refused(model, tokens, tmp_path):
+    import fcntl
+
+    tmp_path.mkdir(exist_ok=True)
+    with open(tmp_path / LOCK_FILE, "w") as held:  # what a training process holds while it runs
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(RunFolderBusyError, match="another process is training"):
+            _train(model, tokens, tmp_path, max_steps=1)
+    assert not (tmp_path / STATE_FILE).exists()
+    _, st = _train(model, tokens, tmp_path, max_steps=1)  # released: it runs, and releases it in turn
+    _, st = _train(model, tokens, tmp_path, max_steps=2)
+    assert st.steps == 2
 
 
 def test_seeded(model, tokens):
