@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 CLAIMS_PAGE = HERE.parent / "docs" / "claims.md"
 #: the claim scripts, in the order of the table
 SCRIPTS = ["parameter_counts", "confidence_drop", "lens_comparison", "residual_growth", "induction_heads", "name_copying",
-           "head_ablation", "trace_induction"]
+           "head_ablation", "trace_induction", "induction_qk"]
 
 
 def load_script(name: str) -> ModuleType:
