@@ -250,6 +250,19 @@ def test_head_loadings_add_up_to_every_edge(model, tokens, skip, bos):
                                                       abs=1e-5)
 
 
+def test_head_loadings_of_a_graph_with_fewer_features(model, tokens):
+    """A graph that keeps some features only (max_feature_nodes): its nodes are found among the prompt's active
+    features, and the parts still add up to each of its edges (its pruned edges, the default)."""
+    ts = random_transcoders(model, k=4, d_transcoder=48, seed=1)
+    g = attribution_graph(model, tokens, ts, max_feature_nodes=9)
+    assert g.n_features == 9 < g.info["n_active_features"]
+    df = head_loadings(model, g, None, ts)
+    s = df.groupby(["target", "source"])["value"].sum()
+    t = torch.tensor(s.index.get_level_values(0).to_numpy())
+    src = torch.tensor(s.index.get_level_values(1).to_numpy())
+    assert len(s) > 0 and np.abs(s.to_numpy() - g.adjacency[t, src].double().numpy()).max() < 1e-5
+
+
 def test_head_loadings_refuse_what_they_cannot_use(model, tokens):
     ts = random_transcoders(model, k=4, d_transcoder=48, seed=1)
     g = attribution_graph(model, tokens[:8], ts)
