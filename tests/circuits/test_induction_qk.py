@@ -39,7 +39,7 @@ def test_removal_groups_name_each_part():
     assert g[3][1] == [("head", 0, 1, 4)] and g[-1][1] == [("embed", 9)]
 
 
-@pytest.mark.integration
+@pytest.mark.acceptance  # three attributions and seven real-model removals on gpt-4: over the integration tier's 3 s
 def test_on_gpt4_the_parts_add_up_and_a_removal_matches_the_heads_own_write(gpt4):
     got = induction_qk(gpt4, [(NAME, TEXT)], (1, 0), [(0, 0), (0, 2)])
     cells = got["cells"].set_index("condition")
