@@ -76,14 +76,17 @@ class QKAttribution:
             -1 for an embedding), ``block``, ``pos`` (where it was written), ``token`` (the token there),
             ``feature`` (-1 unless a feature), ``via_layer``, ``via_block``, ``via_head`` (the last carrier head;
             NA when it never left its position), ``node`` (its index in the attribution graph's node order for this
-            prompt with ``bos=False`` and every feature; -1 for a constant), ``value`` (score units). Rows whose
+            prompt with ``bos=False`` and every feature; without transcoders, ``layer * pos_count + pos`` for a
+            feed-forward output and ``n_layers * pos_count + pos`` for an embedding; -1 for a constant), ``value``
+            (score units). Rows whose
             value is exactly 0 are left out (``info["zero_rows"]`` counts them).
         terms: ``query``, ``key`` (labels, :func:`component_label`), ``query_row``, ``key_row`` (row of the
             component tables; NA for a side's rest or the remainder), ``term``; the largest ``|term|`` first, the
             last row the remainder (``"(other pairs)"``).
         info: the model, the transcoders, the score rebuilt in the frozen model (``score_frozen``), the QK maps'
             scale ``sqrt(d_head)``, ``zero_rows``, and ``push_gap``: the largest gap between a kept component's
-            value and its term row's sum (the forward push against the backward pass; float rounding only).
+            value and the score its pushed-forward vector makes with the whole other side (the forward push against
+            the backward pass; float rounding only).
     """
 
     score: float
