@@ -47,7 +47,7 @@ def _side(df, strs: list[str]) -> pd.DataFrame:
     what = []
     for k, lyr, f, p in zip(rows["kind"], rows["layer"], rows["feature"], rows["pos"]):
         part = ("embedding" if k == "embedding" else f"block {int(lyr) + 1} " + (
-            "MLP" if k == "mlp" else f"feature {int(f)}" if k == "feature" else k))
+            "MLP" if k == "mlp" else f"feat. {int(f)}" if k == "feature" else k))
         what.append(f"{part} at {_where(strs, int(p))}")
     carried = ["— (never moved)" if pd.isna(v) else head_label(int(v), int(h), with_layer=False)
                for v, h in zip(rows["via_layer"], rows["via_head"])]
@@ -61,7 +61,7 @@ def _rows(n: int) -> int:
 
 
 #: the ranked lists' column widths: the component and its carrier read in full beside the other side's list
-_COLUMNS = {"#": st.column_config.NumberColumn(width=28), "value": st.column_config.NumberColumn(width=64, format="%.3f")}
+_COLUMNS = {"#": st.column_config.NumberColumn(width=26), "value": st.column_config.NumberColumn(width=58, format="%.3f")}
 
 
 def _carriers(df):
@@ -119,7 +119,7 @@ def cell_panel(strs: list[str], layer: int, head: int, query_key: str, key_key: 
                    f"on its side and the whole other side. 'carried by': the attention head that last moved it to the "
                    f"position, blocks counted from 1 as the chapter does (block = layer + 1; labels such as L0H2 give the "
                    f"0-indexed layer of code); '— (never moved)': written at the position itself. MLP: a block's "
-                   f"feed-forward. {parts}")
+                   f"feed-forward; feat.: a transcoder feature. {parts}")
 
 
 def graph_section(m, key: str, graph, gkey: str, nodes_all: pd.DataFrame, edges: pd.DataFrame, keys: list[str],
