@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from types import ModuleType
 
+from sprout_interp.core.arguments import command_line
 from sprout_interp.report.claims import Claim, claims_markdown, read_block, replace_block
 from sprout_interp.report.cli import SHIPPED, NamedModel, load_models, script_parser, set_threads
 
@@ -56,6 +57,7 @@ def collect(models: list[NamedModel], scripts: list[str] | None = None, stream=N
     return out
 
 
+@command_line
 def main(argv: list[str] | None = None) -> int:
     """Print the table; with --write replace the claims block of docs/claims.md (or of the file given), with --check
     compare it. Returns the exit status (1: --check found a difference; 2: a shipped checkpoint is missing)."""

@@ -25,6 +25,7 @@ from typing import Sequence
 import pandas as pd
 
 from sprout_interp.circuits.graph_predictions import logit_predictions, prediction_prompts, prediction_summary
+from sprout_interp.core.arguments import command_line
 from sprout_interp.report.cli import NamedModel, out_dir, print_table, script_parser, start
 
 SCRIPT = "graph_predictions"
@@ -91,6 +92,7 @@ def report(df: pd.DataFrame, args: Namespace, out) -> None:
     print(f"\nwrote {out}/predictions.csv and summary.csv")
 
 
+@command_line
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.from_csv:

@@ -43,10 +43,12 @@ import pandas as pd
 
 from sprout_interp.behaviour.knockout import block_knockout
 from sprout_interp.circuits.attention import head_scores
+from sprout_interp.core.arguments import command_line
 from sprout_interp.core.texts import TEXTS
 from sprout_interp.lens.logit_lens import CHAPTER_SPROUT_CONFIDENCE, logit_lens, penultimate_vs_final
 from sprout_interp.lens.residual import residual_rms
 from sprout_interp.report.cli import held_out, held_out_arguments, load_models, out_dir, print_table, set_threads, training_text
+from sprout_model.cli import ArgumentParser, Whole
 from sprout_model.info import describe
 from sprout_model.ship import VAL_SEQ_LEN
 from sprout_model.train import loss_on_every_window
@@ -62,9 +64,9 @@ NAME_COPYING = 0.80  # at least, on the name texts and on the held-out name text
 DEFAULT_VAL = ("data/names-splice/val.bin", "data/default/val.bin")  # the same tokens: default's validation split
 
 
-def parser() -> argparse.ArgumentParser:
+def parser() -> ArgumentParser:
     """The script's arguments."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--candidate", required=True, help="the checkpoint folder to judge")
     p.add_argument("--baseline", default="sprout", help="what it would replace (default: the shipped sprout)")
     p.add_argument("--val", default=None, help=f"validation tokens (uint16 .bin; default: the first of {', '.join(DEFAULT_VAL)})")
@@ -81,7 +83,7 @@ def parser() -> argparse.ArgumentParser:
     held_out_arguments(p, 16, n_help="held-out windows (and training-text windows) for the knockout",
                        length_help="tokens per window", seed_help="seed of both samples")
     p.add_argument("--out", default=None, help=f"output folder (default out/{SCRIPT})")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=Whole(0), default=None, help="torch CPU threads (0: torch's default)")
     return p
 
 
@@ -205,6 +207,7 @@ def reported(m: dict[str, dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@command_line
 def main(argv: list[str] | None = None) -> int:
     """Measure both models, print and write the tables; the exit status says whether the candidate meets the bar."""
     args = parser().parse_args(argv)

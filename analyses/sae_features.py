@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from sprout_interp.core.arguments import command_line
 from sprout_interp.core.errors import SproutError
 from sprout_interp.features.metrics import sae_quality
 from sprout_interp.features.pages import feature_summary, feature_table, index_features
@@ -213,6 +214,7 @@ def report(m: dict, claims: list[Claim], out: Path) -> None:
     print(verdict_lines(claims))
 
 
+@command_line
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     t0 = time.time()

@@ -88,6 +88,24 @@ class Number:
         return v
 
 
+class Whole:
+    """An argparse ``type`` for a count option: the text as a whole number from ``low`` to ``high`` (None: no upper
+    bound). Refused: ``error: --flag must be a whole number from 1 to 8, got 0`` (through :class:`ArgumentParser`)."""
+
+    def __init__(self, low: int = 1, high: int | None = None):
+        self.low, self.high = low, high
+        self.want = f"a whole number {f'from {low} to {high}' if high is not None else f'of at least {low}'}"
+
+    def __call__(self, text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{Number.SAYS}{self.want}, got {text!r}") from None
+        if v < self.low or (self.high is not None and v > self.high):
+            raise argparse.ArgumentTypeError(f"{Number.SAYS}{self.want}, got {v}")
+        return v
+
+
 FINITE = Number()
 NON_NEGATIVE = Number(0.0)
 POSITIVE = Number(0.0, above=True)
@@ -127,15 +145,20 @@ def one_line(err: BaseException) -> str:
     return text
 
 
-def input_errors_exit(main: F) -> F:
-    """Wrap a CLI ``main``: an input mistake prints ``error: ...`` on stderr and exits with status 2."""
+def input_errors_exit(main: F | None = None, *, errors: tuple[type[BaseException], ...] = INPUT_ERRORS):
+    """Wrap a CLI ``main``: an input mistake (an instance of one of ``errors``) prints ``error: ...`` on stderr and
+    exits with status 2. ``@input_errors_exit`` catches :data:`INPUT_ERRORS`; ``@input_errors_exit(errors=...)``
+    the classes given (sprout_interp's command lines add its ``SproutError``)."""
 
-    @functools.wraps(main)
-    def wrapped(*args, **kwargs):
-        try:
-            return main(*args, **kwargs)
-        except INPUT_ERRORS as err:
-            print(f"error: {one_line(err)}", file=sys.stderr)
-            raise SystemExit(2) from None
+    def wrap(main: F) -> F:
+        @functools.wraps(main)
+        def wrapped(*args, **kwargs):
+            try:
+                return main(*args, **kwargs)
+            except errors as err:
+                print(f"error: {one_line(err)}", file=sys.stderr)
+                raise SystemExit(2) from None
 
-    return wrapped  # type: ignore[return-value]
+        return wrapped  # type: ignore[return-value]
+
+    return wrap if main is None else wrap(main)

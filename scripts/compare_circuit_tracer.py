@@ -47,8 +47,10 @@ import sprout_interp as si
 from sprout_interp.circuits.attribution_graph import graph_macs
 from sprout_interp.circuits.graphs import AttributionGraph, graph_scores
 from sprout_interp.circuits.local_replacement import prompt_tokens
+from sprout_interp.core.arguments import command_line
 from sprout_interp.core.texts import TEXTS
 from sprout_interp.features.transcoder import load_transcoders, save_transcoders
+from sprout_model.cli import ArgumentParser, Whole
 
 ROOT = Path(__file__).resolve().parent.parent
 CT_PYTHON = ROOT / ".venv-ct" / "bin" / "python"
@@ -278,16 +280,17 @@ def tables(rows: list[dict], benches: list[dict]) -> str:
     return "\n".join(out)
 
 
+@command_line
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="+", default=["gpt-4", "sprout"])
     p.add_argument("--prompts", nargs="+", default=["zorbin", "dialogue", "description"], choices=sorted(PROMPTS))
     p.add_argument("--bench-models", nargs="+", default=["sprout"], help="the models the benchmark times (of --models)")
-    p.add_argument("--bench-seq", type=int, default=64)
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=64, help="target rows per backward pass, both sides")
-    p.add_argument("--max-feature-nodes", type=int, default=None,
+    p.add_argument("--bench-seq", type=Whole(1), default=64)
+    p.add_argument("--reps", type=Whole(1), default=3)
+    p.add_argument("--threads", type=Whole(1), default=1)
+    p.add_argument("--batch-size", type=Whole(1), default=64, help="target rows per backward pass, both sides")
+    p.add_argument("--max-feature-nodes", type=Whole(1), default=None,
                    help="keep this many features in the prompts' graphs, both sides (default: every active one)")
     p.add_argument("--no-bench", action="store_true")
     p.add_argument("--json", type=Path, default=None)

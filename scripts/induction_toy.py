@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from sprout_model import GPT, Config
+from sprout_model.cli import ArgumentParser, Whole, input_errors_exit
 
 
 def rows(rng: np.random.Generator, batch: int, length: int, alphabet: int, fixed_period: int | None) -> torch.Tensor:
@@ -50,25 +51,26 @@ def copying_ratios(model: GPT, vocab: int, lengths: tuple[int, ...], high: int |
     return out
 
 
+@input_errors_exit
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--vocab", type=int, default=64)
-    p.add_argument("--alphabet", type=int, default=None, help="draw training tokens from 1..alphabet-1 only")
-    p.add_argument("--d-model", type=int, default=64)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--heads", type=int, default=2)
-    p.add_argument("--d-ff", type=int, default=None)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--batch", type=int, default=32)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--vocab", type=Whole(2), default=64)
+    p.add_argument("--alphabet", type=Whole(2), default=None, help="draw training tokens from 1..alphabet-1 only")
+    p.add_argument("--d-model", type=Whole(1), default=64)
+    p.add_argument("--layers", type=Whole(1), default=2)
+    p.add_argument("--heads", type=Whole(1), default=2)
+    p.add_argument("--d-ff", type=Whole(1), default=None)
+    p.add_argument("--seq-len", type=Whole(1), default=128)
+    p.add_argument("--batch", type=Whole(1), default=32)
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--steps", type=int, default=600)
-    p.add_argument("--every", type=int, default=50)
-    p.add_argument("--fixed-period", type=int, default=None)
+    p.add_argument("--steps", type=Whole(0), default=600)
+    p.add_argument("--every", type=Whole(1), default=50)
+    p.add_argument("--fixed-period", type=Whole(1), default=None)
     p.add_argument("--embed-mean", type=float, default=0.0,
                    help="add one shared random direction of this norm to every embedding row at init")
     p.add_argument("--embed-lr", type=float, default=1.0, help="learning-rate multiplier for the (tied) embedding")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=Whole(1), default=2)
+    p.add_argument("--seed", type=Whole(0), default=0)
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)

@@ -25,11 +25,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "dashboards"))
 import precomputed  # noqa: E402
 
+from sprout_interp.core.arguments import command_line  # noqa: E402
+from sprout_model.cli import ArgumentParser  # noqa: E402
 
+
+@command_line
 def main(argv=None) -> int:
     from sprout_interp.core import loading
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("models", nargs="*", help="shipped names or checkpoint paths (default: every installed shipped one)")
     a = ap.parse_args(argv)
     names = a.models or [n for n in loading.SHIPPED if (Path(loading.SHIPPED_DIR) / n / "model.safetensors").is_file()]

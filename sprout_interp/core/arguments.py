@@ -17,9 +17,10 @@ from typing import Optional
 import torch
 
 from sprout_interp.core.errors import ArgumentError, SproutError
+from sprout_model.cli import INPUT_ERRORS, input_errors_exit
 
 __all__ = ["integer", "describe", "check_index", "check_indices", "check_count", "check_number", "check_numbers",
-           "check_token_ids"]
+           "check_token_ids", "command_line"]
 
 
 def integer(value) -> Optional[int]:
@@ -183,3 +184,11 @@ def check_token_ids(ids, name: str, d_vocab: Optional[int], *, error: type[Sprou
             bad = lo if lo < 0 else hi
             raise error(f"{name} holds token id {bad}, outside the vocabulary: token ids are {span}")
     return t
+
+
+#: a command line's ``main`` wrapped so that a refused argument (a :class:`SproutError`, or one of the input
+#: mistakes the training tools report: a bad value, an unreadable file, a missing corpus) prints one ``error: ...``
+#: line on stderr and exits with status 2, never a traceback: ``sprout_model.cli.input_errors_exit``, the tools' one
+#: wrapper, with sprout_interp's errors added. Parsers are ``sprout_model.cli.ArgumentParser`` (one line for argparse's
+#: own mistakes too).
+command_line = input_errors_exit(errors=(SproutError, *INPUT_ERRORS))

@@ -45,12 +45,13 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from sprout_interp.core.arguments import check_count, check_number
+from sprout_interp.core.arguments import check_count, check_number, command_line
 from sprout_interp.core.errors import SproutError
 from sprout_interp.core.hooked import as_hooked
 from sprout_interp.features.clt import CLT_RECIPE, CrossLayerTranscoder
 from sprout_interp.features.train import collect_hooks, lr_at
 from sprout_interp.features.transcoder import input_hook, mlp_input, output_hook
+from sprout_model.cli import POSITIVE, ArgumentParser, Whole
 
 __all__ = ["STATE_FILE", "LOCK_FILE", "RunFolderBusyError", "CLTStats", "collect_clt_chunk", "train_clt", "clt_from_state", "main"]
 
@@ -440,28 +441,29 @@ def clt_from_state(model, run_dir: Union[str, Path]) -> CrossLayerTranscoder:
     return out
 
 
+@command_line
 def main(argv: list[str] | None = None) -> int:
     """Command line: train or resume a CLT into --out (saving it there, float32, with its quality, when done);
     --status: where a run stands (and, with --eval-windows, the quality of its current state); --ship: copy a
     finished run in float16 beside the checkpoint."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="sprout", help="a shipped name or a checkpoint path")
     p.add_argument("--out", default=None, help="run folder (clt.state.pt while training; the CLT's files when done)")
-    p.add_argument("--d-transcoder", type=int, default=None, help="features per layer (default: --expansion x d_model)")
-    p.add_argument("--expansion", type=int, default=4, help="features per layer as a multiple of d_model")
-    p.add_argument("--k", type=int, default=32, help="active features per token per layer (BatchTopK)")
-    p.add_argument("--chunks", type=int, default=8, help="chunks of fresh training tokens")
-    p.add_argument("--chunk-tokens", type=int, default=32_768, help="tokens per chunk")
-    p.add_argument("--passes", type=int, default=4, help="passes over each chunk")
-    p.add_argument("--length", type=int, default=256, help="tokens per training window")
-    p.add_argument("--batch-size", type=int, default=512)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--save-every", type=int, default=50, help="steps between saved training states")
-    p.add_argument("--log-every", type=int, default=100, help="steps between log lines")
-    p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps in all (resumable)")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    p.add_argument("--eval-windows", type=int, default=16, help="held-out windows for the quality (0: skip)")
+    p.add_argument("--d-transcoder", type=Whole(1), default=None, help="features per layer (default: --expansion x d_model)")
+    p.add_argument("--expansion", type=Whole(1), default=4, help="features per layer as a multiple of d_model")
+    p.add_argument("--k", type=Whole(1), default=32, help="active features per token per layer (BatchTopK)")
+    p.add_argument("--chunks", type=Whole(1), default=8, help="chunks of fresh training tokens")
+    p.add_argument("--chunk-tokens", type=Whole(1), default=32_768, help="tokens per chunk")
+    p.add_argument("--passes", type=Whole(1), default=4, help="passes over each chunk")
+    p.add_argument("--length", type=Whole(1), default=256, help="tokens per training window")
+    p.add_argument("--batch-size", type=Whole(1), default=512)
+    p.add_argument("--lr", type=POSITIVE, default=1e-3)
+    p.add_argument("--seed", type=Whole(0), default=0)
+    p.add_argument("--save-every", type=Whole(1), default=50, help="steps between saved training states")
+    p.add_argument("--log-every", type=Whole(1), default=100, help="steps between log lines")
+    p.add_argument("--max-steps", type=Whole(0), default=None, help="stop after this many steps in all (resumable)")
+    p.add_argument("--threads", type=Whole(1), default=1, help="torch CPU threads")
+    p.add_argument("--eval-windows", type=Whole(0), default=16, help="held-out windows for the quality (0: skip)")
     p.add_argument("--status", action="store_true", help="report an unfinished run's progress instead of training")
     p.add_argument("--ship", default=None, metavar="RUN_FOLDER",
                    help="instead of training: copy RUN_FOLDER's finished CLT in float16 to <checkpoint>/clt")

@@ -37,12 +37,13 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from sprout_interp.core.arguments import check_count, check_number, describe
+from sprout_interp.core.arguments import check_count, check_number, command_line, describe
 from sprout_interp.core.errors import ArgumentError, SproutError
 from sprout_interp.core.hooked import as_hooked
 from sprout_interp.core.texts import training_sample_for
 from sprout_interp.core.tokens import ModelInput
 from sprout_interp.features.sae import RECIPE, SparseAutoencoder, resid_hook, sae_folder, save_sae
+from sprout_model.cli import POSITIVE, ArgumentParser, Whole
 
 __all__ = ["collect_hooks", "collect_activations", "train_sae", "TrainStats", "topk_losses", "drop_radial_grad_", "lr_at", "mark_fired_",
            "MAX_BUFFER_BYTES", "main"]
@@ -313,22 +314,23 @@ def train_sae(
     return sae.eval(), stats
 
 
+@command_line
 def main(argv: list[str] | None = None) -> int:
     """Command line: train one layer's SAE and save it beside the checkpoint (or in --out), with its quality."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="sprout", help="a shipped name or a checkpoint path")
-    p.add_argument("--layer", type=int, required=True, help="0-indexed layer (block = layer + 1)")
-    p.add_argument("--tokens", type=int, default=300_000, help="training activations collected")
-    p.add_argument("--length", type=int, default=256, help="tokens per training window")
-    p.add_argument("--d-sae", type=int, default=None, help="latents (default 8 x d_model)")
-    p.add_argument("--k", type=int, default=32, help="active latents per token")
-    p.add_argument("--epochs", type=int, default=4)
-    p.add_argument("--batch-size", type=int, default=2048)
-    p.add_argument("--lr", type=float, default=4e-4)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    p.add_argument("--max-minutes", type=float, default=None, help="stop training after this long")
-    p.add_argument("--eval-windows", type=int, default=32, help="held-out windows for the quality metrics (0: skip)")
+    p.add_argument("--layer", type=Whole(0), required=True, help="0-indexed layer (block = layer + 1)")
+    p.add_argument("--tokens", type=Whole(1), default=300_000, help="training activations collected")
+    p.add_argument("--length", type=Whole(1), default=256, help="tokens per training window")
+    p.add_argument("--d-sae", type=Whole(1), default=None, help="latents (default 8 x d_model)")
+    p.add_argument("--k", type=Whole(1), default=32, help="active latents per token")
+    p.add_argument("--epochs", type=Whole(1), default=4)
+    p.add_argument("--batch-size", type=Whole(1), default=2048)
+    p.add_argument("--lr", type=POSITIVE, default=4e-4)
+    p.add_argument("--seed", type=Whole(0), default=0)
+    p.add_argument("--threads", type=Whole(1), default=1, help="torch CPU threads")
+    p.add_argument("--max-minutes", type=POSITIVE, default=None, help="stop training after this long")
+    p.add_argument("--eval-windows", type=Whole(0), default=32, help="held-out windows for the quality metrics (0: skip)")
     p.add_argument("--out", default=None, help="folder (default <checkpoint>/saes/blocks.{layer}.hook_resid_post)")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)

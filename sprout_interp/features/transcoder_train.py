@@ -33,7 +33,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from sprout_interp.core.arguments import check_count, check_number, describe
+from sprout_interp.core.arguments import check_count, check_number, command_line, describe
 from sprout_interp.core.errors import ArgumentError, SproutError
 from sprout_interp.core.hooked import as_hooked
 from sprout_interp.features.train import TrainStats, collect_hooks, drop_radial_grad_, lr_at, mark_fired_, topk_losses
@@ -47,6 +47,7 @@ from sprout_interp.features.transcoder import (
     output_hook,
     save_transcoder_layer,
 )
+from sprout_model.cli import POSITIVE, ArgumentParser, Whole
 
 __all__ = ["collect_mlp_pairs", "train_transcoder", "state_file", "main"]
 
@@ -229,27 +230,28 @@ def train_transcoder(
     return out, stats
 
 
+@command_line
 def main(argv: list[str] | None = None) -> int:
     """Command line: train the transcoders of some or all layers into --out, one after another, skipping the
     layers already there (and resuming a layer's saved state); or --ship a finished folder in float16."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="sprout", help="a shipped name or a checkpoint path")
-    p.add_argument("--layers", type=int, nargs="*", default=None, help="0-indexed layers (default: all)")
+    p.add_argument("--layers", type=Whole(0), nargs="*", default=None, help="0-indexed layers (default: all)")
     p.add_argument("--out", default=None, help="run folder (layer_{i}.safetensors, config.yaml, states)")
-    p.add_argument("--tokens", type=int, default=300_000, help="training activations collected per layer")
-    p.add_argument("--length", type=int, default=256, help="tokens per training window")
-    p.add_argument("--d-transcoder", type=int, default=None, help="features per layer (default: --expansion x d_model)")
-    p.add_argument("--expansion", type=int, default=8, help="features per layer as a multiple of d_model")
-    p.add_argument("--k", type=int, default=32, help="active features per token")
+    p.add_argument("--tokens", type=Whole(1), default=300_000, help="training activations collected per layer")
+    p.add_argument("--length", type=Whole(1), default=256, help="tokens per training window")
+    p.add_argument("--d-transcoder", type=Whole(1), default=None, help="features per layer (default: --expansion x d_model)")
+    p.add_argument("--expansion", type=Whole(1), default=8, help="features per layer as a multiple of d_model")
+    p.add_argument("--k", type=Whole(1), default=32, help="active features per token")
     p.add_argument("--skip", action="store_true", help="train a skip connection W_skip too")
-    p.add_argument("--epochs", type=int, default=4)
-    p.add_argument("--batch-size", type=int, default=2048)
-    p.add_argument("--lr", type=float, default=4e-4)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--save-every", type=int, default=100, help="steps between saved training states")
-    p.add_argument("--max-steps", type=int, default=None, help="stop each layer after this many steps (resumable)")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    p.add_argument("--eval-windows", type=int, default=16, help="held-out windows for each layer's quality (0: skip)")
+    p.add_argument("--epochs", type=Whole(1), default=4)
+    p.add_argument("--batch-size", type=Whole(1), default=2048)
+    p.add_argument("--lr", type=POSITIVE, default=4e-4)
+    p.add_argument("--seed", type=Whole(0), default=0)
+    p.add_argument("--save-every", type=Whole(1), default=100, help="steps between saved training states")
+    p.add_argument("--max-steps", type=Whole(0), default=None, help="stop each layer after this many steps (resumable)")
+    p.add_argument("--threads", type=Whole(1), default=1, help="torch CPU threads")
+    p.add_argument("--eval-windows", type=Whole(0), default=16, help="held-out windows for each layer's quality (0: skip)")
     p.add_argument("--ship", default=None, metavar="RUN_FOLDER",
                    help="instead of training: copy RUN_FOLDER's transcoders in float16 to <checkpoint>/transcoders")
     a = p.parse_args(argv)

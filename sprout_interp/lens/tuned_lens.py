@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from sprout_interp.core.arguments import check_count, check_number
+from sprout_interp.core.arguments import check_count, check_number, command_line
 from sprout_interp.core.configs import check_weights
 from sprout_interp.core.errors import ArgumentError, NotACheckpointError, SproutError, TunedLensMismatchError
 from sprout_interp.core.files import as_path, read_json
@@ -38,6 +38,7 @@ from sprout_interp.core.fingerprints import check_fingerprint, fingerprint, fing
 from sprout_interp.core.hooked import as_hooked
 from sprout_interp.core.loading import read_safetensors
 from sprout_interp.lens.residual import residual_stack
+from sprout_model.cli import POSITIVE, ArgumentParser, Whole
 
 __all__ = [
     "LENS_WEIGHTS", "LENS_INFO", "TunedLens", "read_out", "lens_path", "save_tuned_lens",
@@ -351,25 +352,24 @@ def train_tuned_lens(
     return lens
 
 
+@command_line
 def main(argv: list[str] | None = None) -> int:
     """Train and save tuned lenses: ``python -m sprout_interp.lens.tuned_lens --models gpt-1 gpt-4 sprout``."""
-    import argparse
-
     from sprout_interp.core.hooked import load_hooked
     from sprout_interp.core.loading import SHIPPED
     from sprout_interp.core.texts import held_out_for, training_sample_for
 
-    p = argparse.ArgumentParser(description=main.__doc__)
+    p = ArgumentParser(description=main.__doc__)
     p.add_argument("--models", nargs="+", default=list(SHIPPED))
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--batch", type=int, default=4, help="windows per step")
-    p.add_argument("--length", type=int, default=256, help="tokens per window")
-    p.add_argument("--windows", type=int, default=400, help="distinct training windows drawn")
+    p.add_argument("--steps", type=Whole(1), default=100)
+    p.add_argument("--batch", type=Whole(1), default=4, help="windows per step")
+    p.add_argument("--length", type=Whole(1), default=256, help="tokens per window")
+    p.add_argument("--windows", type=Whole(1), default=400, help="distinct training windows drawn")
     p.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
-    p.add_argument("--lr", type=float, default=None, help="default 1.0 for sgd (the paper's), 1e-3 for adam")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--val", type=int, default=16, help="validation windows scored before and after")
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--lr", type=POSITIVE, default=None, help="default 1.0 for sgd (the paper's), 1e-3 for adam")
+    p.add_argument("--seed", type=Whole(0), default=0)
+    p.add_argument("--val", type=Whole(1), default=16, help="validation windows scored before and after")
+    p.add_argument("--threads", type=Whole(0), default=None, help="torch CPU threads (0: torch's default)")
     p.add_argument("--out", default=None, help="folder to write into (default: the checkpoint folder)")
     a = p.parse_args(argv)
     if a.threads:

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from sprout_interp.core.arguments import command_line
 from sprout_interp.core.errors import CheckpointNotFoundError, SproutError
 from sprout_interp.plots.common import PLOTLY_JS, plotly_js, save_figure
 from sprout_model.checkpoint import SHIPPED
+from sprout_model.cli import ArgumentParser, Whole
 from sprout_model.info import total_steps
 from sprout_model.presets import PRESETS
 
@@ -193,14 +195,15 @@ def print_table(df: pd.DataFrame, title: str, stream=None) -> None:
 
 
 def script_parser(name: str, description: str | None):
-    """The argument parser every analysis script starts from: --models, --out and --threads."""
+    """The argument parser every analysis script starts from: --models, --out and --threads. A mistake on the
+    command line prints one ``error: ...`` line and exits with status 2 (``sprout_model.cli.ArgumentParser``)."""
     import argparse
 
-    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="+", default=list(SHIPPED), help="shipped names or checkpoint paths")
     p.add_argument("--out", default=None, help=f"output folder (default out/{name})")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: torch's; 1 is fastest on a busy machine)")
+    p.add_argument("--threads", type=Whole(0), default=None,
+                   help="torch CPU threads (default or 0: torch's; 1 is fastest on a busy machine)")
     return p
 
 
@@ -208,9 +211,9 @@ def held_out_arguments(p, n: int, length: int = 256, n_help: str = "held-out win
                        length_help: str = "tokens per held-out window", seed_help: str = "seed of the held-out sample") -> None:
     """Add the held-out sample's ``--n`` (windows), ``--length`` (tokens per window) and ``--seed`` to parser ``p``,
     the arguments :func:`held_out` reads; each script gives its own defaults and says what the windows are for."""
-    p.add_argument("--n", type=int, default=n, help=n_help)
-    p.add_argument("--length", type=int, default=length, help=length_help)
-    p.add_argument("--seed", type=int, default=0, help=seed_help)
+    p.add_argument("--n", type=Whole(0), default=n, help=n_help)
+    p.add_argument("--length", type=Whole(1), default=length, help=length_help)
+    p.add_argument("--seed", type=Whole(0), default=0, help=seed_help)
 
 
 def set_threads(n: int | None) -> None:
@@ -221,12 +224,14 @@ def set_threads(n: int | None) -> None:
         torch.set_num_threads(n)
 
 
+@command_line
 def run_claim_script(script: str, argv: Sequence[str] | None, parser, measure, judge, report, wrote: str = "",
                      usable=None) -> int:
     """What every claim script's ``main`` does: parse ``argv`` with ``parser()``, load the models (:func:`start`),
     ``measure(models, args)``, ``report(measured, judge(measured), args, out)`` and print what was written
     (``wrote``: the files, relative to the output folder). Returns the exit status: 0, or 2 when no checkpoint
-    could be loaded or ``usable(measured)`` is False (nothing to judge)."""
+    could be loaded or ``usable(measured)`` is False (nothing to judge); a refused argument (a ``SproutError``)
+    prints one ``error: ...`` line and exits with status 2 (``core.arguments.command_line``)."""
     args = parser().parse_args(argv)
     t0 = time.time()
     started = start(script, args)
