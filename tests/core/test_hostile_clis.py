@@ -118,3 +118,11 @@ def test_every_entry_point_is_covered():
             main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
             assert any(ast.unparse(d) == "command_line" for d in main.decorator_list), f"{module}.main lacks @command_line"
     assert found == {m for m, _, _ in MODULES}
+
+
+@pytest.mark.integration  # reads the shipped gpt-1
+def test_a_layer_the_model_lacks_is_one_line(tmp_path):
+    code, err = run(["-m", "sprout_interp.features.train", "--model", "gpt-1", "--layer", "99", "--tokens", "100"],
+                    tmp_path)
+    assert one_error_line(code, err, "layer 99") == "error: layer 99 is out of range: the model has layers 0..0"
+    assert not any(tmp_path.iterdir())
