@@ -69,16 +69,17 @@ _SCROLL_JS = """<script>
     // titles: the figure's, its axes', and annotations placed on the paper (subplot titles), kept in the visible part
     const notes = (L.annotations || []);
     gd.querySelectorAll(".infolayer > g").forEach(g => {
-      const cls = g.getAttribute("class") || "";
+      const cls = (g.getAttribute("class") || "").split(" ")[0];  // plotly's own class (ours is added after it)
       const isNote = cls === "annotation" && (notes[+g.dataset.index] || {}).xref === "paper";
       if (!(cls === "g-gtitle" || /^g-[xy]\\d*title$/.test(cls) || isNote)) return;
       if (g.dataset.pinBase !== undefined) g.setAttribute("transform", g.dataset.pinBase);
       const b = g.getBBox();
-      if (!b.width) return;
       const dx = b.x < C / 2 ? left : W - (b.x + b.width) < C / 2 ? right : s + C / 2 - (b.x + b.width / 2);
       shift(g, dx);
     });
   }
+  // again a moment later too: plotly and Streamlit may still be drawing when a size change is reported
+  const soon = () => { requestAnimationFrame(pin); setTimeout(pin, 250); setTimeout(pin, 1000); };
   let tries = 0;
   const timer = setInterval(function () {
     const [box, gd] = find();
@@ -92,11 +93,18 @@ _SCROLL_JS = """<script>
       if (!box.dataset.pinning) {
         box.dataset.pinning = "1";
         box.addEventListener("scroll", () => requestAnimationFrame(pin), {passive: true});
-        window.addEventListener("resize", () => requestAnimationFrame(pin));
+        window.addEventListener("resize", soon);
+        // the box's own width changes after the window's (Streamlit lays the page out again), and the browser then
+        // clamps its scroll without a scroll event: pin again whenever the box or the figure changes size
+        if (window.ResizeObserver) {
+          const watch = new ResizeObserver(soon);
+          watch.observe(box);
+          watch.observe(gd);
+        }
       }
       if (!gd.dataset.pinning && gd.on) {
         gd.dataset.pinning = "1";
-        gd.on("plotly_afterplot", () => requestAnimationFrame(pin));
+        gd.on("plotly_afterplot", soon);
       }
       pin();
     } else if (++tries > 150) clearInterval(timer);

@@ -166,10 +166,13 @@ def full_page_screenshot(driver, path: Path, max_height: int = 9000) -> Path:
 
 
 #: Every plotly figure on the page, measured as drawn (JS; returns ``{figures: [...], problems: [...]}``): the figure
-#: inside the page (or inside a box that scrolls sideways); each heat-map image filling its axes, a square pattern
-#: (same labels across and down) drawn square; scatter lines inside their axes; every text label (ticks, titles,
-#: annotations, cell text) inside the figure and no two overlapping (their drawn boxes, rotation included); and the
-#: attention text view wrapping inside its box. At most three problems of a kind per figure, then a count.
+#: inside the page (or inside a box that scrolls sideways, where its row labels, titles and axis titles stay inside
+#: the part of the box a reader sees); each heat-map image filling its axes, a square pattern (same labels across and
+#: down) drawn square; scatter lines inside their axes; every text label (ticks, titles, annotations, cell text)
+#: inside the figure and no two overlapping (their drawn boxes, rotation included; a text hidden under the band
+#: behind pinned row labels does not count); an annotation centred in a rectangle shape inside it. Then the page:
+#: every table's columns inside their box, every button's whole label, and the attention text view wrapping
+#: inside its box. At most three problems of a kind per figure, then a count.
 LAYOUT_JS = r"""
 // Every plotly figure on the page, measured as drawn: returns {figures: [...], problems: [...]}.
 const TOL = 1.5;
@@ -308,7 +311,7 @@ gds.forEach((gd, k) => {
     const notes = L.annotations || [];
     for (const t of texts) {
       const b = bounds(t.q), tick = t.el.closest("g[class$='tick']"), info = t.el.closest('.infolayer > g');
-      const cls = info ? info.getAttribute('class') || '' : '';
+      const cls = info ? (info.getAttribute('class') || '').split(' ')[0] : '';  // plotly's class, not the pin's
       const heading = info && (cls === 'g-gtitle' || /^g-[xy]\d*title$/.test(cls)
         || (cls === 'annotation' && (notes[+info.dataset.index] || {}).xref === 'paper'));
       const margin = tick && /^y\d*tick$/.test(tick.getAttribute('class'))

@@ -31,6 +31,10 @@ PAGES = {
     "compare": ("/compare", 2, None, 2),
     "positions": ("/positions?qk=model", 3, None, 3),  # a real head beside the random demo
     "features": ("/features?layer=1&feature=2899", 2, None, 2),  # the name feature's page (README, "Features")
+    # a typed story that repeats "Zorbin Plax": the features that fire on it, each with its description whole
+    "features_on_text": ("/features?layer=1&text=Zorbin+Plax+came+home+late+from+the+harbour%2C+and+his+wife+was+"
+                         "waiting+at+the+door+with+a+lamp.+The+sailors+tied+the+ropes%2C+and+at+last+Zorbin+Plax+said"
+                         "+hello+to+the+children.", 0, None, 0),
     "steering": ("/steering", 2, "sample the continuations", 2),  # the she/he contrast, continuations sampled
     # the notebook-07 question: the neurons voting against the second " Mars" of "Quillon Marsk" (README, "Neurons")
     # (its text is sprout_model.evaluation.NAME_TEXTS's "Quillon Marsk", URL-encoded)

@@ -94,7 +94,7 @@ st.caption("Click a cell (or set position and row above) to see its five candida
 
 # -- the chosen cell -------------------------------------------------------------------------
 cell = cells[(cells["pos"] == pos) & (cells["block"] == row)]
-left, right = st.columns([2, 3])
+left, right = st.columns([1, 1])  # the five candidates need half the page (2:3 cut its last column at 1280 px)
 with left:
     st.subheader(f"{lens.rows[row]}, position {pos}")
     if not cell.empty:
