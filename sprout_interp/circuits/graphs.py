@@ -261,7 +261,7 @@ def _check_values(sd: dict, counts: list, L: int, info: dict) -> str:
     prob = sd["logit_prob"][logits].double()
     if not bool(torch.isfinite(prob).all()) or bool((prob < 0).any()) or float(prob.sum()) > 1 + 1e-4:
         return "'logit_prob' of the logit nodes must be probabilities 0..1 that sum to at most 1"
-    values = {"activation": (feats, 0.0), "norm": (slice(0, n - nL), 0.0), "input": (None, None),
+    values = {"activation": (feats, None), "norm": (slice(0, n - nL), 0.0), "input": (None, None),
               "constant": (None, None), "dropped": (None, None)}
     read = torch.cat([torch.arange(nF), torch.arange(n - nL, n)])  # the nodes that read: features and logits
     for c, (rows, low) in values.items():

@@ -195,6 +195,8 @@ def test_every_field_of_a_graph_file_is_checked(graph, tmp_path):
     load_graph(variant("sum_one", logit_prob=at_one))
     edge = tuple(int(i) for i in (t["adjacency"] != 0).nonzero()[0])  # an edge the graph has
     load_graph(variant("big_inside", adjacency=put("adjacency", edge, MAX_GRAPH_VALUE)))
+    # TopK keeps the pre-activations as they are (circuit-tracer's TopK): a feature's activation may be negative
+    load_graph(variant("negative_activation", activation=put("activation", 0, -1.0)))
     bad = {
         "negative probability": (dict(logit_prob=put("logit_prob", logit, -0.01)), "'logit_prob'"),
         "probabilities past 1": (dict(logit_prob=put("logit_prob", slice(logit, n), probs / probs.sum() * 1.01)),
@@ -202,7 +204,8 @@ def test_every_field_of_a_graph_file_is_checked(graph, tmp_path):
         "inf input": (dict(input=put("input", 0, float("inf"))), "'input'"),
         "nan input": (dict(input=put("input", logit, float("nan"))), "'input'"),
         "inf activation": (dict(activation=put("activation", 0, float("inf"))), "'activation'"),
-        "negative activation": (dict(activation=put("activation", 0, -1.0)), "'activation'"),
+        "nan activation": (dict(activation=put("activation", 0, float("nan"))), "'activation'"),
+        "huge activation": (dict(activation=put("activation", 0, -MAX_GRAPH_VALUE * 1.01)), "'activation'"),
         "nan norm": (dict(norm=put("norm", nF, float("nan"))), "'norm'"),
         "huge constant": (dict(constant=put("constant", 0, 1e30)), "'constant'"),
         "huge edge": (dict(adjacency=put("adjacency", edge, MAX_GRAPH_VALUE * 1.01)), "'adjacency'"),
