@@ -147,12 +147,18 @@ table = table[lead + ["prev_token_ranked", "prev_token_random", "prev_token_held
               + [c for c in table.columns if c not in lead and c not in ("prev_token_ranked", "prev_token_random",
                                                                         "prev_token_heldout")]]
 table.attrs.update(scores.attrs)
-show.table(table, "head scores", data=table.style.apply(_mark, axis=1).format(precision=3))
+# two tables of at most seven columns (all eleven side by side were cut at 1280 px): the scores the circuit is
+# ranked by, then the rest with this text's; the CSV holds them all
+by = lead + ["prev_token_ranked", "prev_token_random", "prev_token_heldout", "induction_random"]
+rest = [c for c in ("block", "head") if c in table.columns] + [c for c in table.columns if c not in by]
+show.table(table, "head scores", data=table[by].style.apply(_mark, axis=1).format(precision=3))
 st.caption("Highlighted: the heads of the induction circuit above (the circuit finder's call, as in the README's "
            "claims). **prev_token_ranked** = the lower of **prev_token_random** (repeated random tokens) and "
-           "**prev_token_heldout** (held-out text): the score the best previous-token head is named by. The *_text "
-           "columns are this text's, shown beside them; the circuit is not ranked on them. layer = index in code "
-           "(blocks.{layer}); block = layer + 1, the chapter's count.")
+           "**prev_token_heldout** (held-out text): the score the best previous-token head is named by. layer = index "
+           "in code (blocks.{layer}); block = layer + 1, the chapter's count.")
+st.dataframe(table[rest].style.format(precision=3), hide_index=True)
+st.caption("The other scores: duplicate-token on repeated random tokens, and every score on this text (the *_text "
+           "columns); the circuit is not ranked on this text.")
 show.chart(head_scores_figure(scores), "head scores")
 
 st.subheader("What each head writes: its full OV circuit")

@@ -122,8 +122,9 @@ def test_page_defaults(page):
         assert len(at.dataframe[0].value) == 5
         assert any("77%" in m.value for m in at.markdown)  # the chapter's figure beside ours
     if page == "attention":
-        scores = at.dataframe[0].value
-        assert {"prev_token_random", "induction_random", "induction_text"} <= set(scores.columns)
+        ranked, rest = at.dataframe[0].value, at.dataframe[1].value  # the scores the circuit is ranked by; the rest
+        assert {"prev_token_ranked", "prev_token_random", "induction_random"} <= set(ranked.columns)
+        assert {"duplicate_random", "prev_token_text", "induction_text"} <= set(rest.columns)
         assert at.success or at.info  # the circuit summary
     if page == "ablations":
         assert {"clean_prob", "ablated_prob", "prob_change"} <= set(at.dataframe[0].value.columns)
