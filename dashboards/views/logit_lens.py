@@ -67,9 +67,10 @@ if picked is not None and picked != st.session_state.get("lens_applied"):
     st.session_state["lens_applied"] = picked
     st.session_state["lens_pos"], st.session_state["lens_row"] = picked
 # the position starts where the text copies a name it repeats (compute.name_copy: the token before the copied one,
-# so the cell shows whether each block already predicts the copy), else at the first token shown
+# so the cell shows whether each block already predicts the copy), else at the first token shown; a first token
+# chosen (in the link) keeps its window: the position then starts there
 state.clamp_state("lens_start", 0, max(T - width, 0))
-copy = compute.name_copy(compute.str_tokens(m, key, text))
+copy = None if "lens_start" in st.session_state else compute.name_copy(compute.str_tokens(m, key, text))
 state.remember("lens_pos", copy["pos"] if copy else st.session_state.get("lens_start", 0), 0, T - 1)
 state.remember("lens_row", R - 1, 0, R - 1)
 # the grid moves to a newly chosen position (typed, clicked, from a link) when it lies outside the tokens shown

@@ -261,6 +261,17 @@ def test_a_value_the_link_allows_but_the_page_cannot_show_is_said_too():
     assert at.query_params["start"] == "110" == str(at.session_state["lens_start"])
 
 
+def test_the_logit_lens_opens_on_the_copy_unless_the_link_chooses_its_window():
+    """With no window in the link the lens opens on the position that predicts the story's copied name (56: "in",
+    before the second " Pl"), its window around it; a link's ``start`` keeps its window, the position at its start."""
+    at = ok(app("logit_lens", "gpt-4").run())
+    assert at.session_state["lens_pos"] == 56
+    assert at.session_state["lens_start"] <= 56 < at.session_state["lens_start"] + 30
+    at = ok(app("logit_lens", "gpt-4", {"start": "5", "tokens": "30"}).run())
+    assert (at.session_state["lens_start"], at.session_state["lens_pos"]) == (5, 5)
+    assert at.query_params["start"] == "5"
+
+
 def test_a_remembered_position_past_a_new_texts_end_is_said():
     """A widget's value that a new text makes impossible (the neurons page's position) is moved with a warning."""
     at = ok(app("neurons", "gpt-4", {"pos": "120"}).run())
