@@ -59,12 +59,18 @@ class BoundMetric:
         if self.fn is not None:
             return metric_value(self.fn(logits, self.tokens), self.name)
         if self.space == "logit":
-            return self.reduce(logits[self.rows, self.pos, self.targets].float())
+            return self.reduce(_wide(logits[self.rows, self.pos, self.targets]))
         if 2 * self.rows.numel() >= logits.shape[0] * logits.shape[1]:  # most positions: no copy of the logits
-            return self.reduce(F.log_softmax(logits.float(), dim=-1)[self.rows, self.pos, self.targets])
-        lp = F.log_softmax(logits[self.rows, self.pos].float(), dim=-1)
+            return self.reduce(F.log_softmax(_wide(logits), dim=-1)[self.rows, self.pos, self.targets])
+        lp = F.log_softmax(_wide(logits[self.rows, self.pos]), dim=-1)
         return self.reduce(lp.gather(-1, self.targets[:, None])[:, 0])
 
+
+
+def _wide(t: Tensor) -> Tensor:
+    """``t`` in at least float32: half and bfloat16 widened, float64 kept (a float64 model's metric stays float64, so
+    two ways of computing it agree to float64 rounding on any CPU, not to float32's)."""
+    return t if t.dtype == torch.float64 else t.float()
 
 
 def metric_value(out, name: str) -> Tensor:
@@ -364,9 +370,9 @@ def logprobs_from_normed(model: HookedSprout, x: Float[Tensor, "n d_model"], tar
     """log P(target) from final-norm outputs: the target's logit minus the log-sum-exp of all logits,
     unembedding ``chunk`` rows at a time (the full logits are never held)."""
     W = model.model.head.weight
-    out = (x.float() * W[targets].float()).sum(-1)
+    out = (_wide(x) * _wide(W[targets])).sum(-1)
     for i in range(0, x.shape[0], chunk):
-        out[i : i + chunk] -= torch.logsumexp(F.linear(x[i : i + chunk], W).float(), dim=-1)
+        out[i : i + chunk] -= torch.logsumexp(_wide(F.linear(x[i : i + chunk], W)), dim=-1)
     return out
 
 
@@ -386,7 +392,7 @@ def metric_from_resid(model: HookedSprout, bound: BoundMetric, resid: Tensor, gr
     x = model.model.norm(resid[rows, pos.repeat(groups)])
     if bound.space == "logit":
         W = model.model.head.weight
-        lp = (x.float() * W[bound.targets.repeat(groups)].float()).sum(-1).view(groups, N)
+        lp = (_wide(x) * _wide(W[bound.targets.repeat(groups)])).sum(-1).view(groups, N)
     else:
         lp = logprobs_from_normed(model, x, bound.targets.repeat(groups)).view(groups, N)
     return [float(v) for v in bound.reduce(lp)]
@@ -406,16 +412,16 @@ def metric_from_read_logits(bound: BoundMetric, logits: Float[Tensor, "gb r d_vo
     B = bound.tokens.shape[0]
     groups = logits.shape[0] // B
     if bound.fn is not None:  # read is every position: these are the full logits
-        return torch.stack([torch.as_tensor(bound.from_logits(logits[g * B : (g + 1) * B])).float().reshape(())
+        return torch.stack([_wide(torch.as_tensor(bound.from_logits(logits[g * B : (g + 1) * B]))).reshape(())
                             for g in range(groups)])
     N = bound.rows.numel()
     rows = (bound.rows[None, :] + B * torch.arange(groups, device=logits.device)[:, None]).reshape(-1)
     idx = torch.searchsorted(torch.tensor(list(read), device=logits.device), bound.pos).repeat(groups)
     targets = bound.targets.repeat(groups)
     if bound.space == "logit":
-        vals = logits[rows, idx, targets].float()
+        vals = _wide(logits[rows, idx, targets])
     else:
-        vals = F.log_softmax(logits[rows, idx].float(), dim=-1).gather(-1, targets[:, None])[:, 0]
+        vals = F.log_softmax(_wide(logits[rows, idx]), dim=-1).gather(-1, targets[:, None])[:, 0]
     return bound.reduce(vals.view(groups, N))
 
 
