@@ -43,7 +43,7 @@ def test_logit_lens_page_in_chromium(chromium, tmp_path):
     from selenium.webdriver.common.by import By
 
     with browser.serve("gpt-4", log=tmp_path / "streamlit.log") as url, browser.chrome() as d:
-        d.get(url + "/logit_lens")
+        d.get(url + "/logit_lens?start=0")  # the window from the first token (by default it opens on the copy)
         browser.wait_for_page(d, n_plots=2)
         assert browser.problems(d) == []
         # the grid rendered: a heat-map drawn by plotly, with its title and the layer rows
@@ -157,7 +157,8 @@ def test_attention_page_in_chromium(chromium, tmp_path):
     from selenium.webdriver.common.by import By
 
     with browser.serve("gpt-4", log=tmp_path / "streamlit.log") as url, browser.chrome(1500, 1100) as d:
-        d.get(url + "/attention?model=gpt-4&text=dialogue&layer=0&head=2&n=24")
+        # 24 tokens centred on position 12: tokens 0-23 (the text view shows every token up to the window's end)
+        d.get(url + "/attention?model=gpt-4&text=dialogue&layer=0&head=2&n=24&pos=12")
         browser.wait_for_page(d, n_plots=3, timeout=600)
         assert browser.problems(d) == []
         drawn = d.execute_script("""
