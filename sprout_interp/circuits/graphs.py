@@ -32,7 +32,7 @@ from sprout_interp.core.files import as_path
 from sprout_interp.core.loading import read_safetensors
 
 __all__ = ["KINDS", "FINAL_NORMS", "GRAPH_UNITS", "AttributionGraph", "save_graph", "load_graph", "normalized_adjacency",
-           "node_influence", "PrunedGraph", "prune_graph", "graph_scores", "check_graph"]
+           "node_influence", "PrunedGraph", "prune_graph", "graph_scores", "check_graph", "node_key"]
 
 KINDS = ("feature", "error", "embedding", "logit")
 #: how a graph's logit rows pass the final RMSNorm: its scale frozen (circuit-tracer's graph) or its Jacobian at the
@@ -45,6 +45,19 @@ _FORMAT = "sprout-interp attribution graph"
 _COLUMNS = ("layer", "pos", "feature", "token_id", "activation", "logit_prob", "input", "constant", "dropped", "norm")
 _OPTIONAL = {"dropped": 0.0}  # columns a file written before they existed may lack, with the value they stand for
 
+
+
+def node_key(kind: str, layer: int, pos: int, feature: int, token_id: int) -> str:
+    """A node's name that stays the same when the graph is computed again (a link keeps it): ``f{layer}.{pos}.
+    {feature}`` a feature, ``e{layer}.{pos}`` an error node, ``t{pos}`` an embedding, ``l{token_id}`` a logit
+    (layer 0-indexed, pos 0-based)."""
+    if kind == "feature":
+        return f"f{int(layer)}.{int(pos)}.{int(feature)}"
+    if kind == "error":
+        return f"e{int(layer)}.{int(pos)}"
+    if kind == "embedding":
+        return f"t{int(pos)}"
+    return f"l{int(token_id)}"
 
 @dataclass
 class AttributionGraph:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from sprout_interp.circuits.graphs import AttributionGraph, prune_graph
+from sprout_interp.circuits.graphs import AttributionGraph, node_key, prune_graph
 from sprout_interp.plots.common import (
     FULL_COLUMN,
     TOOLBAR_PX,
@@ -35,19 +35,6 @@ _COLOURS = {"feature": "#4c78a8", "error": "#9d9d9d", "embedding": "#59a14f", "l
 _SYMBOLS = {"feature": "circle", "error": "square", "embedding": "triangle-up", "logit": "star"}
 _SUPER_COLOURS = ["#b279a2", "#e15759", "#76b7b2", "#edc948", "#ff9da7", "#9c755f", "#bab0ac", "#17becf"]
 _POSITIVE, _NEGATIVE = "#2166ac", "#b2182b"
-
-
-def node_key(kind: str, layer: int, pos: int, feature: int, token_id: int) -> str:
-    """A node's name that stays the same when the graph is computed again (a link keeps it): ``f{layer}.{pos}.
-    {feature}`` a feature, ``e{layer}.{pos}`` an error node, ``t{pos}`` an embedding, ``l{token_id}`` a logit
-    (layer 0-indexed, pos 0-based)."""
-    if kind == "feature":
-        return f"f{int(layer)}.{int(pos)}.{int(feature)}"
-    if kind == "error":
-        return f"e{int(layer)}.{int(pos)}"
-    if kind == "embedding":
-        return f"t{int(pos)}"
-    return f"l{int(token_id)}"
 
 
 def graph_tables(graph: AttributionGraph, node_threshold: float = 0.8, edge_threshold: float = 0.98,
