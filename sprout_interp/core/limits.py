@@ -10,7 +10,8 @@ from sprout_model import tokenizer
 from sprout_model.checkpoint import CONFIG_LIMITS
 
 __all__ = ["MAX_WEIGHTS_BYTES", "MAX_JSON_BYTES", "MAX_TOKENIZER_BYTES", "MAX_MODEL_BYTES", "MAX_PICKLE_BYTES",
-           "PICKLE_OPS", "PICKLE_OPS_PER_TENSOR", "LIMITS", "SHOW", "MAX_WEIGHT_ABS", "MAX_GRAPH_BYTES"]
+           "PICKLE_OPS", "PICKLE_OPS_PER_TENSOR", "LIMITS", "SHOW", "MAX_WEIGHT_ABS", "MAX_GRAPH_BYTES",
+           "MAX_GRAPH_JSON_BYTES"]
 
 MAX_WEIGHTS_BYTES = 4 << 30  # a .safetensors or .pt file; Sprout's own is 70 MB in float32
 MAX_JSON_BYTES = 16 << 20  # config.json, train.json (a long run's history is well under 1 MB)
@@ -34,3 +35,7 @@ MAX_WEIGHT_ABS = 1e4
 # keeps the whole process under 2 GB at any prompt length: Python and torch take 0.4 GiB, with Sprout, its
 # transcoders and a 511-token prompt's forward 0.9 GiB (benchmarks/graph_memory.py measures it).
 MAX_GRAPH_BYTES = 1 << 30
+# A graph in circuit-tracer's frontend JSON (circuits.graph_json): the pruned nodes and edges only, a few hundred bytes
+# each (a pruned Sprout graph of the chapter's prompt is well under 1 MB); parsed JSON takes about ten times its size
+# in memory, so 64 MB keeps a hostile file's parse under 1 GB.
+MAX_GRAPH_JSON_BYTES = 64 << 20
