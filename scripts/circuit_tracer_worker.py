@@ -3,11 +3,13 @@
     .venv-ct/bin/python scripts/circuit_tracer_worker.py MODEL_FOLDER TRANSCODER_FOLDER OUT_FOLDER [--threads N]
 
 MODEL_FOLDER is ``to_hf()``'s export saved with ``save_pretrained`` (Qwen3ForCausalLM and a
-PreTrainedTokenizerFast); TRANSCODER_FOLDER holds our ``layer_{i}.safetensors`` files and ``config.yaml`` (a JSON
-object: ``k``, ``feature_input_hook``, ``feature_output_hook``). The transcoders become circuit-tracer's
-``SingleLayerTranscoder`` with its ``TopK(k)`` activation (its own file loader, ``load_relu_transcoder``, knows
-ReLU and JumpReLU only) in a ``TranscoderSet``; the model is ``ReplacementModel.from_pretrained_and_transcoders``
-with the nnsight backend, float32, on the CPU, loaded once.
+PreTrainedTokenizerFast); TRANSCODER_FOLDER holds either per-layer transcoders (our ``layer_{i}.safetensors`` files
+and ``config.yaml``, a JSON object: ``k``, ``feature_input_hook``, ``feature_output_hook``), which become
+circuit-tracer's ``SingleLayerTranscoder`` with its ``TopK(k)`` activation (its own file loader,
+``load_relu_transcoder``, knows ReLU and JumpReLU only) in a ``TranscoderSet``; or a cross-layer transcoder
+(``config.yaml``'s ``model_kind`` is ``cross_layer_transcoder``; ``W_enc_{i}`` / ``W_dec_{i}`` files), read by
+circuit-tracer's own ``load_clt`` (JumpReLU, decoders read eagerly). The model is
+``ReplacementModel.from_pretrained_and_transcoders`` with the nnsight backend, float32, on the CPU, loaded once.
 
 Then one request per line on stdin, a JSON object ``{"name", "ids", "batch_size", "max_n_logits",
 "desired_logit_prob", "max_feature_nodes", "save"}``; each answered by one JSON line on stdout: the seconds
@@ -36,6 +38,14 @@ def load(model_folder: str, tc_folder: str):
     from safetensors.torch import load_file
 
     cfg = json.loads((Path(tc_folder) / "config.yaml").read_text())
+    if cfg.get("model_kind") == "cross_layer_transcoder":
+        from circuit_tracer.transcoder.cross_layer_transcoder import load_clt
+
+        clt = load_clt(tc_folder, feature_input_hook=cfg["feature_input_hook"],
+                       feature_output_hook=cfg["feature_output_hook"], scan=cfg.get("scan"),
+                       device=torch.device("cpu"), dtype=torch.float32, lazy_decoder=False)
+        return ReplacementModel.from_pretrained_and_transcoders(model_folder, clt, backend="nnsight",
+                                                                device=torch.device("cpu"), dtype=torch.float32)
     transcoders = {}
     for layer, name in enumerate(cfg["transcoders"]):
         sd = {k: v.float() for k, v in load_file(str(Path(tc_folder) / name)).items()}

@@ -2,7 +2,8 @@
 
     bash scripts/setup_circuit_tracer.sh           # once: .venv-ct with circuit-tracer 0.5.0
     .venv/bin/python scripts/compare_circuit_tracer.py [--models gpt-4 sprout] [--prompts zorbin dialogue description]
-        [--bench-models sprout] [--bench-seq 64] [--reps 3] [--threads 1] [--batch-size 64] [--no-bench] [--json FILE]
+        [--kinds per_layer clt] [--clt auto|random|shipped] [--bench-models sprout] [--bench-seq 64] [--reps 3]
+        [--threads 1] [--batch-size 64] [--no-bench] [--json FILE]
 
 For each model: ``to_hf()``'s export (``save_pretrained``; its tokenizer config names ``PreTrainedTokenizerFast``,
 which circuit-tracer's transformers 4.57 can load, and its config gains a top-level ``rope_theta``, which 4.57
@@ -12,11 +13,19 @@ loads circuit-tracer's ``ReplacementModel`` (nnsight backend) with them once, an
 we send. Both sides get the same ids, ``<|endoftext|>`` (id 0) first: circuit-tracer keeps a special token it
 finds at position 0 and zeroes the features there, which is our ``bos=True``.
 
+Two kinds of transcoders (``--kinds``): the model's shipped per-layer transcoders, and a cross-layer transcoder
+(``--clt``: ``shipped``, the model's ``<checkpoint>/clt/``; ``random``, a seeded random CLT,
+``local_replacement.random_clt(m, seed=0)``; ``auto``, the shipped one where the model has one, else the random
+one), saved float32 in circuit-tracer's CLT layout and read by circuit-tracer's own ``load_clt``; each kind in a
+worker of its own.
+
 Per prompt: circuit-tracer's nodes are matched to ours by key (features by (layer, pos, feature), error nodes
 by (layer, pos), embeddings by pos, logits by token id) and the table reports the largest |difference| of the
-two adjacency matrices over the matched nodes (and the largest |edge|, for scale), whether the sets of active
-features and of logit tokens are equal, and the replacement and completeness scores from ``graph_scores`` and
-circuit-tracer's ``compute_graph_scores``.
+two adjacency matrices over the matched nodes (and the largest |edge|, for scale, and their ratio), whether the
+sets of active features and of logit tokens are equal, the replacement and completeness scores from ``graph_scores``
+and circuit-tracer's ``compute_graph_scores``, and ``cut_margin``: how far the prompt's active sets are from a tie
+(per-layer TopK: the smallest gap between a position's k-th and (k+1)-th pre-activation; CLT JumpReLU: the smallest
+``|pre-activation - threshold|``), so float rounding cannot decide which features are nodes.
 
 Benchmark: a seeded random prompt of ``--bench-seq`` tokens plus ``<|endoftext|>`` (the one
 ``benchmarks/attribution_graph.py`` times), our ``si.attribution_graph`` and circuit-tracer's ``attribute`` (the
@@ -46,9 +55,10 @@ import torch
 import sprout_interp as si
 from sprout_interp.circuits.attribution_graph import graph_macs
 from sprout_interp.circuits.graphs import AttributionGraph, graph_scores
-from sprout_interp.circuits.local_replacement import prompt_tokens
+from sprout_interp.circuits.local_replacement import local_replacement, prompt_tokens, random_clt
 from sprout_interp.core.arguments import command_line
 from sprout_interp.core.texts import TEXTS
+from sprout_interp.features.clt import CrossLayerTranscoder, clt_folder, load_clt, save_clt
 from sprout_interp.features.transcoder import load_transcoders, save_transcoders
 from sprout_model.cli import ArgumentParser, Whole
 
@@ -97,8 +107,39 @@ def export(m, ts, folder: Path) -> tuple[Path, Path]:
     tcfg = json.loads(tcfg_path.read_text())
     tcfg["tokenizer_class"] = "PreTrainedTokenizerFast"  # transformers 5 writes TokenizersBackend
     tcfg_path.write_text(json.dumps(tcfg, indent=1))
-    save_transcoders(ts, tdir, dtype=torch.float32)
+    if isinstance(ts, CrossLayerTranscoder):
+        save_clt(ts, tdir, dtype=torch.float32)
+    else:
+        save_transcoders(ts, tdir, dtype=torch.float32)
     return mdir, tdir
+
+
+def kind_transcoders(m, kind: str, clt: str = "auto") -> tuple:
+    """(the transcoders of ``kind`` for model ``m``, where they come from): the shipped per-layer set; or a CLT,
+    the shipped one (``clt="shipped"``, or ``"auto"`` where there is one) or a seeded random one."""
+    if kind == "per_layer":
+        return load_transcoders(m), "shipped"
+    if clt == "shipped" or (clt == "auto" and (clt_folder(m) / "config.yaml").is_file()):
+        return load_clt(m), "shipped"
+    return random_clt(m, seed=0), "random (seed 0)"
+
+
+def cut_margin(m, ids: torch.Tensor, ts) -> float:
+    """How far the prompt's active features are from a tie, in pre-activation units, over every position that
+    holds features (position 0 has none: ``bos``): per-layer TopK, the smallest gap between a position's k-th
+    and (k+1)-th largest pre-activation; a CLT's JumpReLU, the smallest ``|pre-activation - threshold|``."""
+    rep = local_replacement(m, ids, ts, bos=True, cross_layer=True)
+    gaps = []
+    with torch.no_grad():
+        for i in range(m.cfg.n_layers):
+            x = rep.mlp_in[i, 1:]
+            if isinstance(ts, CrossLayerTranscoder):
+                gaps.append((ts.pre_acts(i, x) - ts.threshold[i]).abs().min())
+            else:
+                tc = ts[i]
+                top = tc.pre_acts(x).topk(tc.k + 1, dim=-1).values
+                gaps.append((top[:, -2] - top[:, -1]).min())
+    return float(torch.stack(gaps).min())
 
 
 class Worker:
@@ -190,6 +231,7 @@ def compare(ours: AttributionGraph, ct: dict, ct_scores: tuple[float, float]) ->
         "max_abs_diff": float(diff.max()) if diff.numel() else 0.0,
         "worst_edge": [str(ka[ia[r]]), str(ka[ia[c]])],
         "max_abs_edge": float(B.abs().max()) if B.numel() else 0.0,
+        "max_rel_diff": float(diff.max() / B.abs().max()) if B.numel() and float(B.abs().max()) > 0 else 0.0,
         "max_abs_diff_features": float(diff[:, :len(fa)].max()) if len(fa) else 0.0,
         "replacement": ours_scores[0], "completeness": ours_scores[1],
         "ct_replacement": ct_scores[0], "ct_completeness": ct_scores[1],
@@ -203,31 +245,34 @@ def _read_ct(path: str) -> dict:
 
 
 def compare_model(name: str, prompts: list[str], threads: int, batch_size: int, bench_seq: Optional[int],
-                  reps: int, workdir: Path, max_feature_nodes: Optional[int] = None) -> tuple[list[dict], Optional[dict]]:
-    """Every prompt's comparison on model ``name``, and (with ``bench_seq``) the timing of a ``bench_seq``-token
-    prompt. With ``max_feature_nodes`` the prompts' graphs keep that many features, chosen as circuit-tracer
-    chooses them (its ``update_interval`` of 4 batches is our ``rerank_every = 4 * batch_size``). Returns (rows,
-    benchmark or None)."""
+                  reps: int, workdir: Path, max_feature_nodes: Optional[int] = None, kind: str = "per_layer",
+                  clt: str = "auto") -> tuple[list[dict], Optional[dict]]:
+    """Every prompt's comparison on model ``name`` with transcoders of ``kind`` (:func:`kind_transcoders`), and
+    (with ``bench_seq``) the timing of a ``bench_seq``-token prompt. With ``max_feature_nodes`` the prompts' graphs
+    keep that many features, chosen as circuit-tracer chooses them (its ``update_interval`` of 4 batches is our
+    ``rerank_every = 4 * batch_size``). Returns (rows, benchmark or None)."""
     m = si.load(name)
-    ts = load_transcoders(m)
-    folder = workdir / name
+    ts, source = kind_transcoders(m, kind, clt)
+    folder = workdir / f"{name}-{kind}"
     folder.mkdir(parents=True, exist_ok=True)
     mdir, tdir = export(m, ts, folder)
     rows, bench = [], None
     with Worker(mdir, tdir, folder, threads) as w:
         for key in prompts:
             ids = prompt_tokens(m, PROMPTS[key](), bos=True)
-            ans = w.attribute(f"{name}-{key}", ids, batch_size, max_feature_nodes=max_feature_nodes)
+            ans = w.attribute(f"{name}-{kind}-{key}", ids, batch_size, max_feature_nodes=max_feature_nodes)
             t0 = time.perf_counter()
             g = si.attribution_graph(m, ids, ts, bos=True, batch_size=batch_size, max_feature_nodes=max_feature_nodes,
                                      rerank_every=4 * batch_size)
             ours_s = time.perf_counter() - t0
-            row = {"model": name, "prompt": key, "max_feature_nodes": max_feature_nodes, **compare(g, _read_ct(ans["file"]), ans["scores"]),
-                   "ours_s": ours_s, "ct_s": ans["seconds"], "exactness": g.max_error()}
+            row = {"model": name, "kind": kind, "transcoders": source, "prompt": key,
+                   "max_feature_nodes": max_feature_nodes, **compare(g, _read_ct(ans["file"]), ans["scores"]),
+                   "ours_s": ours_s, "ct_s": ans["seconds"], "exactness": g.max_error(),
+                   "graph_kind": g.transcoder_kind, "cut_margin": cut_margin(m, ids, ts)}
             rows.append(row)
         if bench_seq:
             bench = benchmark(m, ts, w, bench_seq, reps, batch_size)
-            bench["model"] = name
+            bench["model"], bench["kind"] = name, kind
         bench_info = w.info
     for r in rows:
         r["ct_torch"] = bench_info.get("torch")
@@ -247,9 +292,9 @@ def benchmark(m, ts, w: Worker, seq: int, reps: int, batch_size: int) -> dict:
         g = si.attribution_graph(m, ids, ts, bos=True, batch_size=batch_size)
         ours_t.append(time.perf_counter() - t0)
         rates.append(bm.reference_rate(m.cfg.d_model))
-    tc = ts[ts.layers[0]]
+    skip = False if isinstance(ts, CrossLayerTranscoder) else ts[ts.layers[0]].has_skip
     est = graph_macs(m.cfg.n_layers, m.cfg.d_model, m.cfg.n_heads, g.n_pos,
-                     g.n_features / (m.cfg.n_layers * (g.n_pos - 1)), tc.has_skip, g.n_logits)
+                     g.n_features / (m.cfg.n_layers * (g.n_pos - 1)), skip, g.n_logits)
     rate = statistics.median(rates)
     ours, ct = statistics.median(ours_t), statistics.median(ct_t)
     return {"seq": seq, "positions": g.n_pos, "features": g.n_features, "logits": g.n_logits, "reps": reps,
@@ -260,21 +305,25 @@ def benchmark(m, ts, w: Worker, seq: int, reps: int, batch_size: int) -> dict:
 
 
 def tables(rows: list[dict], benches: list[dict]) -> str:
-    out = ["| model | prompt | positions | features (ours / circuit-tracer) | same features | logit tokens "
-           "(same) | max abs difference | largest edge | replacement (ours / circuit-tracer) | completeness "
-           "(ours / circuit-tracer) |", "|---|---|---:|---:|---|---|---:|---:|---:|---:|"]
+    out = ["| model | transcoders | prompt | positions | features (ours / circuit-tracer) | same features | "
+           "logit tokens (same) | max abs difference | largest edge | relative | tie margin | replacement (ours / "
+           "circuit-tracer) | completeness (ours / circuit-tracer) |",
+           "|---|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        out.append(f"| {r['model']} | {r['prompt']} | {r['positions']} | {r['features']:,} / {r['ct_features']:,} "
+        out.append(f"| {r['model']} | {r.get('kind', 'per_layer')} ({r.get('transcoders', 'shipped')}) | "
+                   f"{r['prompt']} | {r['positions']} | {r['features']:,} / {r['ct_features']:,} "
                    f"| {'yes' if r['same_features'] else 'no'} | {len(r['logits'])} "
                    f"({'yes' if r['same_logits'] else 'no'}) | {r['max_abs_diff']:.1e} | {r['max_abs_edge']:.3g} | "
+                   f"{r['max_rel_diff']:.1e} | {r['cut_margin']:.1e} | "
                    f"{r['replacement']:.4f} / {r['ct_replacement']:.4f} | "
                    f"{r['completeness']:.4f} / {r['ct_completeness']:.4f} |")
     if benches:
-        out += ["", "| model | prompt | features | ours s (median) | circuit-tracer s (median) | ours / circuit-tracer "
+        out += ["", "| model (transcoders) | prompt | features | ours s (median) | circuit-tracer s (median) | ours / circuit-tracer "
                 "| our multiply-adds | floor s | circuit-tracer multiply-adds (lower bound) | its floor s |",
                 "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for b in benches:
-            out.append(f"| {b['model']} | {b['seq']} tokens + <\\|endoftext\\|> | {b['features']:,} | {b['ours_s']:.2f} "
+            out.append(f"| {b['model']} ({b.get('kind', 'per_layer')}) | {b['seq']} tokens + <\\|endoftext\\|> | "
+                       f"{b['features']:,} | {b['ours_s']:.2f} "
                        f"| {b['ct_s']:.2f} | {b['ratio']:.3f} | {b['macs']:.3g} | {b['floor_s']:.2f} | "
                        f"{b['ct_macs']:.3g} | {b['ct_floor_s']:.2f} |")
     return "\n".join(out)
@@ -292,6 +341,10 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=Whole(1), default=64, help="target rows per backward pass, both sides")
     p.add_argument("--max-feature-nodes", type=Whole(1), default=None,
                    help="keep this many features in the prompts' graphs, both sides (default: every active one)")
+    p.add_argument("--kinds", nargs="+", default=["per_layer", "clt"], choices=["per_layer", "clt"],
+                   help="which transcoders: the shipped per-layer set, a cross-layer transcoder (see --clt)")
+    p.add_argument("--clt", default="auto", choices=["auto", "random", "shipped"],
+                   help="the CLT: the model's shipped one, a seeded random one, or the shipped one where there is one")
     p.add_argument("--no-bench", action="store_true")
     p.add_argument("--json", type=Path, default=None)
     a = p.parse_args(argv)
@@ -299,12 +352,13 @@ def main(argv=None) -> int:
     rows, benches = [], []
     with tempfile.TemporaryDirectory(prefix="sprout-ct-") as tmp:
         for name in a.models:
-            bench_seq = None if a.no_bench or name not in a.bench_models else a.bench_seq
-            r, b = compare_model(name, a.prompts, a.threads, a.batch_size, bench_seq, a.reps, Path(tmp),
-                                 a.max_feature_nodes)
-            rows += r
-            if b:
-                benches.append(b)
+            for kind in a.kinds:
+                bench_seq = None if a.no_bench or name not in a.bench_models else a.bench_seq
+                r, b = compare_model(name, a.prompts, a.threads, a.batch_size, bench_seq, a.reps, Path(tmp),
+                                     a.max_feature_nodes, kind, a.clt)
+                rows += r
+                if b:
+                    benches.append(b)
     print(f"torch threads {a.threads}, batch size {a.batch_size}; circuit-tracer 0.5.0 (nnsight backend, float32, "
           f"CPU) under {rows[0]['ct_torch'] if rows else '?'}")
     print(tables(rows, benches))

@@ -62,6 +62,7 @@ from sprout_interp.circuits.local_replacement import (
     LocalReplacement,
     TranscodersLike,
     local_replacement,
+    resolve_transcoders,
     rms_norm_jacobian,
     salient_logits,
 )
@@ -94,11 +95,33 @@ class _Backward:
             self.g2.append(blk.ln2.w.detach().to(f))
         for tc in rep.transcoders:  # skip(x) = x @ W_skip.T with x = resid * g2 / s2: grad resid = g @ W_skip * g2 / s2
             self.WS.append(None if tc.W_skip is None else tc.W_skip.detach().to(f) * self.g2[tc.layer][None, :])
+        if rep.clt is not None:  # a cross-layer transcoder has no skip connection
+            self.WS = [None] * L
         self.A_T = rep.patterns.transpose(-1, -2).contiguous()  # (L, H, key, query)
         self.A = rep.patterns
         self.inv1, self.inv2 = 1.0 / rep.scale1, 1.0 / rep.scale2
         # per layer, the vectors each position's sources write: K feature slots, the error, the constant
         nF = rep.n_features
+        self.cross_layer = rep.clt is not None
+        if self.cross_layer:
+            self._clt_sources(rep, L, T, d)
+        else:
+            self._sources(rep, L, T, d, nF)
+        self.embed = m.model.embed.weight.detach().to(f)[rep.tokens]
+        if token_images is None:
+            token_images = uses_token_images(T, d)
+        # (pos, d, token), or None: rows then go backward through block 0 (more multiply-adds, no T² d tensor)
+        self.F1T = self._tokens_through_block0(rep) if token_images else None
+        self.tok_cols = nF + L * T + torch.arange(T, **dev)
+        self.adj = torch.zeros(n_rows, n_cols, **dev)  # rows: targets as the caller places them
+        self.const = torch.zeros(n_rows, **dev)
+        self.macs = 0.0
+
+    def _sources(self, rep: LocalReplacement, L: int, T: int, d: int, nF: int) -> None:
+        """Per-layer transcoders: ``srcT`` (L, T, d, S) the vectors each (layer, position) writes (its K feature
+        slots, the error, the constant) and ``cols`` (L, T, S) their node indices (-1: an empty slot, or the
+        constant)."""
+        dev = dict(device=rep.patterns.device)
         counts = torch.zeros(L, T, dtype=torch.long, **dev)
         counts.index_put_((rep.feat_layer, rep.feat_pos), torch.ones_like(rep.feat_pos), accumulate=True)
         K = int(counts.max()) if nF else 0
@@ -115,15 +138,39 @@ class _Backward:
         self.srcT[:, :, :, K] = rep.errors
         self.cols[:, :, K] = nF + torch.arange(L * T, **dev).view(L, T)
         self.srcT[:, :, :, K + 1] = rep.consts
-        self.embed = m.model.embed.weight.detach().to(f)[rep.tokens]
-        if token_images is None:
-            token_images = uses_token_images(T, d)
-        # (pos, d, token), or None: rows then go backward through block 0 (more multiply-adds, no T² d tensor)
-        self.F1T = self._tokens_through_block0(rep) if token_images else None
-        self.tok_cols = nF + L * T + torch.arange(T, **dev)
-        self.adj = torch.zeros(n_rows, n_cols, **dev)  # rows: targets as the caller places them
-        self.const = torch.zeros(n_rows, **dev)
-        self.macs = 0.0
+
+    def _clt_sources(self, rep: LocalReplacement, L: int, T: int, d: int) -> None:
+        """A cross-layer transcoder: ``srcT[j]`` (T, d, S_j) the vectors written into feed-forward ``j``'s output
+        at each position (every feature of a layer ``i <= j`` there, times its decoder row to ``j``; the error of
+        ``j``; the constant ``b_dec[j]``) and ``cols[j]`` (T, S_j) their node indices (-1: an empty slot, or the
+        constant). A feature's edge into a row is the sum of what the row reads of it at every layer it writes to
+        (:meth:`read` adds them up)."""
+        dev = dict(device=rep.patterns.device)
+        nF = rep.n_features
+        self.srcT, self.cols = [], []
+        for j in range(L):
+            hi = rep.layer_span(j)[1]  # features of layers 0..j: node indices 0..hi (sorted by layer, pos, feature)
+            pos = rep.feat_pos[:hi]
+            counts = torch.zeros(T, dtype=torch.long, **dev)
+            counts.index_put_((pos,), torch.ones_like(pos), accumulate=True)
+            K = int(counts.max()) if hi else 0
+            order = torch.sort(pos, stable=True).indices  # by position, then node index
+            first = torch.cumsum(counts, 0) - counts
+            slot = torch.empty_like(pos)
+            slot[order] = torch.arange(hi, **dev) - first[pos[order]]
+            src = torch.zeros(T, d, K + 2, **dev)
+            cols = torch.full((T, K + 2), -1, dtype=torch.long, **dev)
+            for i in range(j + 1):  # a source layer at a time: no (features, layers, d) copy of the decoders
+                span = slice(*rep.layer_span(i))
+                dec = rep.decoder(i, j)[rep.feat_index[span]] * rep.feat_act[span, None]
+                src[rep.feat_pos[span], :, slot[span]] = dec
+            cols[pos, slot] = torch.arange(hi, **dev)
+            src[:, :, K] = rep.errors[j]
+            cols[:, K] = nF + j * T + torch.arange(T, **dev)
+            src[:, :, K + 1] = rep.consts[j]
+            self.srcT.append(src)
+            self.cols.append(cols)
+        self.S = max(int(c.shape[-1]) for c in self.cols)
 
     def _tokens_through_block0(self, rep: LocalReplacement) -> Float[Tensor, "pos d tok"]:
         """Each token embedding carried forward through the frozen block 0 (attention, then the skip connection) to
@@ -172,11 +219,15 @@ class _Backward:
         """Edges from the sources written at block ``layer``'s output (its features, errors, constants) into rows
         ``r0:r1``, whose gradient at that ``resid_post`` is ``G``."""
         P, B, d = G.shape
-        vals = torch.bmm(G, self.srcT[layer, :P])  # (P, B, S)
-        self.macs += B * P * self.S * d
-        cols = self.cols[layer, :P]
+        src = self.srcT[layer][:P]
+        vals = torch.bmm(G, src)  # (P, B, S)
+        self.macs += B * P * src.shape[-1] * d
+        cols = self.cols[layer][:P]
         keep = cols >= 0
-        self.adj[r0:r1, cols[keep]] = vals.transpose(0, 1)[:, keep]
+        if self.cross_layer:  # a CLT feature writes to several layers: its edge is the sum over them
+            self.adj[r0:r1, cols[keep]] += vals.transpose(0, 1)[:, keep]
+        else:
+            self.adj[r0:r1, cols[keep]] = vals.transpose(0, 1)[:, keep]
         self.const[r0:r1] += vals[:, :, -1].sum(0)
 
     def down(self, top: int, G: Float[Tensor, "p b d"], r0: int, r1: int) -> None:
@@ -255,8 +306,8 @@ def uses_token_images(n_pos: int, d_model: int) -> bool:
 
 
 def graph_memory(n_layers: int, d_model: int, n_heads: int, n_pos: int, n_features: int, k: int,
-                 n_logits: int = 10, max_feature_nodes: Optional[int] = None, batch_size: int = 64
-                 ) -> dict[str, int]:
+                 n_logits: int = 10, max_feature_nodes: Optional[int] = None, batch_size: int = 64,
+                 cross_layer: bool = False) -> dict[str, int]:
     """Bytes an attribution graph's own tensors take at their peak, by part, before any is allocated: a prompt of
     ``n_pos`` positions with ``n_features`` active features, at most ``k`` of them at one (layer, position),
     keeping ``max_feature_nodes`` of them (None: all). Parts: ``sources`` (the ``k + 2`` vectors each (layer,
@@ -265,15 +316,22 @@ def graph_memory(n_layers: int, d_model: int, n_heads: int, n_pos: int, n_featur
     of ``batch_size`` rows' gradients), ``rows`` (the adjacency rows computed: every node's, or the logits' and
     the kept features'), ``kept`` (the kept graph's adjacency when features are left out, with a block of rows
     moved into it) and ``table`` (the node table); ``total`` is their sum. Python, torch and the model are not in
-    it (about 0.4 GiB for Sprout)."""
+    it (about 0.4 GiB for Sprout).
+
+    With ``cross_layer`` (a cross-layer transcoder, ``k`` still the most features at one (layer, position)) each
+    layer ``j``'s sources hold the decoder rows into ``j`` of every feature of layers ``0..j`` at each position, at
+    most ``(j + 1) k + 2`` vectors: the ``sources`` part counts them all, plus the largest block of decoder rows
+    gathered at once (``k · n_pos · d_model``)."""
     L, d, H, T, nF = n_layers, d_model, n_heads, n_pos, n_features
     n = nF + L * T + T + n_logits
     S = k + 2
+    slots = sum((j + 1) * k + 2 for j in range(L)) if cross_layer else L * S  # vectors at one position, all layers
     every = max_feature_nodes is None or max_feature_nodes >= nF
     keep = nF if every else max_feature_nodes
     n2 = keep + L * T + T + n_logits
     parts = {
-        "sources": 4 * L * T * d * S + 8 * L * T * S + 4 * L * T * d * 4,  # srcT, cols, the replacement's (L, T, d)
+        # srcT, cols, the replacement's (L, T, d) tensors; a CLT's decoder rows into one layer, gathered a layer at a time
+        "sources": 4 * T * d * slots + 8 * T * slots + 4 * L * T * d * 4 + (4 * k * T * d if cross_layer else 0),
         "token_images": 4 * T * T * d + min(4 * T * T * d, 8 << 20) if uses_token_images(T, d) else 0,
         "patterns": 2 * 4 * L * H * T * T,
         "batches": 4 * batch_size * T * (5 * d + 2 * S),  # a batch's gradient, its copies through a block, reads
@@ -297,7 +355,8 @@ def _feature_budget(m: HookedSprout, rep: LocalReplacement, n_logits: int, max_f
     counts.index_put_((rep.feat_layer.cpu() * T + rep.feat_pos.cpu(),), torch.ones(nF, dtype=torch.long),
                       accumulate=True)
     shape = dict(n_layers=L, d_model=m.cfg.d_model, n_heads=m.cfg.n_heads, n_pos=T, n_features=nF,
-                 k=int(counts.max()) if nF else 0, n_logits=n_logits, batch_size=batch_size)
+                 k=int(counts.max()) if nF else 0, n_logits=n_logits, batch_size=batch_size,
+                 cross_layer=rep.clt is not None)
 
     def need(keep: Optional[int]) -> dict[str, int]:
         return graph_memory(**shape, max_feature_nodes=keep)
@@ -341,7 +400,8 @@ def _hop_macs(d: int, H: int, skip: bool, P: int) -> tuple[int, int]:
     return P * ((3 if skip else 2) * d * d + P * d), factored
 
 
-def attribution_graph(model, text, transcoders: TranscodersLike = None, *, bos: bool = True,
+def attribution_graph(model, text, transcoders: TranscodersLike = None, *, kind: Optional[str] = None,
+                      bos: bool = True,
                       max_n_logits: int = 10, desired_logit_prob: float = 0.95, batch_size: int = 64,
                       max_feature_nodes: Optional[int] = None, rerank_every: int = 2048,
                       attribution_targets=None, final_norm: str = "frozen", memory_budget: Optional[int] = None,
@@ -350,7 +410,14 @@ def attribution_graph(model, text, transcoders: TranscodersLike = None, *, bos: 
 
     Args:
         text: one text, or token ids ``(pos,)`` / ``(1, pos)``.
-        transcoders: one per block (a TranscoderSet, ``{layer: Transcoder}``; None: the shipped set).
+        transcoders: what replaces the feed-forwards: per-layer transcoders, one per block (a TranscoderSet,
+            ``{layer: Transcoder}``), a cross-layer transcoder (a CrossLayerTranscoder: each feature writes to its
+            own and every later feed-forward output), a folder holding either, or None: the shipped transcoders of
+            ``kind``.
+        kind: with ``transcoders=None``, which shipped transcoders: "per_layer" (``<checkpoint>/transcoders/``),
+            "clt" (``<checkpoint>/clt/``) or None, the best the model ships (the higher recorded held-out FVE:
+            :func:`~sprout_interp.circuits.local_replacement.best_kind`). With ``transcoders`` given, its kind if
+            named. ``graph.info["transcoder_kind"]`` records the kind used.
         bos: circuit-tracer's convention: ``<|endoftext|>`` first (prepended if missing), no feature or error
             nodes at position 0; False: the ids as given, every position's features.
         max_n_logits, desired_logit_prob: which logit nodes (circuit-tracer's defaults 10 and 0.95).
@@ -392,7 +459,9 @@ def attribution_graph(model, text, transcoders: TranscodersLike = None, *, bos: 
 
     Returns an :class:`AttributionGraph`; ``graph.adjacency`` is ``(n, n)`` float32, rows = targets, in the
     targets' units (see ``GRAPH_UNITS``). Raises AttributionGraphError (or UnequalLengthsError) for a batch of
-    texts, TranscoderNotFoundError / TranscoderMismatchError for transcoders that do not cover or fit the model.
+    texts or a ``kind`` that is not one or does not match ``transcoders``, TranscoderNotFoundError for a ``kind`` the
+    model does not ship (naming those it does) and TranscoderNotFoundError / TranscoderMismatchError for transcoders
+    that do not cover or fit the model.
     """
     m = as_hooked(model)
     max_n_logits = check_count(max_n_logits, "max_n_logits", high=m.cfg.d_vocab, error=AttributionGraphError)
@@ -420,8 +489,9 @@ def attribution_graph(model, text, transcoders: TranscodersLike = None, *, bos: 
     budget = limits.MAX_GRAPH_BYTES if memory_budget is None else memory_budget
     budget = check_count(budget, "memory_budget", high=1 << 50, what="bytes the graph's tensors may take",
                          error=AttributionGraphError)
+    transcoders = resolve_transcoders(m, transcoders, kind)
     with m.lock:
-        rep = local_replacement(m, text, transcoders, bos)
+        rep = local_replacement(m, text, transcoders, bos, cross_layer=True)
     n_logits = len(targets) if targets is not None else min(max_n_logits, m.cfg.d_vocab)
     max_feature_nodes = _feature_budget(m, rep, n_logits, max_feature_nodes, batch_size, budget)
     return _graph(m, rep, max_n_logits, desired_logit_prob, batch_size, progress, max_feature_nodes, rerank_every,
@@ -486,7 +556,7 @@ def _graph(m: HookedSprout, rep: LocalReplacement, max_n_logits: int, desired_lo
     else:
         logit_vecs = unembed * gf / rep.scale_final[-1]  # read at the last resid_post
     logit_row0 = n - nL if every else 0
-    enc = [tc.W_enc.detach().float() for tc in rep.transcoders]
+    enc = [rep.encoder(layer)[0] for layer in range(L)]
     g2 = [blk.ln2.w.detach().float() for blk in m.blocks]
 
     def feature_rows(nodes: Tensor, st: int) -> None:
@@ -565,10 +635,18 @@ def _graph(m: HookedSprout, rep: LocalReplacement, max_n_logits: int, desired_lo
                                   "desired_logit_prob": desired_logit_prob, "macs": bw.macs,
                                   "max_feature_nodes": max_feature_nodes, "rerank_every": rerank_every,
                                   "attribution_targets": targets, "final_norm": final_norm,
-                                  "n_active_features": nF,
-                                  "transcoders": rep.transcoders[0].info.get("model_name", "") or "",
-                                  "k": rep.transcoders[0].k, "d_transcoder": rep.transcoders[0].d_transcoder,
-                                  "skip": rep.transcoders[0].has_skip})
+                                  "n_active_features": nF, **_transcoder_info(rep)})
+
+
+def _transcoder_info(rep: LocalReplacement) -> dict:
+    """What a graph's info records of its transcoders: their kind ("per_layer" or "clt"), model name, k (None for
+    a CLT: JumpReLU), width per layer and skip connection."""
+    if rep.clt is not None:
+        return {"transcoder_kind": "clt", "transcoders": rep.clt.info.get("model_name", "") or "", "k": None,
+                "d_transcoder": rep.clt.d_transcoder, "skip": False}
+    tc = rep.transcoders[0]
+    return {"transcoder_kind": "per_layer", "transcoders": tc.info.get("model_name", "") or "", "k": tc.k,
+            "d_transcoder": tc.d_transcoder, "skip": tc.has_skip}
 
 
 def _keep_features(rep: LocalReplacement, keep: Int[Tensor, " m"]) -> LocalReplacement:
@@ -592,8 +670,8 @@ def _node_table(m: HookedSprout, rep: LocalReplacement, logit_ids: Tensor, logit
     f_layer, f_pos, f_index, f_act = (t.cpu() for t in (rep.feat_layer, rep.feat_pos, rep.feat_index, rep.feat_act))
     toks = _labels(m, tokens)
     nan = math.nan
-    dec_norm = torch.cat([tc.W_dec.detach().float().norm(dim=-1).cpu()[f_index[slice(*rep.layer_span(tc.layer))]]
-                          for tc in rep.transcoders]) if nF else torch.zeros(0)
+    dec_norm = torch.cat([rep.decoder_norms(layer).cpu()[f_index[slice(*rep.layer_span(layer))]]
+                          for layer in range(L)]) if nF else torch.zeros(0)
     ep = torch.arange(L * T)
     cols = {
         "kind": ["feature"] * nF + ["error"] * (L * T) + ["embedding"] * T + ["logit"] * nL,

@@ -33,9 +33,14 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from sprout_interp.circuits.attribution_graph import attribution_graph
-from sprout_interp.circuits.graphs import AttributionGraph, check_graph, node_influence
+from sprout_interp.circuits.graphs import AttributionGraph, check_graph, graph_kind, node_influence
 from sprout_interp.circuits.heads import head_label
-from sprout_interp.circuits.local_replacement import LocalReplacement, TranscodersLike, local_replacement
+from sprout_interp.circuits.local_replacement import (
+    LocalReplacement,
+    TranscodersLike,
+    local_replacement,
+    resolve_transcoders,
+)
 from sprout_interp.core.arguments import check_count, check_index, check_indices, check_number
 from sprout_interp.core.errors import AttributionGraphError
 from sprout_interp.core.hook_points import act_name
@@ -96,23 +101,28 @@ def frozen_run(model, rep: LocalReplacement, *, activations: Optional[Tensor] = 
         return act
 
     def mlp_out(act, hook, layer):
-        tc, x = rep.transcoders[layer], seen.pop(layer).float()
+        x = seen.pop(layer).float()
         lo, hi = rep.layer_span(layer)
         pos, f = rep.feat_pos[lo:hi], rep.feat_index[lo:hi]
-        W_enc, W_dec = tc.W_enc.detach().float()[f], tc.W_dec.detach().float()[f]
-        inputs[lo:hi] = (x[pos] * W_enc).sum(-1)
-        a = inputs[lo:hi] + tc.b_enc.detach().float()[f] if linear else base[lo:hi].clone()
+        W_enc, b_enc = rep.encoder(layer)
+        inputs[lo:hi] = (x[pos] * W_enc[f]).sum(-1)
+        a = inputs[lo:hi] + b_enc[f] if linear else base[lo:hi].clone()
         if linear and held is not None:
             a = torch.where(held[lo:hi].to(a.device), base[lo:hi], a)
         for node, value in clamp.items():
             if lo <= node < hi:
                 a[node - lo] = value
         acts[lo:hi] = a
-        out = tc.skip(x).float()
+        out = rep.skip_out(layer, x)
         if consts:
             out = out + rep.consts[layer]
         out = out + rep.errors[layer] * err_w[layer, :, None]
-        out = out.index_add(0, pos, a[:, None] * W_dec)
+        for source in range(layer + 1):  # the features that write here: this layer's, and a CLT's earlier layers'
+            if layer not in rep.targets(source):
+                continue
+            s0, s1 = rep.layer_span(source)
+            out = out.index_add(0, rep.feat_pos[s0:s1], acts[s0:s1, None] * rep.decoder(source, layer)[
+                rep.feat_index[s0:s1]])
         return out[None].to(act.dtype)
 
     hooks = [(act_name("scale"), const(rep.scale_final))]
@@ -145,24 +155,24 @@ def _real_run(m: HookedSprout, rep: LocalReplacement, node: Optional[int] = None
 
     def read(act, hook, layer):
         lo, hi = rep.layer_span(layer)
-        tc = rep.transcoders[layer]
         pos, f = rep.feat_pos[lo:hi], rep.feat_index[lo:hi]
         x = (act[0] * m.blocks[layer].ln2.w).float()
-        inputs[lo:hi] = (x[pos] * tc.W_enc.detach().float()[f]).sum(-1)
+        inputs[lo:hi] = (x[pos] * rep.encoder(layer)[0][f]).sum(-1)
         return act
 
     hooks = [(act_name("normalized", i, "ln2"), lambda act, hook, i=i: read(act, hook, i))
              for i in range(m.cfg.n_layers)]
     if node is not None:
         layer, pos, f = int(rep.feat_layer[node]), int(rep.feat_pos[node]), int(rep.feat_index[node])
-        vec = delta * rep.transcoders[layer].W_dec.detach().float()[f]
+        for target in rep.targets(layer):  # its own feed-forward's output, and with a CLT every later one's
+            vec = delta * rep.decoder(layer, target)[f]
 
-        def steer(act, hook):
-            out = act.clone()
-            out[0, pos] += vec.to(act.dtype)
-            return out
+            def steer(act, hook, vec=vec):
+                out = act.clone()
+                out[0, pos] += vec.to(act.dtype)
+                return out
 
-        hooks.append((act_name("mlp_out", layer), steer))
+            hooks.append((act_name("mlp_out", target), steer))
     with torch.no_grad():
         logits = m.run_with_hooks(rep.tokens[None], fwd_hooks=hooks)
     return inputs.cpu(), logits[0, -1].float().cpu()
@@ -227,7 +237,9 @@ def intervention_check(model, graph: AttributionGraph, transcoders: TranscodersL
     """Intervene on feature nodes of ``graph`` (``nodes``, or the ``n`` features of most influence on the logits)
     by setting each one's activation to ``factor`` times its value, one at a time, and measure the change of
     every later feature's input and every logit node's input in the frozen and the real model (see the module
-    docstring for the columns). ``transcoders`` must be the set the graph was made with.
+    docstring for the columns). ``transcoders`` must be the ones the graph was made with (None: the shipped ones
+    of the graph's kind, ``graph.info["transcoder_kind"]``: per-layer or cross-layer; a CLT feature's write is
+    changed at every layer it writes to).
 
     Returns one row per (node, target): ``node``, ``layer``, ``pos``, ``feature`` (the intervened node),
     ``target``, ``target_kind``, ``target_layer``, ``target_pos``, and ``direct_predicted``, ``direct_frozen``,
@@ -242,8 +254,9 @@ def intervention_check(model, graph: AttributionGraph, transcoders: TranscodersL
             "final_norm='frozen', or measure it against the real model with "
             "sprout_interp.circuits.graph_predictions.logit_predictions")
     factor = check_number(factor, "factor", error=AttributionGraphError)
+    transcoders = resolve_transcoders(m, transcoders, graph_kind(graph))
     with m.lock:
-        rep = local_replacement(m, graph.tokens, transcoders, bos=bool(graph.info.get("bos", True)))
+        rep = local_replacement(m, graph.tokens, transcoders, bos=bool(graph.info.get("bos", True)), cross_layer=True)
     nF = graph.n_features
     gsel = _graph_features(graph, rep)
     if gsel is None or not torch.allclose(rep.feat_input.cpu()[gsel], torch.tensor(
@@ -387,13 +400,15 @@ def real_run(model, rep: LocalReplacement, *, features: Sequence[int] = (), erro
 
         hooks.append((act_name("embed"), no_embed))
     for layer in range(m.cfg.n_layers):
-        sel = feats[rep.feat_layer[feats] == layer] if feats.numel() else feats
+        # the removed features that write into this feed-forward's output: its own, and with a CLT earlier layers'
+        sel = feats[torch.tensor([layer in rep.targets(int(i)) for i in rep.feat_layer[feats].tolist()],
+                                 dtype=torch.bool, device=feats.device)] if feats.numel() else feats
         if sel.numel() or errors:
-            tc = rep.transcoders[layer]
             write = torch.zeros_like(rep.mlp_out[layer])
-            if sel.numel():
-                vec = rep.feat_act[sel, None] * tc.W_dec.detach().float()[rep.feat_index[sel]]
-                write.index_add_(0, rep.feat_pos[sel], vec)
+            for source in rep.feat_layer[sel].unique().tolist():
+                one = sel[rep.feat_layer[sel] == source]
+                vec = rep.feat_act[one, None] * rep.decoder(source, layer)[rep.feat_index[one]]
+                write.index_add_(0, rep.feat_pos[one], vec)
             if errors:
                 write += rep.errors[layer]
             hooks.append((act_name("mlp_out", layer), lambda act, hook, w=write: act - w.to(act.dtype)[None]))
@@ -456,7 +471,8 @@ def copy_interventions(model, text, surname: str, induction: tuple[int, int], n_
     last position to ``p1`` set to 0 ("moved by the induction head's OV"), and the same with every feature held
     ("into the logit": the direct path, frozen model only). Controls: ``n_random`` draws (seed ``seed``) of as many
     features (or embeddings) at positions other than ``p1 - 1``, ``p1`` and the last; for the head, every other
-    head's same attention weight.
+    head's same attention weight. ``transcoders``: as :func:`attribution_graph` takes them (None: the best shipped
+    kind).
 
     Returns {"rows": one row per intervention (``part``,
     ``intervention``, ``n_nodes``, ``graph_direct`` / ``graph_total`` (what the edges predict), ``frozen``,
@@ -467,8 +483,9 @@ def copy_interventions(model, text, surname: str, induction: tuple[int, int], n_
     m = as_hooked(model)
     n_random = check_count(n_random, "n_random", low=0, error=AttributionGraphError)
     seed = check_count(seed, "seed", low=0, error=AttributionGraphError)
+    transcoders = resolve_transcoders(m, transcoders)
     with m.lock:
-        rep = local_replacement(m, text, transcoders)
+        rep = local_replacement(m, text, transcoders, cross_layer=True)
     target = int(m.to_tokens(surname)[0, 0])
     p1, last = copy_positions(rep.tokens.cpu(), target)
     g = attribution_graph(m, rep.tokens, transcoders, attribution_targets=[target])

@@ -24,6 +24,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from sprout_interp.circuits.local_replacement import TRANSCODER_KINDS
 from sprout_interp.core import limits
 from sprout_interp.core.arguments import check_number, describe
 from sprout_interp.core.configs import check_finite
@@ -31,7 +32,7 @@ from sprout_interp.core.errors import AttributionGraphError, NotACheckpointError
 from sprout_interp.core.files import as_path
 from sprout_interp.core.loading import read_safetensors
 
-__all__ = ["KINDS", "FINAL_NORMS", "GRAPH_UNITS", "AttributionGraph", "save_graph", "load_graph", "normalized_adjacency",
+__all__ = ["KINDS", "FINAL_NORMS", "graph_kind", "GRAPH_UNITS", "AttributionGraph", "save_graph", "load_graph", "normalized_adjacency",
            "node_influence", "PrunedGraph", "prune_graph", "graph_scores", "check_graph", "node_key"]
 
 KINDS = ("feature", "error", "embedding", "logit")
@@ -91,6 +92,13 @@ class AttributionGraph:
         """How the logit rows pass the final RMSNorm (``FINAL_NORMS``): "frozen" (its scale frozen, circuit-tracer's
         graph, exact in its replacement model) or "jacobian" (first-order edges into the logits)."""
         return self.info.get("final_norm", "frozen")
+
+    @property
+    def transcoder_kind(self) -> str:
+        """Which transcoders replaced the feed-forwards (``TRANSCODER_KINDS``): "per_layer" (one per block) or "clt"
+        (a cross-layer transcoder: a feature's edges sum its writes to every later layer); ``info["transcoder_kind"]``,
+        "per_layer" in files written before it."""
+        return self.info.get("transcoder_kind", "per_layer")
 
     @property
     def n_pos(self) -> int:
@@ -214,6 +222,8 @@ def load_graph(path: Union[str, Path]) -> AttributionGraph:
         raise bad("a node's position is outside the prompt")
     if (meta.get("info") or {}).get("final_norm", "frozen") not in FINAL_NORMS:
         raise bad(f"its info's 'final_norm' must be one of {FINAL_NORMS}")
+    if (meta.get("info") or {}).get("transcoder_kind", "per_layer") not in TRANSCODER_KINDS:
+        raise bad(f"its info's 'transcoder_kind' must be one of {TRANSCODER_KINDS}")
     why = _check_values(sd, counts, L, meta.get("info") or {})
     if why:
         raise bad(why)
@@ -323,6 +333,12 @@ def _influence(normalized: Float[Tensor, "n n"], weights: Float[Tensor, " n"], m
         total += cur
     raise AttributionGraphError(f"influence did not settle after {max_iter} steps: the adjacency has a cycle, so it "
                                 "is not an attribution graph")
+
+
+def graph_kind(graph) -> str:
+    """The kind of transcoders ``graph`` was made with ("per_layer" or "clt"; see
+    :attr:`AttributionGraph.transcoder_kind`)."""
+    return check_graph(graph).transcoder_kind
 
 
 def check_graph(graph) -> AttributionGraph:

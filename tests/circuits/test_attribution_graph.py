@@ -460,7 +460,7 @@ def test_one_text_at_a_time(with_tokenizer):
     (dict(max_n_logits=0), "max_n_logits"), (dict(max_n_logits=True), "max_n_logits"),
     (dict(max_n_logits=2.0), "max_n_logits"), (dict(desired_logit_prob=1.5), "desired_logit_prob"),
     (dict(desired_logit_prob="0.9"), "desired_logit_prob"), (dict(batch_size=0), "batch_size"),
-    (dict(bos="yes"), "bos"), (dict(transcoders="runs/transcoders"), "transcoders"),
+    (dict(bos="yes"), "bos"), (dict(transcoders=3), "transcoders"),
 ])
 def test_bad_arguments_are_refused(model, ts, tokens, kw, match):
     kw = {"transcoders": ts, **kw}
