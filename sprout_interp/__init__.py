@@ -19,6 +19,7 @@ from sprout_interp.circuits.attention import attention_patterns, head_scores
 from sprout_interp.circuits.attribution import direct_logit_attribution, head_token_effects
 from sprout_interp.circuits.attribution_graph import attribution_graph
 from sprout_interp.circuits.composition import composition_scores, composition_table
+from sprout_interp.circuits.graph_json import GraphJSON, load_graph_json, save_graph_json
 from sprout_interp.circuits.graphs import AttributionGraph, graph_scores, load_graph, prune_graph
 from sprout_interp.circuits.head_loadings import edge_heads, head_loadings
 from sprout_interp.circuits.induction import find_induction_circuit
@@ -75,6 +76,7 @@ __all__ = [
     "residual_rms", "attention_patterns", "head_scores", "find_induction_circuit",
     "ablate", "ablation_sweep", "attribution_sweep", "block_knockout", "compare_models",
     "attribution_graph", "AttributionGraph", "load_graph", "prune_graph", "graph_scores", "AttributionGraphError",
+    "save_graph_json", "load_graph_json", "GraphJSON",
     "qk_attribution", "QKAttribution", "head_loadings", "edge_heads", "QKAttributionError",
     "SproutError", "AblationError", "ArgumentError", "CheckpointNotFoundError", "NotACheckpointError", "UnsafeCheckpointError",
     "StateDictMismatchError", "VocabularyMismatchError", "ContextLengthError", "HookNameError", "TokenizationError",

@@ -1,0 +1,367 @@
+"""Attribution graphs in circuit-tracer's frontend JSON (sprout_interp.circuits.graph_json): the file's fields against
+the graph they come from (node ids, Cantor pairs, layer strings, link weights read off the adjacency by hand), a round
+trip through load_graph_json against the pruned tables the page draws, the folder's graph-metadata.json, labels, and
+what is refused (bad arguments, hostile files). Tiny random models with random transcoders, with and without the
+<|endoftext|> position. circuit-tracer's own reading of these files: tests/circuits/test_graph_json_circuit_tracer.py."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_config
+
+import sprout_interp as si
+from sprout_interp.circuits.attribution_graph import attribution_graph
+from sprout_interp.circuits.graph_json import (
+    FEATURE_TYPES,
+    cantor_pair,
+    cantor_unpair,
+    graph_json,
+    load_graph_json,
+    read_graph_json,
+    save_graph_json,
+)
+from sprout_interp.circuits.graphs import node_key, prune_graph
+from sprout_interp.circuits.local_replacement import random_transcoders
+from sprout_interp.core import limits
+from sprout_interp.core.errors import AttributionGraphError, CheckpointNotFoundError, NotAPathError
+from sprout_interp.core.hooked import HookedSprout
+from sprout_interp.plots.graph import graph_tables
+from sprout_model import GPT
+
+pytestmark = pytest.mark.unit
+
+NODE_THR = 0.99  # the tiny graphs keep features at this threshold (at 0.8 only tokens and logits carry enough)
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return HookedSprout(GPT(tiny_config(n_layer=3)).eval(), name="tiny")
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["bos", "nobos"])
+def graph(request, model):
+    ts = random_transcoders(model, k=4, d_transcoder=48, seed=1)
+    tokens = torch.randint(1, 64, (12,), generator=torch.Generator().manual_seed(3))
+    return attribution_graph(model, tokens, ts, bos=request.param, batch_size=7)
+
+
+def _row(g, kind, **where):
+    df = g.nodes[g.nodes["kind"] == kind]
+    for c, v in where.items():
+        df = df[df[c] == v]
+    assert len(df) == 1
+    return df.iloc[0]
+
+
+def test_the_file_is_circuit_tracers_layout_of_the_pruned_graph(graph, tmp_path):
+    g = graph
+    p = save_graph_json(g, tmp_path, "tiny-graph", node_threshold=NODE_THR)
+    assert p == tmp_path / "tiny-graph.json"
+    obj = json.loads(p.read_text(encoding="utf-8"))
+    assert list(obj) == ["metadata", "qParams", "nodes", "links"]
+    T, L = g.n_pos, g.n_layers
+    tokens = [f"#{int(t)}" for t in g.tokens]  # an ids-only model's token labels
+    assert obj["metadata"] == {"slug": "tiny-graph", "scan": "tiny-transcoders", "transcoder_list": [],
+                               "prompt_tokens": tokens, "prompt": "".join(tokens), "node_threshold": NODE_THR,
+                               "schema_version": 1}
+    assert obj["qParams"] == {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""}
+    nodes = {n["node_id"]: n for n in obj["nodes"]}
+    assert len(nodes) == len(obj["nodes"])
+    kinds = {n["feature_type"] for n in obj["nodes"]}
+    assert kinds == set(FEATURE_TYPES.values())  # features, errors, embeddings and logits all kept at 0.99
+    n_logit = 0
+    for n in obj["nodes"]:
+        assert list(n) == ["node_id", "feature", "layer", "ctx_idx", "feature_type", "token_prob", "is_target_logit",
+                           "run_idx", "reverse_ctx_idx", "jsNodeId", "clerp", "influence", "activation"]
+        ly, pos = n["layer"], n["ctx_idx"]
+        if n["feature_type"] == "cross layer transcoder":
+            layer, f = cantor_unpair(n["feature"])
+            assert n["node_id"] == f"{layer}_{f}_{pos}" and ly == str(layer) and n["jsNodeId"] == f"{layer}_{f}-0"
+            r = _row(g, "feature", layer=layer, pos=pos, feature=f)
+            assert n["activation"] == float(np.float32(r["activation"])) and n["clerp"] == f"L{layer} #{f}"
+            assert not (g.info["bos"] and pos == 0)  # position 0 has no features with <|endoftext|> there
+        elif n["feature_type"] == "mlp reconstruction error":
+            assert n["node_id"] == f"0_{ly}_{pos}" and n["feature"] == -1 and n["jsNodeId"] == f"{ly}_{pos}-0"
+            assert 0 <= int(ly) < L and n["activation"] is None and n["clerp"] == f"Err: L{ly} pos {pos}"
+        elif n["feature_type"] == "embedding":
+            t = int(g.tokens[pos])
+            assert n["node_id"] == f"E_{t}_{pos}" and ly == "E" and n["feature"] == pos
+            assert n["jsNodeId"] == f"E_{t}-{pos}" and n["clerp"] == f'Emb: "#{t}"'
+        else:
+            r = _row(g, "logit", token_id=n["feature"])
+            t, prob = n["feature"], float(np.float32(r["logit_prob"]))
+            assert n["node_id"] == f"{L + 1}_{t}_{T - 1}" and ly == str(L + 1) and pos == T - 1
+            assert n["jsNodeId"] == f"L_{t}-{T - 1}" and n["token_prob"] == prob and n["influence"] is None
+            assert n["clerp"] == f'Output "#{t}" (p={prob:.3f})'
+            assert n["is_target_logit"] == (r["node"] == g.n_features + g.n_errors + T)  # the most probable only
+            n_logit += 1
+        if n["feature_type"] != "logit":
+            assert 0 < n["influence"] <= 1 + 1e-6 and n["token_prob"] == 0 and not n["is_target_logit"]
+    assert n_logit == g.n_logits and sum(n["feature_type"] == "embedding" for n in obj["nodes"]) == T
+    # each link's weight read off the adjacency by hand: rows = targets, columns = sources
+    index = {}
+    for r in g.nodes.itertuples():
+        nid = {"feature": f"{r.layer}_{r.feature}_{r.pos}", "error": f"0_{r.layer}_{r.pos}",
+               "embedding": f"E_{r.token_id}_{r.pos}", "logit": f"{L + 1}_{r.token_id}_{T - 1}"}[r.kind]
+        index.setdefault(nid, r.node)
+    assert obj["links"] and all(set(e) == {"source", "target", "weight"} for e in obj["links"])
+    for e in obj["links"]:
+        assert e["weight"] == float(g.adjacency[index[e["target"]], index[e["source"]]]) != 0
+    pairs = [(index[e["target"]], index[e["source"]]) for e in obj["links"]]
+    assert pairs == sorted(pairs)  # by target, then source: numpy's nonzero order, as circuit-tracer writes them
+    touched = {e["source"] for e in obj["links"]} | {e["target"] for e in obj["links"]}
+    assert all(nid in touched for nid, n in nodes.items() if n["feature_type"] not in ("embedding", "logit"))
+
+
+def test_a_round_trip_gives_the_pruned_tables_the_page_draws(graph, tmp_path):
+    g = graph
+    labels = {0: "the first feature's own label", "t1": 'a token "quoted" ⏎', f"e{g.n_layers - 1}.{g.n_pos - 1}":
+              "the last error node"}
+    p = save_graph_json(g, tmp_path, "rt", node_threshold=NODE_THR, edge_threshold=0.97, labels=labels)
+    back = load_graph_json(p)
+    nodes, edges = graph_tables(g, NODE_THR, 0.97)
+    assert back.n_layers == g.n_layers and back.prompt_tokens == [f"#{int(t)}" for t in g.tokens]
+    assert back.slug == "rt" and back.metadata["node_threshold"] == NODE_THR
+    assert list(back.nodes["key"]) == list(nodes["key"])  # the same nodes, in node order
+    cols = ["kind", "layer", "block", "pos", "feature", "token_id", "token"]
+    assert back.nodes[cols].values.tolist() == nodes[cols].values.tolist()
+    assert (back.nodes["kind"] == "feature").sum() > 0
+    np.testing.assert_allclose(back.nodes["activation"], nodes["activation"], rtol=1e-6, equal_nan=True)
+    np.testing.assert_allclose(back.nodes["logit_prob"], nodes["logit_prob"], rtol=1e-6, equal_nan=True)
+    cum = prune_graph(g, NODE_THR, 0.97).cumulative_scores.numpy()[nodes["node"].to_numpy()]
+    kept = (back.nodes["kind"] != "logit").to_numpy()
+    np.testing.assert_allclose(back.nodes["cumulative_influence"].to_numpy()[kept], cum[kept], rtol=1e-6)
+    assert back.nodes["cumulative_influence"][~kept].isna().all()
+    # the links: the same (source, target) pairs as the pruned edges, weights to 1e-6
+    key_of = dict(zip(nodes["node"], nodes["key"]))
+    ours = {(key_of[s], key_of[t]): w for s, t, w in zip(edges["source"], edges["target"], edges["weight"])}
+    bk = list(back.nodes["key"])
+    theirs = {(bk[s], bk[t]): w for s, t, w in zip(back.links["source"], back.links["target"], back.links["weight"])}
+    assert ours.keys() == theirs.keys() and len(theirs) == len(back.links) > 0
+    assert max(abs(ours[k] - theirs[k]) for k in ours) <= 1e-6
+    # labels: given ones by index or key, the defaults elsewhere
+    label = dict(zip(back.nodes["key"], back.nodes["label"]))
+    r0 = g.nodes.iloc[0]
+    first = node_key("feature", int(r0["layer"]), int(r0["pos"]), int(r0["feature"]), int(r0["token_id"]))
+    if first in label:
+        assert label[first] == "the first feature's own label"
+    assert label["t1"] == 'a token "quoted" ⏎'
+    if f"e{g.n_layers - 1}.{g.n_pos - 1}" in label:
+        assert label[f"e{g.n_layers - 1}.{g.n_pos - 1}"] == "the last error node"
+    top = g.nodes.iloc[g.n_features + g.n_errors + g.n_pos]
+    assert label[f"l{int(top['token_id'])}"] == f'Output "#{int(top["token_id"])}" (p={top["logit_prob"]:.3f})'
+    feats = back.nodes[(back.nodes["kind"] == "feature") & (back.nodes["key"] != first)]
+    assert list(feats["label"]) == [f"L{r.layer} #{r.feature}" for r in feats.itertuples()]
+
+
+def test_graph_metadata_lists_each_slug_once(graph, tmp_path):
+    save_graph_json(graph, tmp_path, "a", node_threshold=NODE_THR)
+    save_graph_json(graph, tmp_path, "b", node_threshold=0.9, scan="my-scan")
+    save_graph_json(graph, tmp_path, "a", node_threshold=0.97)  # written again: its entry replaced, moved last
+    meta = json.loads((tmp_path / "graph-metadata.json").read_text())
+    assert [(m["slug"], m["node_threshold"], m["scan"]) for m in meta["graphs"]] == [
+        ("b", 0.9, "my-scan"), ("a", 0.97, "tiny-transcoders")]
+    assert meta["graphs"][1] == json.loads((tmp_path / "a.json").read_text())["metadata"]
+    (tmp_path / "graph-metadata.json").write_text('{"graphs": 3}')
+    with pytest.raises(AttributionGraphError, match="graph list"):
+        save_graph_json(graph, tmp_path, "c")
+    assert (tmp_path / "graph-metadata.json").read_text() == '{"graphs": 3}'  # refused, not overwritten
+
+
+def test_the_scan_names_the_transcoder_kind(graph):
+    g = si.AttributionGraph(graph.adjacency, graph.nodes, graph.tokens, graph.n_layers,
+                            {**graph.info, "transcoder_kind": "clt", "transcoders": "gpt-4"})
+    assert graph_json(g, "x")["metadata"]["scan"] == "gpt-4-clt"
+    g.info = {}
+    with pytest.raises(AttributionGraphError, match="scan"):
+        graph_json(g, "x")
+    assert graph_json(g, "x", scan="named")["metadata"]["scan"] == "named"
+
+
+def test_cantor_pairs_unpair():
+    for x, y in [(0, 0), (0, 7), (3, 117), (255, (1 << 24) - 1), (17, 0)]:
+        assert cantor_unpair(cantor_pair(x, y)) == (x, y)
+    assert [cantor_pair(1, 3), cantor_pair(0, 1)] == [13, 2]  # circuit-tracer's Node.feature_node(1, _, 3): 13
+
+
+@pytest.mark.unchecked_types
+@pytest.mark.parametrize("kw, match", [
+    (dict(slug="../up"), "slug"), (dict(slug=""), "slug"), (dict(slug=3), "slug"), (dict(slug="a/b"), "slug"),
+    (dict(node_threshold=1.5), "node_threshold"), (dict(edge_threshold="0.9"), "edge_threshold"),
+    (dict(scan=""), "scan"), (dict(scan=["a", "b"]), "scan"),
+    (dict(labels={10 ** 6: "x"}), "not a node"), (dict(labels={"f9.9.9": "x"}), "not a node"),
+    (dict(labels={True: "x"}), "node index"), (dict(labels={-1: "x"}), "not a node"),
+    (dict(labels={"l9999": "x"}), "not a node"), (dict(labels={0: 3}), "str"), (dict(labels={0: "x" * 501}), "str"),
+    (dict(labels=["x"]), "mapping"),
+])
+def test_bad_arguments_are_named(graph, tmp_path, kw, match):
+    args = dict(slug="ok", **kw) if "slug" not in kw else kw
+    with pytest.raises(AttributionGraphError, match=match):
+        save_graph_json(graph, tmp_path, **args)
+    assert not (tmp_path / "ok.json").exists()
+
+
+@pytest.mark.unchecked_types
+def test_bad_graph_and_folder_are_named(graph, tmp_path):
+    with pytest.raises(AttributionGraphError, match="AttributionGraph"):
+        save_graph_json("graph", tmp_path, "x")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(AttributionGraphError, match="is a file"):
+        save_graph_json(graph, tmp_path / "file", "x")
+    with pytest.raises(NotAPathError):
+        save_graph_json(graph, 3, "x")
+
+
+# -- hostile files --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def good(graph, tmp_path_factory) -> dict:
+    folder = tmp_path_factory.mktemp("good")
+    return json.loads(save_graph_json(graph, folder, "g", node_threshold=NODE_THR).read_text())
+
+
+def _first(obj, ftype):
+    return next(n for n in obj["nodes"] if n["feature_type"] == ftype)
+
+
+def _mutations():
+    def drop(path):
+        def f(o):
+            *head, last = path
+            d = o
+            for k in head:
+                d = d[k]
+            del d[last]
+        return f
+
+    def setf(path, value):
+        def f(o):
+            *head, last = path
+            d = o
+            for k in head:
+                d = d[k]
+            d[last] = value(o) if callable(value) else value
+        return f
+
+    def node(ftype, key, value):
+        def f(o):
+            _first(o, ftype)[key] = value
+        return f
+
+    def dup(o):
+        o["nodes"].append(dict(o["nodes"][0]))
+
+    def feature_collision(o):  # a layer-0 feature numbered 1 at pos 5 and block 1's error node at pos 5: "0_1_5"
+        n = dict(_first(o, "cross layer transcoder"), node_id="0_1_5", feature=cantor_pair(0, 1), layer="0", ctx_idx=5)
+        e = dict(_first(o, "mlp reconstruction error"), node_id="0_1_5", layer="1", ctx_idx=5)
+        o["nodes"] += [n, e]
+
+    return {
+        "metadata": (drop(["metadata"]), "metadata is missing"),
+        "slug": (drop(["metadata", "slug"]), "metadata.slug is missing"),
+        "prompt_tokens type": (setf(["metadata", "prompt_tokens"], "abc"), "metadata.prompt_tokens must be a list"),
+        "prompt token": (setf(["metadata", "prompt_tokens"], lambda o: [1] * len(o["metadata"]["prompt_tokens"])),
+                         "list of strings"),
+        "no tokens": (setf(["metadata", "prompt_tokens"], []), "1..65536 tokens"),
+        "threshold": (setf(["metadata", "node_threshold"], 2), "node_threshold must be 0..1"),
+        "threshold bool": (setf(["metadata", "node_threshold"], True), "node_threshold must be a number"),
+        "qParams": (drop(["qParams"]), "qParams is missing"),
+        "pinned": (setf(["qParams", "pinnedIds"], [3]), "pinnedIds must be a list of strings"),
+        "supernodes": (setf(["qParams", "supernodes"], ["a"]), "supernodes must be a list of lists"),
+        "nodes type": (setf(["nodes"], {}), "nodes must be a list"),
+        "node type": (setf(["nodes", 0], 3), r"nodes\[0\] must be an object"),
+        "node_id": (drop(["nodes", 0, "node_id"]), r"nodes\[0\].node_id is missing"),
+        "node_id empty": (setf(["nodes", 0, "node_id"], ""), "1..200 characters"),
+        "layer int": (setf(["nodes", 0, "layer"], 0), r"nodes\[0\].layer must be a string"),
+        "layer word": (node("cross layer transcoder", "layer", "x1"), "layer must be a whole number as a string"),
+        "embedding layer": (node("embedding", "layer", "0"), "must be 'E'"),
+        "feature type": (setf(["nodes", 0, "feature_type"], "transcoder"), "feature_type must be one of"),
+        "ctx bool": (setf(["nodes", 0, "ctx_idx"], True), "ctx_idx must be a whole number"),
+        "ctx range": (setf(["nodes", 0, "ctx_idx"], 10 ** 6), "ctx_idx must be a position"),
+        "ctx float": (setf(["nodes", 0, "ctx_idx"], 1.0), "ctx_idx must be a whole number"),
+        "huge int": (setf(["nodes", 0, "feature"], 1 << 60), "at most"),
+        "cantor": (node("cross layer transcoder", "feature", 10 ** 9), "pairs layer"),  # layer 44,721
+        "negative feature": (node("cross layer transcoder", "feature", -3), "Cantor pair"),
+        "token_prob": (node("logit", "token_prob", 3.0), "probability"),
+        "influence": (setf(["nodes", 0, "influence"], "0.5"), "influence must be a number or null"),
+        "activation size": (node("cross layer transcoder", "activation", 1e30), "at most"),
+        "clerp type": (setf(["nodes", 0, "clerp"], None), "clerp must be a string"),
+        "duplicate": (dup, "also nodes"),
+        "collision": (feature_collision, "ambiguous"),
+        "logit layers": (node("logit", "layer", "9"), None),
+        "too many blocks": (lambda o: [n.__setitem__("layer", "999") for n in o["nodes"] if n["feature_type"] == "logit"],
+                            "blocks"),
+        "error layer": (node("mlp reconstruction error", "layer", "7"), r"layer must be 0\.\.2"),
+        "links type": (setf(["links"], None), "links must be a list"),
+        "link source": (setf(["links", 0, "source"], "nowhere"), r"links\[0\].source 'nowhere' is not a node"),
+        "link target type": (setf(["links", 0, "target"], 5), r"links\[0\].target must be a string"),
+        "weight missing": (drop(["links", 0, "weight"]), "weight is missing"),
+        "weight string": (setf(["links", 0, "weight"], "1"), "weight must be a number"),
+        "weight size": (setf(["links", 0, "weight"], 1e13), "weight must be at most"),
+        "top": (lambda o: o.clear(), "metadata is missing"),
+    }
+
+
+@pytest.mark.parametrize("name", list(_mutations()))
+def test_hostile_fields_are_named(good, name):
+    mutate, match = _mutations()[name]
+    obj = json.loads(json.dumps(good))
+    mutate(obj)
+    data = json.dumps(obj).encode()
+    if match is None:  # logit nodes in two layers: only one was moved
+        match = "several layers" if sum(n["feature_type"] == "logit" for n in good["nodes"]) > 1 else "blocks"
+    with pytest.raises(AttributionGraphError, match=match):
+        read_graph_json(data, "upload.json")
+
+
+@pytest.mark.parametrize("text, match", [
+    (b"\xff\xfe{}", "UTF-8"), (b"{not json", "not JSON"), (b"[1, 2]", "JSON object"), (b"[" * 100_000, "nested"),
+    (b'{"metadata": NaN}', "not JSON"), (b'{"metadata": Infinity}', "not JSON"), (b"1" * 5000, "not JSON"),
+])
+def test_what_is_not_json_is_refused(text, match):
+    with pytest.raises(AttributionGraphError, match=match):
+        read_graph_json(text)
+
+
+def test_non_finite_weights_are_refused(good):
+    obj = json.loads(json.dumps(good))
+    obj["links"][0]["weight"] = "__w__"
+    bad = json.dumps(obj).replace('"__w__"', "1e999")  # a JSON number that parses to inf
+    with pytest.raises(AttributionGraphError, match=r"links\[0\].weight must be a finite number"):
+        read_graph_json(bad.encode())
+
+
+@pytest.mark.unchecked_types
+def test_files_that_are_not_graph_files(good, tmp_path, monkeypatch):
+    p = tmp_path / "g.json"
+    p.write_text(json.dumps(good))
+    assert len(load_graph_json(p).nodes) == len(good["nodes"])
+    monkeypatch.setattr(limits, "MAX_GRAPH_JSON_BYTES", 100)
+    with pytest.raises(AttributionGraphError, match="bytes"):
+        load_graph_json(p)
+    with pytest.raises(AttributionGraphError, match="bytes"):
+        read_graph_json(p.read_bytes())
+    monkeypatch.undo()
+    with pytest.raises(AttributionGraphError, match="not a circuit-tracer graph file"):
+        load_graph_json(tmp_path)  # a folder
+    with pytest.raises(CheckpointNotFoundError):
+        load_graph_json(tmp_path / "missing.json")
+    with pytest.raises(NotAPathError):
+        load_graph_json(3)
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(tmp_path / "fifo.json")
+        with pytest.raises(AttributionGraphError, match="FIFO"):
+            load_graph_json(tmp_path / "fifo.json")  # refused without blocking on the pipe
+
+
+def test_a_logit_keeps_circuit_tracers_label(graph):
+    top = int(graph.nodes["token_id"].iloc[-graph.n_logits])
+    for key in (f"l{top}", len(graph.nodes) - graph.n_logits):
+        with pytest.raises(AttributionGraphError, match="logit node"):
+            graph_json(graph, "x", labels={key: "renamed"})
