@@ -50,7 +50,8 @@ def load(model_folder: str, tc_folder: str):
     for layer, name in enumerate(cfg["transcoders"]):
         sd = {k: v.float() for k, v in load_file(str(Path(tc_folder) / name)).items()}
         d_tc, d_model = sd["W_enc"].shape
-        tc = SingleLayerTranscoder(d_model, d_tc, TopK(int(cfg["k"])), layer, skip_connection="W_skip" in sd,
+        k = ((cfg.get("sprout") or {}).get("layers") or {}).get(str(layer), {}).get("k", cfg["k"])  # a layer's own k
+        tc = SingleLayerTranscoder(d_model, d_tc, TopK(int(k)), layer, skip_connection="W_skip" in sd,
                                    device=torch.device("cpu"), dtype=torch.float32)
         tc.load_state_dict(sd)
         transcoders[layer] = tc

@@ -19,8 +19,10 @@ On disk a set is a folder: ``layer_{i}.safetensors`` per layer with the tensors 
 JSON object (JSON is YAML, so circuit-tracer's ``yaml.safe_load`` reads it too) with circuit-tracer's keys
 (``model_kind``, ``feature_input_hook = "mlp.hook_in"``, ``feature_output_hook = "mlp.hook_out"``,
 ``activation = "topk"``, ``k``, ``transcoders``: the layer files) plus a ``sprout`` block: our hook names, the
-checkpoint's fingerprint (:func:`sprout_interp.core.fingerprints.fingerprint`) and each layer's training and
-quality numbers. :func:`load_transcoders` checks the fingerprint and every file before it allocates a tensor.
+checkpoint's fingerprint (:func:`sprout_interp.core.fingerprints.fingerprint`) and each layer's ``k``, training
+and quality numbers. Layers may differ in ``k`` (the top-level ``k`` is the lowest layer's; each layer's entry
+names its own), not in width or skip connection (circuit-tracer's ``TranscoderSet`` holds one width).
+:func:`load_transcoders` checks the fingerprint and every file before it allocates a tensor.
 
 Shipped sets live beside their checkpoint: ``<checkpoint>/transcoders/``.
 """
@@ -226,7 +228,9 @@ class TranscoderSet(nn.Module):
 
     def __repr__(self) -> str:
         t = self[self.layers[0]]
-        return (f"TranscoderSet(layers {self.layers}, d_transcoder {t.d_transcoder}, k {t.k}"
+        ks = sorted({tc.k for tc in self})
+        k = ks[0] if len(ks) == 1 else "/".join(str(tc.k) for tc in self) + " by layer"
+        return (f"TranscoderSet(layers {self.layers}, d_transcoder {t.d_transcoder}, k {k}"
                 f"{', skip' if t.has_skip else ''}, model {self.info.get('model_name', '?')!r})")
 
 
@@ -249,6 +253,8 @@ def transcoder_folder(model) -> Path:
 
 def _config(model_name: str, fp: dict, layers: dict[int, dict], k: int, skip: bool, d_transcoder: int,
             d_model: int) -> dict:
+    """circuit-tracer's keys plus the ``sprout`` block. ``k`` is the lowest layer's (circuit-tracer's one k); a
+    layer whose k differs names its own in its ``sprout.layers`` entry, which :func:`load_transcoders` reads."""
     return {
         "model_name": model_name, "model_kind": "transcoder_set", "scan": f"sprout-interp/{model_name}-plt-topk{k}",
         "feature_input_hook": FEATURE_INPUT_HOOK, "feature_output_hook": FEATURE_OUTPUT_HOOK,
@@ -281,18 +287,20 @@ def save_transcoder_layer(tc: Transcoder, folder: Union[str, Path], dtype: torch
     layers: dict[int, dict] = {}
     if (folder / TC_CONFIG).is_file():
         old = read_json(folder / TC_CONFIG, "transcoder config")
-        same = (old.get("k"), old.get("skip_connection"), old.get("d_transcoder"), (old.get("sprout") or {}).get(
-            "fingerprint")) == (tc.k, tc.has_skip, tc.d_transcoder, fp)
+        same = (old.get("skip_connection"), old.get("d_transcoder"), (old.get("sprout") or {}).get(
+            "fingerprint")) == (tc.has_skip, tc.d_transcoder, fp)
         if not same:
             raise TranscoderMismatchError(
-                f"{folder / TC_CONFIG} describes transcoders of another model, width, k or skip setting: save layer "
+                f"{folder / TC_CONFIG} describes transcoders of another model, width or skip setting: save layer "
                 f"{tc.layer} into a folder of its own")
         layers = {int(i): v for i, v in (old["sprout"].get("layers") or {}).items()}
-    info = {k: v for k, v in tc.info.items() if k not in ("fingerprint", "model_name", "recipe")}
-    layers[tc.layer] = info
+    info = {k: v for k, v in tc.info.items() if k not in ("fingerprint", "model_name", "recipe", "k")}
+    layers[tc.layer] = {"k": tc.k, **info}  # each layer's own k: a set may mix them (one width: circuit-tracer's)
     sd = {k: v.detach().to("cpu", dtype).contiguous() for k, v in tc.state_dict().items()}
     _write_atomic(folder / layer_file(tc.layer), save(sd, metadata={"format": "pt"}))
-    cfg = _config(tc.info.get("model_name", ""), fp, layers, tc.k, tc.has_skip, tc.d_transcoder, tc.d_model)
+    low = layers[min(layers)]
+    cfg = _config(tc.info.get("model_name", ""), fp, layers, low.get("k", tc.k) if isinstance(low, dict) else tc.k,
+                  tc.has_skip, tc.d_transcoder, tc.d_model)
     _write_atomic(folder / TC_CONFIG, (json.dumps(cfg, indent=1) + "\n").encode("utf-8"))
     return folder
 
@@ -405,8 +413,10 @@ def load_transcoders(model, folder: Union[str, Path, None] = None,
             raise _bad(folder, f"{p.name}: {e}") from None
         check_weights(sd, str(p))
         info = sprout["layers"].get(str(layer))
-        tc = Transcoder(d_model, d_tc, k, layer, skip, dict(info if isinstance(info, dict) else {},
-                                                            model_name=cfg.get("model_name", ""), fingerprint=fp))
+        info = info if isinstance(info, dict) else {}
+        k_layer = _int(info, "k", 1, max_k(d_tc), folder) if "k" in info else k  # a layer's own k, else the set's
+        tc = Transcoder(d_model, d_tc, k_layer, layer, skip, dict(info, model_name=cfg.get("model_name", ""),
+                                                                  fingerprint=fp))
         tc.load_state_dict({n: t.float() for n, t in sd.items()})
         out[layer] = tc.eval()
     return TranscoderSet(out, {"model_name": cfg.get("model_name", ""), "fingerprint": fp, "folder": str(folder),

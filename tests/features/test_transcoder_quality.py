@@ -149,3 +149,26 @@ def test_script_tables_match_an_independent_computation(model):
     assert graphs.loc[0, "positions"] == 11 and graphs.loc[0, "active_features"] == g.info["n_active_features"]
     assert (graphs.loc[0, "replacement"], graphs.loc[0, "completeness"]) == pytest.approx(si.graph_scores(g))
     assert 0 < graphs.loc[0, "replacement"] < 1
+
+
+def test_a_set_may_mix_k_by_layer(model, tmp_path):
+    from sprout_interp.core.errors import TranscoderMismatchError
+    from sprout_interp.features.transcoder import TC_CONFIG, load_transcoders, save_transcoder_layer
+
+    four, eight = (random_transcoders(model, k=k, d_transcoder=DT, skip=True, seed=k) for k in (K, 2 * K))
+    save_transcoder_layer(four[0], tmp_path)
+    save_transcoder_layer(eight[1], tmp_path)  # a later layer with twice the k, into the same folder
+    cfg = __import__("json").loads((tmp_path / TC_CONFIG).read_text())
+    assert cfg["k"] == K and cfg["sprout"]["layers"]["1"]["k"] == 2 * K
+    ts = load_transcoders(model, tmp_path)
+    assert [tc.k for tc in ts] == [K, 2 * K] and "4/8 by layer" in repr(ts)
+    x = torch.randn(5, D, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(ts[1](x), eight[1](x), rtol=0, atol=0)
+        assert int((ts[1].encode(x) != 0).sum(-1).max()) == 2 * K
+    cfg["sprout"]["layers"]["1"]["k"] = DT // 4 + 1  # above a quarter of the width
+    (tmp_path / TC_CONFIG).write_text(__import__("json").dumps(cfg))
+    with pytest.raises(TranscoderMismatchError, match="'k' must be an int in 1..12"):
+        load_transcoders(model, tmp_path)
+    with pytest.raises(TranscoderMismatchError, match="width or skip"):
+        save_transcoder_layer(random_transcoders(model, k=K, d_transcoder=2 * DT, skip=True)[0], tmp_path)
