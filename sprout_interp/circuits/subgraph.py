@@ -57,10 +57,6 @@ def _check_mask(graph: AttributionGraph, edge_mask) -> Optional[Tensor]:
     return edge_mask
 
 
-def _adjacency(graph: AttributionGraph, edge_mask: Optional[Tensor]) -> Tensor:
-    return graph.adjacency if edge_mask is None else graph.adjacency * edge_mask
-
-
 def _ranked(graph: AttributionGraph, ends: np.ndarray, weights: np.ndarray, n: int) -> pd.DataFrame:
     """The ``n`` strongest nonzero edges by ``|weight|`` (ties by node index), each named by its other end."""
     nz = np.flatnonzero(weights != 0)
@@ -153,14 +149,18 @@ def _groups(graph: AttributionGraph, nodes, supernodes) -> list[tuple[str, list[
     return out
 
 
-def _blocks(A: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
-    """``A[rows][:, cols]`` in float64, a block of rows at a time."""
+def _blocks(A: Tensor, mask: Optional[Tensor], rows: Tensor, cols: Tensor) -> Tensor:
+    """``(A * mask)[rows][:, cols]`` in float64 (no copy of the whole adjacency), a block of rows at a time."""
     step = max(1, _ROWS // max(int(cols.numel()), 1))
-    parts = [A[rows[i:i + step]][:, cols].double() for i in range(0, int(rows.numel()), step)]
+    parts = []
+    for i in range(0, int(rows.numel()), step):
+        part = A[rows[i:i + step]][:, cols].double()
+        parts.append(part if mask is None else part * mask[rows[i:i + step]][:, cols])
     return torch.cat(parts) if parts else torch.zeros(0, int(cols.numel()), dtype=torch.float64)
 
 
-def _through_rest(graph: AttributionGraph, A: Tensor, pinned: Tensor) -> Float[Tensor, "p p"]:
+def _through_rest(graph: AttributionGraph, A: Tensor, mask: Optional[Tensor], pinned: Tensor
+                  ) -> Float[Tensor, "p p"]:
     """``total`` between every pair of pinned nodes (rows = targets), float64: see the module docstring."""
     nF, n = graph.n_features, A.shape[0]
     free = torch.ones(nF, dtype=torch.bool)
@@ -168,19 +168,19 @@ def _through_rest(graph: AttributionGraph, A: Tensor, pinned: Tensor) -> Float[T
     R = free.nonzero()[:, 0]  # the unpinned features: the only nodes with both inputs and outputs
     act = torch.tensor(graph.nodes["activation"].to_numpy()[:nF], dtype=torch.float64)[R]
     inv = torch.where(act != 0, 1 / act.masked_fill(act == 0, 1.0), torch.zeros_like(act))  # a feature at 0 writes 0
-    direct = _blocks(A, pinned, pinned)
+    direct = _blocks(A, mask, pinned, pinned)
     if not R.numel():
         return direct
-    z0 = _blocks(A, R, pinned)  # what each pinned node writes into each free feature's input
+    z0 = _blocks(A, mask, R, pinned)  # what each pinned node writes into each free feature's input
     z = z0.clone()
     step = max(1, _ROWS // max(int(R.numel()), 1))
     for _ in range(graph.n_layers + 2):  # each step reaches one layer further
         scaled = z * inv[:, None]
         new = z0.clone()
         for i in range(0, int(R.numel()), step):
-            new[i:i + step] += A[R[i:i + step]][:, R].double() @ scaled
+            new[i:i + step] += _blocks(A, mask, R[i:i + step], R) @ scaled
         if torch.equal(new, z):
-            return direct + _blocks(A, pinned, R) @ (z * inv[:, None])
+            return direct + _blocks(A, mask, pinned, R) @ (z * inv[:, None])
         z = new
     raise AttributionGraphError(f"paths did not end after {graph.n_layers + 2} steps in a graph of {n} nodes: the "
                                 "adjacency has a cycle among its features, so it is not an attribution graph")
@@ -208,14 +208,14 @@ def subgraph(graph: AttributionGraph, nodes: Sequence, supernodes: Optional[Mapp
     graph = check_graph(graph)
     mask = _check_mask(graph, edge_mask)
     groups = _groups(graph, nodes, supernodes)
-    A = _adjacency(graph, mask)
+    A = graph.adjacency
     members = [m for _, ms in groups for m in ms]
     pinned = torch.tensor(members, dtype=torch.long)
     group_of = np.repeat(np.arange(len(groups)), [len(ms) for _, ms in groups])
-    direct = _blocks(A, pinned, pinned).numpy()  # rows = target members, columns = source members
-    total = _through_rest(graph, A, pinned).numpy()
+    direct = _blocks(A, mask, pinned, pinned).numpy()  # rows = target members, columns = source members
+    total = _through_rest(graph, A, mask, pinned).numpy()
     # circuit-tracer's share: each target member's |input|, from outside its own supernode, and its weighting
-    abs_in = _blocks(A, pinned, torch.arange(A.shape[0])).abs().sum(1).numpy()
+    abs_in = _blocks(A, mask, pinned, torch.arange(A.shape[0])).abs().sum(1).numpy()
     same = group_of[:, None] == group_of[None, :]
     is_super = np.array([bool(name) for name, _ in groups])[group_of]
     inside = np.where(same & is_super[:, None], np.abs(direct), 0.0).sum(1)
