@@ -51,9 +51,11 @@ from sprout_interp.core.arguments import describe
 from sprout_interp.core.errors import AttributionGraphError, NotACheckpointError, SproutError
 from sprout_interp.core.files import as_path, read_bytes
 
-__all__ = ["FEATURE_TYPES", "GraphJSON", "graph_json", "save_graph_json", "add_graph_metadata", "load_graph_json",
+__all__ = ["LabelsLike", "FEATURE_TYPES", "GraphJSON", "graph_json", "save_graph_json", "add_graph_metadata", "load_graph_json",
            "read_graph_json", "cantor_pair", "cantor_unpair", "default_labels"]
 
+#: labels for the nodes: {node index or node key: text}, a Series of one per node in node order, or None
+LabelsLike = Union[Mapping, pd.Series, None]
 #: our node kinds as circuit-tracer's ``feature_type``
 FEATURE_TYPES = {"feature": "cross layer transcoder", "error": "mlp reconstruction error", "embedding": "embedding",
                  "logit": "logit"}
@@ -94,17 +96,28 @@ def default_labels(graph: AttributionGraph) -> list[str]:
     return out
 
 
-def _labels(graph: AttributionGraph, labels: Optional[Mapping]) -> list[str]:
-    """The default labels with ``labels`` ({node index or node key: text}) laid over them, each checked (a logit
-    node keeps circuit-tracer's own: its viewer parses it)."""
+def _labels(graph: AttributionGraph, labels: LabelsLike) -> list[str]:
+    """The default labels with ``labels`` laid over them, each checked: a mapping {node index or node key: text}
+    (naming a logit node is refused), or a Series of one label per node in node order (its logit rows are left
+    out). A logit node keeps circuit-tracer's own label: its viewer parses the token and probability from it."""
     out = default_labels(graph)
     if labels is None:
         return out
+    nodes = graph.nodes
+    if isinstance(labels, pd.Series):  # one label per node in node order, as circuits.graph_labels gives them
+        if len(labels) != len(nodes) or not labels.index.equals(nodes.index):
+            raise AttributionGraphError(f"labels: a Series must hold one label per node, indexed like graph.nodes "
+                                        f"({len(nodes)} rows), got {len(labels)} rows")
+        bad = [i for i, t in enumerate(labels.tolist()) if not isinstance(t, str) or len(t) > _MAX_LABEL]
+        if bad:
+            raise AttributionGraphError(f"labels: row {bad[0]} must be a str of at most {_MAX_LABEL} characters")
+        logit = (nodes["kind"] == "logit").to_numpy()
+        return [o if is_logit else t for o, t, is_logit in zip(out, labels.tolist(), logit)]
     if not isinstance(labels, Mapping):
         raise AttributionGraphError(f"labels={describe(labels)} must be a mapping {{node index or node key: text}} "
                                     "(node keys as node_key names them: f<layer>.<pos>.<feature>, e<layer>.<pos>, "
-                                    "t<pos>, l<token id>), or None for the default labels")
-    nodes = graph.nodes
+                                    "t<pos>, l<token id>), a Series of one label per node (circuits.graph_labels), "
+                                    "or None for the default labels")
     index = {node_key(r.kind, r.layer, r.pos, r.feature, r.token_id): i for i, r in enumerate(nodes.itertuples())}
     for k, text in labels.items():
         if isinstance(k, bool) or not isinstance(k, (int, str)):
@@ -151,10 +164,13 @@ def _slug(slug) -> str:
 
 
 def graph_json(graph: AttributionGraph, slug: str, node_threshold: float = 0.8, edge_threshold: float = 0.98,
-               labels: Optional[Mapping] = None, scan: Optional[str] = None) -> dict:
+               labels: LabelsLike = None, scan: Optional[str] = None) -> dict:
     """The JSON object circuit-tracer's ``create_graph_files`` writes for ``graph`` pruned at these thresholds
-    (see the module docstring), with every node's ``clerp`` label from ``labels`` ({node index or node key: text};
-    not a logit node, whose label circuit-tracer's viewer parses) over :func:`default_labels`. ``scan`` (the transcoders' name) defaults to the graph's own."""
+    (see the module docstring), with every node's ``clerp`` label from ``labels`` over :func:`default_labels`:
+    ``{node index or node key: text}`` (not a logit node, whose label circuit-tracer's viewer parses), or a Series
+    of one label per node in node order, such as the measured labels of
+    ``sprout_interp.circuits.graph_labels.graph_labels(graph, model)`` (its logit rows left out). ``scan`` (the
+    transcoders' name) defaults to the graph's own."""
     graph = check_graph(graph)
     slug = _slug(slug)
     scan = _scan(graph, scan)
@@ -212,7 +228,7 @@ def _float32(v) -> float:
 
 
 def save_graph_json(graph: AttributionGraph, folder: Union[str, Path], slug: str, node_threshold: float = 0.8,
-                    edge_threshold: float = 0.98, labels: Optional[Mapping] = None,
+                    edge_threshold: float = 0.98, labels: LabelsLike = None,
                     scan: Optional[str] = None) -> Path:
     """Write :func:`graph_json` to ``<folder>/<slug>.json`` and add its metadata to the folder's
     ``graph-metadata.json`` (:func:`add_graph_metadata`), as circuit-tracer's ``create_graph_files`` does; the
