@@ -78,6 +78,20 @@ def collect_mlp_pairs(
     return x, y
 
 
+#: how W_skip may start (train_transcoder's skip_init)
+SKIP_INITS = ("zero", "least_squares")
+#: training pairs the least-squares start of W_skip is fitted on
+LSTSQ_ROWS = 50_000
+
+
+def _least_squares(x: Float[Tensor, "n d"], y: Float[Tensor, "n e"]) -> tuple[Tensor, Tensor]:
+    """``(W (d, e), b (e,))`` minimising ``||x @ W + b - y||²`` (float64 normal equations on centred data)."""
+    mx, my = x.mean(0), y.mean(0)
+    xc, yc = x - mx, y - my
+    W = torch.linalg.solve(xc.T @ xc, xc.T @ yc)
+    return W, my - mx @ W
+
+
 def _norm_scale(x: Tensor, rows: int = 50_000) -> float:
     """The constant that brings the mean norm of ``x``'s first ``rows`` rows to sqrt(d) (the recipe's scale)."""
     return float(math.sqrt(x.shape[1]) / x[:rows].float().norm(dim=-1).mean().clamp_min(1e-12))
@@ -102,6 +116,7 @@ def train_transcoder(
     run_dir: Union[str, Path, None] = None,
     save_every: int = 100,
     max_steps: Optional[int] = None,
+    skip_init: str = "zero",
     progress: bool = True,
 ) -> tuple[Transcoder, TrainStats]:
     """Train the TopK transcoder of feed-forward ``layer`` (the SAE recipe with the feed-forward's output as the
@@ -111,7 +126,10 @@ def train_transcoder(
     training tokens when None). ``d_transcoder`` defaults to 8 x d_model, ``k_aux`` to d_model / 2;
     ``dead_after`` is in training tokens. With ``run_dir`` the state is saved every ``save_every`` steps and a
     saved state with the same settings is resumed. ``max_steps`` stops after that many steps in all (counting
-    the resumed ones), saving the state first. Returns the transcoder (float32, raw units, with the
+    the resumed ones), saving the state first. ``skip_init`` (with ``skip``): ``"zero"`` starts ``W_skip`` at
+    zero and ``b_dec`` at the mean output; ``"least_squares"`` starts them at the least-squares linear map from
+    input to output (float64, on the first :data:`LSTSQ_ROWS` training pairs), so the features start on what a
+    linear map leaves. Returns the transcoder (float32, raw units, with the
     fingerprint and training numbers in ``info``) and a :class:`~sprout_interp.features.train.TrainStats`
     (its seconds and tokens/s are this call's, informative only).
     """
@@ -132,6 +150,10 @@ def train_transcoder(
     k_aux = check_count(k_aux if k_aux is not None else d // 2, "k_aux")
     lr = check_number(lr, "lr", low=0.0, low_open=True)
     aux_coef = check_number(aux_coef, "aux_coef", low=0.0)
+    if skip_init not in SKIP_INITS or (skip_init != "zero" and not skip):
+        raise ArgumentError(f"skip_init={describe(skip_init)} is not one of {SKIP_INITS}"
+                            if skip_init not in SKIP_INITS else
+                            f"skip_init={skip_init!r} needs skip=True: there is no W_skip to start")
     if inputs is None or targets is None:
         inputs, targets = collect_mlp_pairs(m, layer, n_tokens, seed=seed, progress=progress)
     if inputs.dim() != 2 or inputs.shape != targets.shape or inputs.shape[1] != d:
@@ -147,10 +169,15 @@ def train_transcoder(
     settings = {"layer": layer, "d_transcoder": d_transcoder, "k": k, "skip": skip, "epochs": epochs,
                 "batch_size": batch_size, "lr": lr, "aux_coef": aux_coef, "k_aux": k_aux, "dead_after": dead_after,
                 "seed": seed, "tokens": n, "input_scale": s_in, "output_scale": s_out,
+                **({"skip_init": skip_init} if skip_init != "zero" else {}),
                 "data_sum": float(inputs[:4096].double().sum() + targets[:4096].double().sum())}
     tc = Transcoder.for_model(m, layer, d_transcoder, k, skip, seed=seed)
     with torch.no_grad():
         tc.b_dec.copy_(targets.float().mean(0) * s_out)
+        if skip_init == "least_squares":
+            W, b = _least_squares(inputs[:LSTSQ_ROWS].double() * s_in, targets[:LSTSQ_ROWS].double() * s_out)
+            tc.W_skip.copy_(W.T)
+            tc.b_dec.copy_(b)
     opt = torch.optim.Adam(tc.parameters(), lr=lr, betas=(0.9, 0.999), eps=6.25e-10)
     last_fired = torch.zeros(d_transcoder, dtype=torch.long)
     step = 0
@@ -244,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--expansion", type=Whole(1), default=8, help="features per layer as a multiple of d_model")
     p.add_argument("--k", type=Whole(1), default=32, help="active features per token")
     p.add_argument("--skip", action="store_true", help="train a skip connection W_skip too")
+    p.add_argument("--skip-init", choices=SKIP_INITS, default="zero",
+                   help="how W_skip starts (with --skip): zero, or the least-squares linear map")
     p.add_argument("--epochs", type=Whole(1), default=4)
     p.add_argument("--batch-size", type=Whole(1), default=2048)
     p.add_argument("--lr", type=POSITIVE, default=4e-4)
@@ -270,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not a.out:
         p.error("--out RUN_FOLDER is needed to train (e.g. runs/transcoders/sprout)")
+    if a.skip_init != "zero" and not a.skip:
+        p.error(f"--skip-init {a.skip_init} needs --skip (there is no W_skip to start)")
     out = Path(a.out)
     layers = range(m.cfg.n_layers) if a.layers is None else a.layers
     for layer in layers:
@@ -283,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
               f"({len(x) / max(collect_s, 1e-9):,.0f} tokens/s)", flush=True)
         tc, st = train_transcoder(m, layer, x, y, d_transcoder=a.d_transcoder or a.expansion * m.cfg.d_model, k=a.k, skip=a.skip, epochs=a.epochs,
                                   batch_size=a.batch_size, lr=a.lr, seed=a.seed, run_dir=out,
-                                  save_every=a.save_every, max_steps=a.max_steps)
+                                  save_every=a.save_every, max_steps=a.max_steps, skip_init=a.skip_init)
         del x, y
         print(f"layer {layer}: {st.steps} steps ({st.tokens_seen:,} tokens) this call {st.seconds:.0f}s "
               f"({st.tokens_per_s:,.0f} tokens/s), final normalised MSE {st.final_nmse:.3f}, "

@@ -172,3 +172,25 @@ def test_a_set_may_mix_k_by_layer(model, tmp_path):
         load_transcoders(model, tmp_path)
     with pytest.raises(TranscoderMismatchError, match="width or skip"):
         save_transcoder_layer(random_transcoders(model, k=K, d_transcoder=2 * DT, skip=True)[0], tmp_path)
+
+
+def test_least_squares_start_of_the_skip_connection(model):
+    from sprout_interp.core.errors import ArgumentError
+    from sprout_interp.features.transcoder_train import collect_mlp_pairs, train_transcoder
+
+    tokens = torch.randint(0, 64, (16, 32), generator=torch.Generator().manual_seed(1))
+    x, y = collect_mlp_pairs(model, 1, 512, tokens=tokens, progress=False)
+    tc, _ = train_transcoder(model, 1, x, y, d_transcoder=DT, k=K, skip=True, batch_size=128, max_steps=0,
+                             skip_init="least_squares", progress=False)  # no step: the start, scales folded back
+    X = torch.cat([x.double(), torch.ones(len(x), 1, dtype=torch.float64)], 1)
+    sol = torch.linalg.lstsq(X, y.double(), driver="gelsd").solution  # an independent float64 solver
+    torch.testing.assert_close(tc.W_skip.double(), sol[:D].T, rtol=0, atol=2e-5 * float(sol.abs().max()))
+    torch.testing.assert_close(tc.b_dec.double(), sol[D], rtol=0, atol=2e-5 * float(sol.abs().max()))
+    assert tc.info["training"]["skip_init"] == "least_squares"
+    zero, _ = train_transcoder(model, 1, x, y, d_transcoder=DT, k=K, skip=True, batch_size=128, max_steps=0,
+                               progress=False)
+    assert float(zero.W_skip.detach().abs().max()) == 0.0 and "skip_init" not in zero.info["training"]
+    with pytest.raises(ArgumentError, match="needs skip=True"):
+        train_transcoder(model, 1, x, y, d_transcoder=DT, k=K, batch_size=128, skip_init="least_squares")
+    with pytest.raises(ArgumentError, match="skip_init="):
+        train_transcoder(model, 1, x, y, d_transcoder=DT, k=K, skip=True, batch_size=128, skip_init="ols")
