@@ -5,6 +5,7 @@ import hashlib
 import re
 
 import compute
+import graph_cards
 import graph_compute
 import link
 import qk_compute
@@ -185,6 +186,7 @@ clicked = show.take_click("ag_graph", 2)
 if clicked is not None and 0 <= clicked[1] < len(keys):
     ck = keys[clicked[1]]
     st.session_state["ag_clicked"] = ck
+    graph_cards.select(ck)  # any node's card: its strongest inputs and outputs
     if clicked[0] == KIND_CODES["feature"]:
         st.session_state["ag_card"] = ck
 
@@ -264,6 +266,11 @@ if st.session_state.get("ag_super"):
     st.multiselect("supernodes (drawn as one diamond each, edges summed; remove one here)",
                    list(st.session_state["ag_super"]), key="ag_super",
                    format_func=lambda s: f"{s.partition(':')[0]} ({len(s.partition(':')[2].split(','))} nodes)")
+
+# -- the pinned nodes on their own, and the clicked node's card (any kind): graph_cards -------------------------------
+
+graph_cards.subgraph_pane(graph, gkey, keys, index_of, pins, supers, tokens, _label)
+graph_cards.node_card(graph, gkey, keys, index_of, _label, edges)
 
 # -- the clicked feature's card -------------------------------------------------------------------------------------
 
