@@ -365,3 +365,24 @@ def test_a_logit_keeps_circuit_tracers_label(graph):
     for key in (f"l{top}", len(graph.nodes) - graph.n_logits):
         with pytest.raises(AttributionGraphError, match="logit node"):
             graph_json(graph, "x", labels={key: "renamed"})
+
+
+def test_measured_labels_come_as_a_series_of_one_per_node(graph):
+    """What circuits.graph_labels returns: one label per node in node order; its logit rows are left out."""
+    import pandas as pd
+
+    series = pd.Series([f"label {i}" for i in range(len(graph.nodes))], index=graph.nodes.index)
+    obj = graph_json(graph, "x", node_threshold=NODE_THR, labels=series)
+    back = read_graph_json(json.dumps(obj).encode())
+    n = graph.nodes
+    index = {node_key(r.kind, int(r.layer), int(r.pos), int(r.feature), int(r.token_id)): i for i, r in
+             enumerate(n.itertuples())}
+    for r in back.nodes.itertuples():
+        if r.kind == "logit":
+            assert r.label.startswith('Output "') and "(p=" in r.label
+        else:
+            assert r.label == f"label {index[r.key]}"
+    with pytest.raises(AttributionGraphError, match="one label per node"):
+        graph_json(graph, "x", labels=series.iloc[:-1])
+    with pytest.raises(AttributionGraphError, match="row 2"):
+        graph_json(graph, "x", labels=series.where(series.index != 2, 3))
