@@ -51,8 +51,8 @@ from sprout_interp.core.arguments import describe
 from sprout_interp.core.errors import AttributionGraphError, NotACheckpointError, SproutError
 from sprout_interp.core.files import as_path, read_bytes
 
-__all__ = ["LabelsLike", "FEATURE_TYPES", "GraphJSON", "graph_json", "save_graph_json", "add_graph_metadata", "load_graph_json",
-           "read_graph_json", "cantor_pair", "cantor_unpair", "default_labels"]
+__all__ = ["LabelsLike", "FEATURE_TYPES", "GraphJSON", "graph_json", "graph_json_files", "save_graph_json",
+           "add_graph_metadata", "load_graph_json", "read_graph_json", "cantor_pair", "cantor_unpair", "default_labels"]
 
 #: labels for the nodes: {node index or node key: text}, a Series of one per node in node order, or None
 LabelsLike = Union[Mapping, pd.Series, None]
@@ -227,6 +227,20 @@ def _float32(v) -> float:
     return float(np.float32(v))
 
 
+def graph_json_files(graph: AttributionGraph, slug: str, node_threshold: float = 0.8, edge_threshold: float = 0.98,
+                     labels: LabelsLike = None, scan: Optional[str] = None) -> dict[str, bytes]:
+    """A folder circuit-tracer's local server serves, as ``{file name: bytes}``: ``<slug>.json`` (:func:`graph_json`,
+    the bytes :func:`save_graph_json` writes) and a ``graph-metadata.json`` listing that graph alone (for a
+    download: unpack it and serve the folder)."""
+    obj = graph_json(graph, slug, node_threshold, edge_threshold, labels, scan)
+    return {f"{obj['metadata']['slug']}.json": _dumps(obj),
+            "graph-metadata.json": json.dumps({"graphs": [obj["metadata"]]}, indent=2).encode("utf-8")}
+
+
+def _dumps(obj: dict) -> bytes:
+    return json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
 def save_graph_json(graph: AttributionGraph, folder: Union[str, Path], slug: str, node_threshold: float = 0.8,
                     edge_threshold: float = 0.98, labels: LabelsLike = None,
                     scan: Optional[str] = None) -> Path:
@@ -241,7 +255,7 @@ def save_graph_json(graph: AttributionGraph, folder: Union[str, Path], slug: str
                                     "graph-metadata.json")
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"{obj['metadata']['slug']}.json"
-    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False), encoding="utf-8")
+    path.write_bytes(_dumps(obj))
     add_graph_metadata(obj["metadata"], d)
     return path
 

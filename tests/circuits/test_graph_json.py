@@ -386,3 +386,13 @@ def test_measured_labels_come_as_a_series_of_one_per_node(graph):
         graph_json(graph, "x", labels=series.iloc[:-1])
     with pytest.raises(AttributionGraphError, match="row 2"):
         graph_json(graph, "x", labels=series.where(series.index != 2, 3))
+
+
+def test_the_files_of_a_download_are_the_files_written(graph, tmp_path):
+    from sprout_interp.circuits.graph_json import graph_json_files
+
+    files = graph_json_files(graph, "dl", node_threshold=NODE_THR)
+    p = save_graph_json(graph, tmp_path, "dl", node_threshold=NODE_THR)
+    assert sorted(files) == ["dl.json", "graph-metadata.json"]
+    assert files["dl.json"] == p.read_bytes()
+    assert json.loads(files["graph-metadata.json"]) == json.loads((tmp_path / "graph-metadata.json").read_text())
