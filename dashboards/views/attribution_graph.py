@@ -7,6 +7,7 @@ import re
 import compute
 import graph_cards
 import graph_compute
+import graph_export
 import link
 import qk_compute
 import qk_view
@@ -40,9 +41,12 @@ MAX_EDGES = 600  # the strongest edges drawn (thousands of faint lines hide the 
 # asked (benchmarks/dashboard_interaction.py --pages graph)
 AUTO_TOKENS = 96
 
-with st.expander("open a saved graph file (.safetensors)"):
-    up = st.file_uploader("a graph written by graph.save(path) or this page's download", type=["safetensors"],
-                          key="ag_upload", max_upload_size=512)
+with st.expander("open a saved graph file (.safetensors, or circuit-tracer's .json)"):
+    up = st.file_uploader("a graph written by graph.save(path), si.save_graph_json or this page's downloads",
+                          type=["safetensors", "json"], key="ag_upload", max_upload_size=512)
+if up is not None and up.name.lower().endswith(".json"):  # circuit-tracer's frontend JSON: a read-only view
+    graph_export.show_upload(up.getvalue(), up.name)
+    state.stop()
 graph, gkey, seconds, own = None, "", None, True
 if up is not None:
     data = up.getvalue()
@@ -335,3 +339,4 @@ with st.expander("the drawn nodes and edges (tables)"):
 st.download_button(f"⬇ the whole graph ({len(nodes_all):,} nodes) as a .safetensors file (reopen it above, or with "
                    "si.load_graph)", data=lambda: graph_compute.graph_file(graph), file_name="attribution_graph.safetensors",
                    mime="application/octet-stream", on_click="ignore", key="ag_download")
+graph_export.download(graph, node_thr, edge_thr)
