@@ -22,6 +22,13 @@ error vector; an embedding node, its token's embedding. ``adjacency[t, s]`` is t
 write on ``t``'s input (rows = targets); error and embedding rows are zero. Exact: for every feature and logit
 node, ``input == adjacency[t].sum() + constant`` (:meth:`AttributionGraph.max_error`).
 
+With a cross-layer transcoder (``transcoders`` a CrossLayerTranscoder, or ``kind="clt"``: circuit-tracer's CLT
+graph) a feature of layer ``i`` writes its activation times ``W_dec[i][f, j - i]`` into every feed-forward output
+``j >= i``; its edge into a node is the sum of what the node reads of each of those writes, the error node of
+(``j``, pos) is ``mlp_out_j - ŷ_j`` with ``ŷ_j`` the CLT's whole reconstruction, and the constant there ``b_dec[j]``
+(no skip connection). ``transcoders=None`` uses the best kind the model ships
+(:func:`~sprout_interp.circuits.local_replacement.best_kind`); ``graph.info["transcoder_kind"]`` says which.
+
 ``max_feature_nodes`` keeps only that many feature nodes, chosen as circuit-tracer 0.5 chooses them: by their
 influence on the logits through the rows computed so far, re-ranked every ``rerank_every`` rows (see
 :func:`attribution_graph`); the rest lose their columns and their summed effect on each kept node is its
@@ -307,7 +314,7 @@ def uses_token_images(n_pos: int, d_model: int) -> bool:
 
 def graph_memory(n_layers: int, d_model: int, n_heads: int, n_pos: int, n_features: int, k: int,
                  n_logits: int = 10, max_feature_nodes: Optional[int] = None, batch_size: int = 64,
-                 cross_layer: bool = False) -> dict[str, int]:
+                 cross_layer: bool = False, source_slots: Optional[int] = None) -> dict[str, int]:
     """Bytes an attribution graph's own tensors take at their peak, by part, before any is allocated: a prompt of
     ``n_pos`` positions with ``n_features`` active features, at most ``k`` of them at one (layer, position),
     keeping ``max_feature_nodes`` of them (None: all). Parts: ``sources`` (the ``k + 2`` vectors each (layer,
@@ -321,11 +328,14 @@ def graph_memory(n_layers: int, d_model: int, n_heads: int, n_pos: int, n_featur
     With ``cross_layer`` (a cross-layer transcoder, ``k`` still the most features at one (layer, position)) each
     layer ``j``'s sources hold the decoder rows into ``j`` of every feature of layers ``0..j`` at each position, at
     most ``(j + 1) k + 2`` vectors: the ``sources`` part counts them all, plus the largest block of decoder rows
-    gathered at once (``k · n_pos · d_model``)."""
+    gathered at once (``k · n_pos · d_model``). ``source_slots``, when known (a prompt's own count: the vectors one
+    position's sources take, summed over the layers), replaces that bound."""
     L, d, H, T, nF = n_layers, d_model, n_heads, n_pos, n_features
     n = nF + L * T + T + n_logits
     S = k + 2
     slots = sum((j + 1) * k + 2 for j in range(L)) if cross_layer else L * S  # vectors at one position, all layers
+    if source_slots is not None:
+        slots = source_slots
     every = max_feature_nodes is None or max_feature_nodes >= nF
     keep = nF if every else max_feature_nodes
     n2 = keep + L * T + T + n_logits
@@ -354,9 +364,13 @@ def _feature_budget(m: HookedSprout, rep: LocalReplacement, n_logits: int, max_f
     counts = torch.zeros(L * T, dtype=torch.long)
     counts.index_put_((rep.feat_layer.cpu() * T + rep.feat_pos.cpu(),), torch.ones(nF, dtype=torch.long),
                       accumulate=True)
+    slots = None
+    if rep.clt is not None:  # each layer's sources: every earlier layer's features at the position, as _clt_sources
+        cum = counts.view(L, T).cumsum(0)
+        slots = int((cum.max(dim=1).values + 2).sum())
     shape = dict(n_layers=L, d_model=m.cfg.d_model, n_heads=m.cfg.n_heads, n_pos=T, n_features=nF,
                  k=int(counts.max()) if nF else 0, n_logits=n_logits, batch_size=batch_size,
-                 cross_layer=rep.clt is not None)
+                 cross_layer=rep.clt is not None, source_slots=slots)
 
     def need(keep: Optional[int]) -> dict[str, int]:
         return graph_memory(**shape, max_feature_nodes=keep)

@@ -84,6 +84,7 @@ class AttributionGraph:
 
     def __repr__(self) -> str:
         norm = "" if self.final_norm == "frozen" else f"; final norm: {self.final_norm}"
+        norm += "; cross-layer transcoder" if self.transcoder_kind == "clt" else ""
         return (f"AttributionGraph({self.info.get('model_name') or 'model'}, {self.n_pos} positions: {self.n_features} "
                 f"features, {self.n_errors} errors, {self.n_pos} embeddings, {self.n_logits} logits{norm})")
 

@@ -344,3 +344,21 @@ def test_a_file_without_a_kind_loads_as_per_layer_and_a_bad_kind_is_refused(case
 def test_a_folder_without_transcoders_is_refused(model, tokens, tmp_path):
     with pytest.raises(TranscoderNotFoundError, match="holds no config.yaml"):
         attribution_graph(model, tokens, str(tmp_path))
+
+
+def test_the_memory_estimate_counts_this_prompts_sources(model, case):
+    """The sources part of a CLT graph's estimate (what its budget decides with) is what the backward allocates:
+    each layer's sources hold every earlier layer's features at a position."""
+    from sprout_interp.circuits.attribution_graph import FrozenBackward
+
+    _, rep = case
+    bw = FrozenBackward(model, rep, 0, 1, token_images=False)
+    L, T, d = 3, rep.tokens.numel(), 16
+    counts = torch.zeros(L, T, dtype=torch.long)
+    counts.index_put_((rep.feat_layer, rep.feat_pos), torch.ones_like(rep.feat_pos), accumulate=True)
+    slots = int((counts.cumsum(0).max(dim=1).values + 2).sum())
+    k = int(counts.max())
+    est = graph_memory(L, d, 2, T, rep.n_features, k, cross_layer=True, source_slots=slots)
+    assert sum(t.numel() for t in bw.srcT) * 4 == 4 * T * d * slots
+    assert est["sources"] == 4 * T * d * slots + 8 * T * slots + 4 * L * T * d * 4 + 4 * k * T * d
+    assert slots < sum((j + 1) * k + 2 for j in range(L))  # tighter than the bound from k alone
