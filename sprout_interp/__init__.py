@@ -20,6 +20,7 @@ from sprout_interp.circuits.attribution import direct_logit_attribution, head_to
 from sprout_interp.circuits.attribution_graph import attribution_graph
 from sprout_interp.circuits.composition import composition_scores, composition_table
 from sprout_interp.circuits.graph_json import GraphJSON, load_graph_json, save_graph_json
+from sprout_interp.circuits.graph_labels import graph_labels
 from sprout_interp.circuits.graphs import AttributionGraph, graph_scores, load_graph, prune_graph
 from sprout_interp.circuits.head_loadings import edge_heads, head_loadings
 from sprout_interp.circuits.induction import find_induction_circuit
@@ -59,6 +60,7 @@ from sprout_interp.core.errors import (
 from sprout_interp.core.hooked import HookedSprout, SproutCache, load_hooked
 from sprout_interp.core.loading import LoadedCheckpoint, load_checkpoint
 from sprout_interp.features import neurons  # si.neurons.neuron_attribution(m, text, " Pl"), si.neurons.neuron_summary(...)
+from sprout_interp.features.labels import feature_labels
 from sprout_interp.lens.logit_lens import (
     logit_lens,  # the function; the module: `from sprout_interp.lens.logit_lens import ...`
     trajectories,
@@ -77,6 +79,7 @@ __all__ = [
     "residual_rms", "attention_patterns", "head_scores", "find_induction_circuit",
     "ablate", "ablation_sweep", "attribution_sweep", "block_knockout", "compare_models",
     "attribution_graph", "AttributionGraph", "load_graph", "prune_graph", "graph_scores", "AttributionGraphError",
+    "feature_labels", "graph_labels",
     "node_edges", "subgraph",
     "save_graph_json", "load_graph_json", "GraphJSON",
     "qk_attribution", "QKAttribution", "head_loadings", "edge_heads", "QKAttributionError",

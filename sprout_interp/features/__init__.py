@@ -6,13 +6,15 @@ promoted tokens, a short description (``pages``) -- the feed-forward's own neuro
 direct effect on a prediction and their ablation (``neurons``), and the search for features tied to the chapter's story
 (``search``); text longer than the context is cut with a notice (``inputs``). Per-layer transcoders
 (feed-forward input to output) in circuit-tracer's format (``transcoder``), their training
-(``transcoder_train``) and quality, alone and as a replacement model (``transcoder_metrics``). Tensors or
+(``transcoder_train``) and quality, alone and as a replacement model (``transcoder_metrics``); a short measured label
+for every transcoder feature, shipped beside each set (``labels``). Tensors or
 text in, tensors or DataFrames out; no plotting.
 
 May import: ``sprout_interp.core``, ``sprout_interp.lens``, ``sprout_interp.circuits`` and modules of this package.
 """
 
 from sprout_interp.features.inputs import TruncatedTextWarning, feature_input
+from sprout_interp.features.labels import feature_labels
 from sprout_interp.features.metrics import feature_density, sae_quality
 from sprout_interp.features.neurons import (
     NeuronIndex,
@@ -56,5 +58,5 @@ __all__ = [
     "NeuronIndex", "NeuronSummary", "index_neurons", "neuron_summary", "neuron_table", "neurons_for_token",
     "neuron_attribution", "ablate_neurons", "neuron_on_text",
     "Transcoder", "TranscoderSet", "load_transcoders", "save_transcoders", "train_transcoder", "transcoder_quality",
-    "replacement_quality", "run_with_transcoders",
+    "replacement_quality", "run_with_transcoders", "feature_labels",
 ]
