@@ -26,7 +26,7 @@ from sprout_interp.circuits.head_loadings import edge_heads, head_loadings
 from sprout_interp.circuits.induction import find_induction_circuit
 from sprout_interp.circuits.ov_circuit import full_ov_circuit, ov_copying_scores
 from sprout_interp.circuits.qk_attribution import QKAttribution, qk_attribution
-from sprout_interp.circuits.subgraph import node_edges, subgraph
+from sprout_interp.circuits.subgraph import node_edges, node_keys, subgraph
 from sprout_interp.core.errors import (
     AblationError,
     ArgumentError,
@@ -80,7 +80,7 @@ __all__ = [
     "ablate", "ablation_sweep", "attribution_sweep", "block_knockout", "compare_models",
     "attribution_graph", "AttributionGraph", "load_graph", "prune_graph", "graph_scores", "AttributionGraphError",
     "feature_labels", "graph_labels",
-    "node_edges", "subgraph",
+    "node_edges", "node_keys", "subgraph",
     "save_graph_json", "load_graph_json", "GraphJSON",
     "qk_attribution", "QKAttribution", "head_loadings", "edge_heads", "QKAttributionError",
     "SproutError", "AblationError", "ArgumentError", "CheckpointNotFoundError", "NotACheckpointError", "UnsafeCheckpointError",

@@ -28,7 +28,7 @@ three numbers:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 import pandas as pd
@@ -36,13 +36,13 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from sprout_interp.circuits.graphs import AttributionGraph, check_graph
+from sprout_interp.circuits.graphs import AttributionGraph, check_graph, node_key
 from sprout_interp.core.arguments import check_count, check_index, describe
 from sprout_interp.core.errors import AttributionGraphError
 
-__all__ = ["EDGE_COLUMNS", "node_edges", "subgraph"]
+__all__ = ["EDGE_COLUMNS", "node_keys", "node_edges", "subgraph"]
 
-#: the node-table columns each ranked edge names its other end by
+#: the node-table columns each ranked edge names its other end by (and its ``key``)
 EDGE_COLUMNS = ("node", "kind", "layer", "block", "pos", "feature", "token")
 _ROWS = 1 << 22  # float64 products a block of rows at a time (about 32 MB a block)
 
@@ -57,6 +57,26 @@ def _check_mask(graph: AttributionGraph, edge_mask) -> Optional[Tensor]:
     return edge_mask
 
 
+def node_keys(graph: AttributionGraph) -> list[str]:
+    """Every node's key (:func:`~sprout_interp.circuits.graphs.node_key`: ``f<layer>.<pos>.<feature>``,
+    ``e<layer>.<pos>``, ``t<pos>``, ``l<token id>``), in node order."""
+    df = check_graph(graph).nodes
+    return [node_key(k, int(ly), int(p), int(f), int(t)) for k, ly, p, f, t in
+            zip(df["kind"], df["layer"], df["pos"], df["feature"], df["token_id"])]
+
+
+def _node(graph: AttributionGraph, value, name: str, keys: Optional[list] = None) -> int:
+    """A node given as its index or its key, as its index (AttributionGraphError naming ``name`` otherwise)."""
+    size = graph.adjacency.shape[0]
+    if isinstance(value, str):
+        keys = node_keys(graph) if keys is None else keys
+        if value not in keys:
+            raise AttributionGraphError(f"{name}={value!r} is no node of this graph: a node index 0..{size - 1} or a "
+                                        "key f<layer>.<pos>.<feature>, e<layer>.<pos>, t<pos> or l<token id>")
+        return keys.index(value)
+    return check_index(value, name, size, what="a node index of this graph, or its key", error=AttributionGraphError)
+
+
 def _ranked(graph: AttributionGraph, ends: np.ndarray, weights: np.ndarray, n: int) -> pd.DataFrame:
     """The ``n`` strongest nonzero edges by ``|weight|`` (ties by node index), each named by its other end."""
     nz = np.flatnonzero(weights != 0)
@@ -67,26 +87,28 @@ def _ranked(graph: AttributionGraph, ends: np.ndarray, weights: np.ndarray, n: i
     return df
 
 
-def node_edges(graph: AttributionGraph, node: int, n: int = 10, edge_mask: Optional[Bool[Tensor, "n n"]] = None
-               ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Node ``node``'s strongest incoming and outgoing edges: ``(inputs, outputs)``, each ranked by ``|weight|``
-    (ties by node index), at most ``n`` rows, nonzero edges only, from every edge of the full graph (not only
-    those pruning keeps). Any kind of node: a feature has both; an error node or an embedding only outputs; a logit
-    only inputs (the other table is then empty).
+def node_edges(graph: AttributionGraph, node: Union[int, str], n: int = 10,
+               edge_mask: Optional[Bool[Tensor, "n n"]] = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Node ``node``'s (an index, or a key as :func:`node_keys` gives) strongest incoming and outgoing edges:
+    ``(inputs, outputs)``, each ranked by ``|weight|`` (ties by node index), at most ``n`` rows, nonzero edges only,
+    from every edge of the full graph (not only those pruning keeps). Any kind of node: a feature has both; an error
+    node or an embedding only outputs; a logit only inputs (the other table is then empty).
 
-    Columns: ``rank`` (1 the strongest), the other end's ``node`` (index), ``kind``, ``layer``, ``block``, ``pos``,
-    ``feature``, ``token``; ``weight`` (``adjacency[target, source]``, in the target's units); ``share``: the
+    Columns: ``rank`` (1 the strongest), the other end's ``node`` (index), ``key``, ``kind``, ``layer``, ``block``,
+    ``pos``, ``feature``, ``token``; ``weight`` (``adjacency[target, source]``, in the target's units); ``share``: the
     weight over the node's summed ``|input|`` (inputs) or summed ``|output|`` (outputs), signed, over all its edges;
     outputs also ``target_share``: the weight over the target's summed ``|input|`` (circuit-tracer's ``pctInput``).
     With ``edge_mask`` (e.g. ``prune_graph(graph).edge_mask``; rows = targets), ``kept`` says whether pruning keeps
     the edge; the ranking is the full graph's either way. ``attrs``: ``units``, ``edges`` (which edges were
     ranked), ``abs_sum`` (the node's summed ``|input|`` or ``|output|``) and ``count`` (its nonzero edges).
 
-    Raises AttributionGraphError for a node index outside ``0..n_nodes-1``, ``n`` below 1 or a bad mask.
+    Raises AttributionGraphError for a node index outside ``0..n_nodes-1`` or a key of no node, ``n`` below 1 or a
+    bad mask.
     """
     graph = check_graph(graph)
     size = graph.adjacency.shape[0]
-    node = check_index(node, "node", size, what="a node index of this graph", error=AttributionGraphError)
+    keys = node_keys(graph)
+    node = _node(graph, node, "node", keys)
     n = check_count(n, "n", low=1, what="how many edges each list holds", error=AttributionGraphError)
     mask = _check_mask(graph, edge_mask)
     A = graph.adjacency
@@ -94,6 +116,8 @@ def node_edges(graph: AttributionGraph, node: int, n: int = 10, edge_mask: Optio
     col = A[:, node].double().numpy()  # targets the node writes into
     idx = np.arange(size)
     inputs, outputs = _ranked(graph, idx, row, n), _ranked(graph, idx, col, n)
+    for df in (inputs, outputs):
+        df.insert(2, "key", [keys[i] for i in df["node"]])
     in_abs, out_abs = float(np.abs(row).sum()), float(np.abs(col).sum())
     inputs["share"] = inputs["weight"] / in_abs if in_abs else 0.0
     outputs["share"] = outputs["weight"] / out_abs if out_abs else 0.0
@@ -115,14 +139,13 @@ def node_edges(graph: AttributionGraph, node: int, n: int = 10, edge_mask: Optio
     return inputs, outputs
 
 
-def _groups(graph: AttributionGraph, nodes, supernodes) -> list[tuple[str, list[int]]]:
+def _groups(graph: AttributionGraph, nodes, supernodes, keys: list[str]) -> list[tuple[str, list[int]]]:
     """(name, member indices) per subgraph node: each supernode (its name), then each pinned node in no supernode
     (name ''). A node in two supernodes counts in the first."""
     size = graph.adjacency.shape[0]
-    what = "a node index of this graph"
     if isinstance(nodes, (str, bytes, Mapping)) or not hasattr(nodes, "__iter__"):
         raise AttributionGraphError(f"nodes={describe(nodes)} is not a list of node indices (0..{size - 1})")
-    pins = [check_index(v, f"nodes[{i}]", size, what=what, error=AttributionGraphError) for i, v in enumerate(nodes)]
+    pins = [_node(graph, v, f"nodes[{i}]", keys) for i, v in enumerate(nodes)]
     supernodes = {} if supernodes is None else supernodes
     if not isinstance(supernodes, Mapping):
         raise AttributionGraphError(f"supernodes={describe(supernodes)} is not a mapping {{name: [node indices]}}")
@@ -134,8 +157,7 @@ def _groups(graph: AttributionGraph, nodes, supernodes) -> list[tuple[str, list[
                                         "non-empty string")
         if isinstance(members, (str, bytes, Mapping)) or not hasattr(members, "__iter__"):
             raise AttributionGraphError(f"supernodes[{name!r}]={describe(members)} is not a list of node indices")
-        ms = [check_index(v, f"supernodes[{name!r}][{i}]", size, what=what, error=AttributionGraphError)
-              for i, v in enumerate(members)]
+        ms = [_node(graph, v, f"supernodes[{name!r}][{i}]", keys) for i, v in enumerate(members)]
         ms = [m for m in dict.fromkeys(ms) if m not in seen]
         if ms:
             seen.update(ms)
@@ -188,26 +210,28 @@ def _through_rest(graph: AttributionGraph, A: Tensor, mask: Optional[Tensor], pi
 
 def subgraph(graph: AttributionGraph, nodes: Sequence, supernodes: Optional[Mapping] = None,
              edge_mask: Optional[Bool[Tensor, "n n"]] = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The pinned nodes ``nodes`` (node indices: whole numbers, checked here) and the ``supernodes`` (``{name: [node indices]}``; each drawn as
-    one node, its members pinned too) with the edges between them: ``(nodes, edges)``. See the module docstring for
-    the three numbers an edge carries. ``edge_mask`` (rows = targets; e.g. ``prune_graph(graph).edge_mask``, as
-    circuit-tracer's frontend sees only its file's links): only those edges count, in every number; None: every
-    edge of the graph.
+    """The pinned nodes ``nodes`` (node indices or keys, as :func:`node_keys` gives) and the ``supernodes``
+    (``{name: [node indices or keys]}``; each drawn as one node, its members pinned too) with the edges between
+    them: ``(nodes, edges)``. See the module docstring for the three numbers an edge carries. ``edge_mask`` (rows =
+    targets; e.g. ``prune_graph(graph).edge_mask``, as circuit-tracer's frontend sees only its file's links): only
+    those edges count, in every number; None: every edge of the graph.
 
     ``nodes``: one row per subgraph node, supernodes first: ``id`` (0..k-1, what the edges refer to), ``name``
     (the supernode's; '' for a node alone), ``kind`` (the node's, or "supernode"), ``node`` (its index; -1 for a
-    supernode), ``members`` (node indices), ``layer``, ``block``, ``pos`` (a supernode: its members' means rounded,
-    where a figure puts it), ``feature`` and ``token`` (a node alone's; -1 and '' for a supernode), ``abs_input``
-    (the members' summed ``|input|``, the counted edges). ``edges``: ``source``, ``target`` (ids), ``weight``,
-    ``share``, ``total`` (float64), every ordered pair with a nonzero ``weight`` or ``total``, strongest ``|total|``
-    first (ties by ids). A node in two supernodes counts in the first; a pinned node that is also a supernode's
-    member is drawn inside it.
+    supernode), ``key`` (its key; ``S:<name>`` a supernode), ``members`` (node indices), ``layer``, ``block``,
+    ``pos`` (a supernode: its members' means rounded, where a figure puts it), ``feature`` and ``token`` (a node
+    alone's; -1 and '' for a supernode), ``abs_input`` (the members' summed ``|input|``, the counted edges).
+    ``edges``: ``source``, ``target`` (ids), ``weight``, ``share``, ``total`` (float64), every ordered pair with a
+    nonzero ``weight`` or ``total``, strongest ``|total|`` first (ties by ids). A node in two supernodes counts in
+    the first; a pinned node that is also a supernode's member is drawn inside it.
 
-    Raises AttributionGraphError for a node index outside the graph, no node at all, or a bad mask.
+    Raises AttributionGraphError for a node index outside the graph or a key of no node, no node at all, or a bad
+    mask.
     """
     graph = check_graph(graph)
     mask = _check_mask(graph, edge_mask)
-    groups = _groups(graph, nodes, supernodes)
+    keys = node_keys(graph)
+    groups = _groups(graph, nodes, supernodes, keys)
     A = graph.adjacency
     members = [m for _, ms in groups for m in ms]
     pinned = torch.tensor(members, dtype=torch.long)
@@ -236,7 +260,8 @@ def subgraph(graph: AttributionGraph, nodes: Sequence, supernodes: Optional[Mapp
         part = nodes_df.iloc[ms]
         alone = not name
         rows.append(dict(id=gid, name=name, kind=part["kind"].iloc[0] if alone else "supernode",
-                         node=ms[0] if alone else -1, members=list(ms),
+                         node=ms[0] if alone else -1, key=keys[ms[0]] if alone else f"S:{name}",
+                         members=list(ms),
                          layer=int(part["layer"].iloc[0]) if alone else int(round(float(part["layer"].mean()))),
                          pos=int(part["pos"].iloc[0]) if alone else int(round(float(part["pos"].mean()))),
                          feature=int(part["feature"].iloc[0]) if alone else -1,

@@ -122,6 +122,27 @@ def test_node_edges_ranks_the_full_graph_and_marks_what_pruning_keeps(graph):
     assert "every edge" in ins.attrs["edges"]
 
 
+def test_nodes_are_named_by_their_keys_too(graph):
+    from sprout_interp.circuits.subgraph import node_keys
+
+    keys = node_keys(graph)
+    nodes = graph.nodes
+    f = int(nodes.index[nodes["kind"] == "feature"][-1])
+    r = nodes.iloc[f]
+    assert keys[f] == f"f{r['layer']}.{r['pos']}.{r['feature']}" and keys[-1] == f"l{nodes['token_id'].iloc[-1]}"
+    assert keys[graph.n_features] == "e0.0" and keys[graph.n_features + graph.n_errors] == "t0"
+    a_in, a_out = node_edges(graph, keys[f])
+    b_in, b_out = node_edges(graph, f)
+    pd.testing.assert_frame_equal(a_in, b_in)
+    assert a_in["key"].tolist() == [keys[i] for i in a_in["node"]]
+    s1, e1 = subgraph(graph, [keys[f], keys[-1]], {"two": [keys[0], 1]})
+    s2, e2 = subgraph(graph, [f, len(keys) - 1], {"two": [0, 1]})
+    pd.testing.assert_frame_equal(e1, e2)
+    assert s1["key"].tolist() == ["S:two", keys[f], keys[-1]]
+    with pytest.raises(AttributionGraphError, match=r"node='f9.9.9' is no node of this graph"):
+        node_edges(graph, "f9.9.9")
+
+
 def test_node_edges_refuses_what_it_cannot_rank(graph):
     n = graph.adjacency.shape[0]
     with pytest.raises(AttributionGraphError, match=rf"node={n} is out of range: node is 0..{n - 1}"):
