@@ -194,3 +194,27 @@ def test_least_squares_start_of_the_skip_connection(model):
         train_transcoder(model, 1, x, y, d_transcoder=DT, k=K, batch_size=128, skip_init="least_squares")
     with pytest.raises(ArgumentError, match="skip_init="):
         train_transcoder(model, 1, x, y, d_transcoder=DT, k=K, skip=True, batch_size=128, skip_init="ols")
+
+
+@pytest.mark.acceptance
+def test_the_shipped_sprout_transcoders_measure_what_their_config_records():
+    """Each layer's quality in config.yaml (measured on the float32 weights when trained) against a fresh
+    measurement of the shipped float16 files on the same held-out windows: FVE and loss recovered to 0.01, L0
+    exactly, dead features to a few (a float16 weight can move a near-tie)."""
+    from sprout_interp.core.hooked import load_hooked
+    from sprout_interp.features.transcoder import load_transcoders, transcoder_folder
+    from sprout_interp.features.transcoder_metrics import transcoder_quality
+
+    m = load_hooked("sprout")
+    if not (transcoder_folder(m) / "config.yaml").is_file():
+        pytest.skip("the shipped Sprout transcoders are not installed")
+    ts = load_transcoders(m)
+    assert ts.layers == list(range(m.cfg.n_layers))
+    q = transcoder_quality(m, ts, n=16, length=256)
+    for tc in ts:
+        rec, row = tc.info["quality"], q[q.layer == tc.layer].iloc[0]
+        assert rec["n_tokens"] == row.n_tokens == 4096
+        assert row.l0 == rec["l0"] == tc.k
+        assert row.fve == pytest.approx(rec["fve"], abs=0.01), tc.layer
+        assert row.loss_recovered == pytest.approx(rec["loss_recovered"], abs=0.01), tc.layer
+        assert abs(row.dead - rec["dead"]) <= 3, tc.layer
