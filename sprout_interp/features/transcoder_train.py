@@ -320,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
               f"({st.tokens_per_s:,.0f} tokens/s), final normalised MSE {st.final_nmse:.3f}, "
               f"{st.dead_at_end} dead", flush=True)
         if not tc.info["finished"]:
+            if a.eval_windows:  # how far it got: the same held-out measure, of the weights as they stand
+                print(transcoder_quality(m, {layer: tc}, n=a.eval_windows).to_string(index=False), flush=True)
             print(f"layer {layer}: stopped at step {st.steps} (--max-steps); run again to resume", flush=True)
             return 0
         tc.info["training"].update(collect_seconds=round(collect_s, 1), train_seconds=round(st.seconds, 1))
