@@ -16,6 +16,37 @@ def graph_transcoders(_m, key: str):
     return load_transcoders(_m)
 
 
+@st.cache_resource(max_entries=2, show_spinner=False)
+def graph_clt(_m, key: str):
+    """The cross-layer transcoder shipped beside the checkpoint (TranscoderNotFoundError when it has none)."""
+    from sprout_interp.features.clt import load_clt
+
+    return load_clt(_m)
+
+
+#: what the page calls each kind of transcoders (``local_replacement.TRANSCODER_KINDS``)
+KIND_LABELS = {"per_layer": "per-layer transcoders", "clt": "cross-layer transcoder"}
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def graph_kinds(_m, key: str) -> list[str]:
+    """The kinds of transcoders the checkpoint ships, the best first (the default of ``si.attribution_graph``: the
+    higher recorded held-out FVE); empty when it ships none."""
+    from sprout_interp.circuits.local_replacement import best_kind, shipped_kinds
+
+    kinds = list(shipped_kinds(_m))
+    if not kinds:
+        return []
+    best = best_kind(_m)
+    return [best] + [k for k in kinds if k != best]
+
+
+def graph_kind() -> str:
+    """The kind of transcoders the page's computed graph uses (its ``ag_kind`` choice; per-layer when there is no
+    choice): feature cards and promoted tokens exist for per-layer transcoders only."""
+    return st.session_state.get("ag_kind") or "per_layer"
+
+
 def graph_end(strs: list[str]) -> int | None:
     """Where a text's graph ends by default: just after the position where the model predicts a repeated name's
     copied token (:func:`compute.name_copy`), so the logits explain that prediction; None when no name repeats.
@@ -25,15 +56,16 @@ def graph_end(strs: list[str]) -> int | None:
 
 
 @st.cache_resource(max_entries=3, show_spinner=False)
-def attribution_graph(_m, key: str, text: str, end: int, max_features: int):
+def attribution_graph(_m, key: str, text: str, end: int, max_features: int, kind: str = "per_layer"):
     """(the attribution graph of the text's first ``end`` tokens, seconds it took): circuit-tracer's defaults
-    (bos first, logits covering 95% of the probability, at most 10) and at most ``max_features`` feature nodes.
-    A resource (not copied on each use): the adjacency holds (nodes)^2 float32."""
+    (bos first, logits covering 95% of the probability, at most 10) and at most ``max_features`` feature nodes,
+    over the shipped transcoders of ``kind`` ("per_layer" or "clt"). A resource (not copied on each use): the
+    adjacency holds (nodes)^2 float32."""
     import time
 
     from sprout_interp.circuits.attribution_graph import attribution_graph as make
 
-    ts = graph_transcoders(_m, key)
+    ts = graph_clt(_m, key) if kind == "clt" else graph_transcoders(_m, key)
     t0 = time.perf_counter()
     g = make(_m, tokens(_m, text)[0, :end], ts, max_feature_nodes=max_features)
     return g, time.perf_counter() - t0
@@ -79,9 +111,14 @@ def graph_view(_graph, gkey: str, node_threshold: float, edge_threshold: float, 
     return graph_tables(_graph, node_threshold, edge_threshold, graph_influence(_graph, gkey)[0], keep)
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
 def graph_promoted(_m, key: str, features: tuple) -> dict:
-    """{(layer, feature): the three tokens it promotes most} for the graph's drawn features."""
+    """{(layer, feature): the three tokens it promotes most} for the graph's drawn features (per-layer transcoders;
+    none for a cross-layer transcoder's graph)."""
+    return {} if graph_kind() == "clt" else _graph_promoted(_m, key, features)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _graph_promoted(_m, key: str, features: tuple) -> dict:
     from sprout_interp.features.pages import transcoder_promoted
 
     df = transcoder_promoted(_m, graph_transcoders(_m, key), list(features))
@@ -96,9 +133,19 @@ def transcoder_index(_m, key: str, layer: int):
     return index_transcoder_features(_m, graph_transcoders(_m, key)[layer])
 
 
-@st.cache_data(max_entries=256, show_spinner=False)
 def transcoder_page(_m, key: str, layer: int, feature: int):
-    """One transcoder feature's page (FeatureSummary) on the held-out sample."""
+    """One transcoder feature's page (FeatureSummary) on the held-out sample; a SproutError for a cross-layer
+    transcoder's feature (its pages are not built)."""
+    if graph_kind() == "clt":
+        from sprout_interp.core.errors import SproutError
+
+        raise SproutError("feature pages are built for per-layer transcoders; this graph's features are a cross-layer "
+                          "transcoder's: choose the per-layer transcoders above to open a feature's page")
+    return _transcoder_page(_m, key, layer, feature)
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def _transcoder_page(_m, key: str, layer: int, feature: int):
     from sprout_interp.features.pages import transcoder_feature_summary
 
     return transcoder_feature_summary(_m, graph_transcoders(_m, key)[layer], feature, transcoder_index(_m, key, layer))
@@ -113,3 +160,4 @@ def graph_file(_graph) -> bytes:
 
     with tempfile.TemporaryDirectory() as d:
         return save_graph(_graph, Path(d) / "graph.safetensors").read_bytes()
+

@@ -86,6 +86,15 @@ else:
                                   help="circuit-tracer's max_feature_nodes: the features of most influence on the "
                                        "logits are kept (their rows computed first); the rest's effect is kept as "
                                        "each node's 'dropped' value, so the graph stays exact.")
+    kinds = graph_compute.graph_kinds(m, key)  # the kinds of transcoders shipped, the best (the default) first
+    if len(kinds) > 1:
+        link.bind("kind", "ag_kind", link.one_of(kinds))
+        c[1].selectbox("transcoders", kinds, key="ag_kind", format_func=graph_compute.KIND_LABELS.get,
+                       help="what replaces the feed-forwards: the first is the model's best (the higher held-out "
+                            "FVE), si.attribution_graph's default; a cross-layer transcoder's features write to "
+                            "their own and every later block (docs: Attribution graphs, Cross-layer transcoders)")
+    else:
+        st.session_state["ag_kind"] = kinds[0] if kinds else None
     nxt = f", the text goes on with {state.md(repr(strs[end]))}" if end < T else ""
     st.caption(f"Prompt: tokens 0 … {end - 1}, ending {state.md(repr(''.join(strs[max(0, end - 6):end])))}{nxt}. "
                + ("The first view stops where a name comes back: its second word, which the model should copy."
@@ -106,8 +115,9 @@ else:
     with st.spinner(f"computing the attribution graph of {end} tokens (a few seconds on two CPU cores for the "
                     "chapter's 57 tokens, longer for a long prompt; then kept for every threshold)…"), \
             state.shown_errors("the graph"):
-        graph, seconds = graph_compute.attribution_graph(m, key, text, end, int(max_features))
-    gkey = f"{key}|{end}|{max_features}|{hashlib.sha256(text.encode()).hexdigest()}"
+        graph, seconds = graph_compute.attribution_graph(m, key, text, end, int(max_features),
+                                                         graph_compute.graph_kind())
+    gkey = f"{key}|{end}|{max_features}|{graph_compute.graph_kind()}|{hashlib.sha256(text.encode()).hexdigest()}"
 
 with st.spinner("measuring each node's influence…"), state.shown_errors("the graph's scores"):
     influence, replacement, completeness, _ = graph_compute.graph_influence(graph, gkey)
