@@ -72,15 +72,19 @@ def _mlp_inputs(m, text: str) -> list[torch.Tensor]:
     return [cache[input_hook(i)][0] * m.blocks[i].ln2.w for i in range(m.cfg.n_layers)]
 
 
-def _by_hand(m, acts_of, layer: int, feature: int, top: int) -> dict:
-    """A feature's measured parts from each text alone, by plain Python: its activation at every token
-    (``acts_of(layer, x)`` -> (pos, d_transcoder)), the ``top`` strongest firings, their tokens' and previous
-    tokens' shares of the activation, the winner's margins."""
+def _each_alone(m) -> list[tuple[list[int], list[torch.Tensor]]]:
+    """Each text's ids and feed-forward inputs, each text run alone."""
+    return [(m.prepare_input(t)[0][0].tolist(), _mlp_inputs(m, t)) for t in TEXTS3]
+
+
+def _by_hand(m, alone, acts_of, layer: int, feature: int, top: int) -> dict:
+    """A feature's measured parts from each text alone (``alone``: :func:`_each_alone`), by plain Python: its
+    activation at every token (``acts_of(layer, x)`` -> (pos, d_transcoder)), the ``top`` strongest firings, their
+    tokens' and previous tokens' shares of the activation, the winner's margins."""
     strings = vocabulary_strings(m)
     firings, n = [], 0
-    for text in TEXTS3:
-        ids = m.prepare_input(text)[0][0].tolist()
-        a = acts_of(layer, _mlp_inputs(m, text)[layer])[:, feature].tolist()
+    for ids, xs in alone:
+        a = acts_of(layer, xs[layer])[:, feature].tolist()
         n += len(ids)
         for p, v in enumerate(a):
             if v > 0:
@@ -113,9 +117,10 @@ def _check_against_hand(m, ts, acts_of, direction_of, layers):
     assert list(got.columns) == list(LABEL_COLUMNS) and got.attrs["source"] == "measured"
     assert [(int(a), int(b)) for a, b in zip(got["layer"], got["feature"])] == pairs
     strings = vocabulary_strings(m)
+    alone = _each_alone(m)
     checked = 0
     for row in got.itertuples():
-        h = _by_hand(m, acts_of, row.layer, row.feature, TOP)
+        h = _by_hand(m, alone, acts_of, row.layer, row.feature, TOP)
         assert row.frequency == pytest.approx(h["frequency"], abs=1e-9)
         assert row.block == row.layer + 1 and len(row.label) <= MAX_LABEL
         eff = (direction_of(row.layer, row.feature).detach().double() @ m.W_U.detach().double()).topk(2)
@@ -268,7 +273,7 @@ def test_graph_labels_refuse_what_is_not_a_graph(model, per_layer):
         graph_labels("graph.json", model, per_layer)
 
 
-@pytest.mark.integration  # the held-out sample (the corpus) is read: about 4 s
+@pytest.mark.acceptance  # the command end to end, the held-out sample (the corpus) read: about 10 s
 def test_the_command_writes_labels_for_a_clt_folder_and_they_are_read_back(model, clt, tiny_checkpoint, tmp_path,
                                                                           capsys):
     from sprout_interp.features.labels import main
