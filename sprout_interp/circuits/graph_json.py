@@ -14,8 +14,11 @@ The format's quirks live here and nowhere else (our node table keeps our own con
 - node ids: a feature ``"{layer}_{feature}_{pos}"``, an error node ``"0_{layer}_{pos}"``, an embedding
   ``"E_{token id}_{pos}"``, a logit ``"{n_layers + 1}_{token id}_{pos}"`` (pos the last position); ``jsNodeId``
   ``"{layer}_{feature}-0"``, ``"{layer}_{pos}-0"``, ``"E_{token id}-{pos}"``, ``"L_{token id}-{pos}"``. A layer-0
-  feature whose index is a block number ``b`` and block ``b``'s error node at the same position share an id
-  (circuit-tracer's own collision); :func:`load_graph_json` refuses such a file, since its links are ambiguous.
+  feature whose index is a block number ``b`` and block ``b``'s error node at the same position share an id in
+  circuit-tracer's files (both ``"0_b_pos"``; its viewer then joins both nodes' links to the error node). There, and
+  only there, :func:`save_graph_json` differs: the error node's id is ``"0_b_pos_error"``. :func:`load_graph_json`
+  reads circuit-tracer's colliding ids by the graph's structure (an error node has no incoming edge, a source sits
+  below its target) and counts the links it cannot decide (``GraphJSON.ambiguous_links``).
 - ``layer`` is a string: ``"E"`` for embeddings, the 0-indexed layer for features and error nodes, ``n_layers + 1``
   for logits (our node table: -1 and ``n_layers``).
 - ``feature_type``: ``"cross layer transcoder"`` for every feature node, whatever the transcoders (circuit-tracer
@@ -207,6 +210,11 @@ def graph_json(graph: AttributionGraph, slug: str, node_threshold: float = 0.8, 
                     "token_prob": node.get("token_prob", 0.0), "is_target_logit": node.get("is_target_logit", False),
                     "run_idx": 0, "reverse_ctx_idx": 0, "jsNodeId": node["js"], "clerp": text[i],
                     "influence": node["influence"], "activation": node["activation"]}
+    feature_ids = {n["node_id"] for n in nodes.values() if n["feature_type"] == FEATURE_TYPES["feature"]}
+    for n in nodes.values():  # circuit-tracer's ids collide where a layer-0 feature numbered b sits at block b's
+        # error node's position (both "0_b_pos"); its viewer then joins both nodes' links to the error node
+        if n["feature_type"] == FEATURE_TYPES["error"] and n["node_id"] in feature_ids:
+            n["node_id"] += "_error"
     dst, src = pruned.edge_mask.nonzero(as_tuple=True)  # row-major: by target, then source, as numpy's nonzero
     weights = graph.adjacency[dst, src].float().tolist()
     links = [{"source": nodes[s]["node_id"], "target": nodes[d]["node_id"], "weight": w}
@@ -305,6 +313,9 @@ class GraphJSON:
             input), ``source_id``, ``target_id`` (the file's ids), in the file's order.
         metadata, qparams: the file's ``metadata`` and ``qParams``; prompt_tokens: the prompt's tokens; n_layers:
             the model's blocks (the logits' layer - 1).
+        ambiguous_links: links whose end the file does not decide (circuit-tracer's colliding ids, where a layer-0
+            feature and an error node share one and either could be the source): joined to the later node, as its
+            viewer does; 0 in files ``save_graph_json`` writes.
     """
 
     nodes: pd.DataFrame
@@ -313,6 +324,7 @@ class GraphJSON:
     qparams: dict
     prompt_tokens: list
     n_layers: int
+    ambiguous_links: int = 0
 
     @property
     def slug(self) -> str:
@@ -327,7 +339,8 @@ class GraphJSON:
         return (f"GraphJSON({self.slug!r}, scan {self.metadata['scan']!r}, {self.n_pos} positions, {self.n_layers} "
                 f"blocks: {int(counts.get('feature', 0))} features, {int(counts.get('error', 0))} errors, "
                 f"{int(counts.get('embedding', 0))} embeddings, {int(counts.get('logit', 0))} logits, "
-                f"{len(self.links)} links)")
+                f"{len(self.links)} links" + (f", {self.ambiguous_links} of them ambiguous" if self.ambiguous_links
+                                              else "") + ")")
 
 
 def load_graph_json(path: Union[str, Path]) -> GraphJSON:
@@ -490,13 +503,14 @@ def _parse(obj, bad) -> GraphJSON:
                          activation=math.nan if act is None or kind != "feature" else float(act),
                          logit_prob=float(prob) if kind == "logit" else math.nan, is_target_logit=target,
                          node_id=nid, js_node_id=js))
-    ids: dict[str, int] = {}
+    ids: dict[str, list[int]] = {}
     for i, r in enumerate(rows):
-        if r["node_id"] in ids:
-            raise bad(f"nodes[{i}].node_id", f"{r['node_id'][:60]!r} is also nodes[{ids[r['node_id']]}]'s: links "
-                                             "naming it would be ambiguous (circuit-tracer gives a layer-0 feature "
-                                             "numbered b and block b's error node at the same position one id)")
-        ids[r["node_id"]] = i
+        ids.setdefault(r["node_id"], []).append(i)
+    for nid, at_ in ids.items():
+        if len(at_) > 1 and not _known_collision([rows[i] for i in at_]):
+            raise bad(f"nodes[{at_[1]}].node_id", f"{nid[:60]!r} is also nodes[{at_[0]}]'s: each node needs an id "
+                                                  "of its own (only circuit-tracer's collision of a layer-0 feature "
+                                                  "numbered b with block b's error node at the same position is read)")
     logit_layers = {r["layer"] for r in rows if r["kind"] == "logit"}
     if len(logit_layers) > 1:
         raise bad("nodes", f"has logit nodes in several layers ({sorted(logit_layers)[:4]}): they all sit above the "
@@ -519,7 +533,7 @@ def _parse(obj, bad) -> GraphJSON:
             r["token"] = m.group(1) if m else ""
         else:
             r["token"] = tokens[r["pos"]]
-    links = []
+    links, ambiguous = [], 0
     for j, e in enumerate(links_in):
         at = f"links[{j}]."
         if not isinstance(e, dict):
@@ -531,16 +545,47 @@ def _parse(obj, bad) -> GraphJSON:
                 raise bad(f"{at}{key}", f"{v[:60]!r} is not a node of the file")
         if abs(w) > MAX_GRAPH_VALUE:
             raise bad(f"{at}weight", f"must be at most {MAX_GRAPH_VALUE:g} in size, got {w:g}")
-        links.append((ids[s], ids[t], float(w), s, t))
+        ti, t_sure = _resolve(ids[t], rows, None)
+        si_, s_sure = _resolve(ids[s], rows, rows[ti])
+        ambiguous += not (t_sure and s_sure)
+        links.append((si_, ti, float(w), s, t))
     nodes = pd.DataFrame(rows, columns=["kind", "layer", "pos", "feature", "token_id", "token", "label",
                                         "cumulative_influence", "activation", "logit_prob", "is_target_logit",
                                         "node_id", "js_node_id"])
     nodes.insert(0, "node", range(len(nodes)))
     nodes.insert(2, "key", [node_key(r.kind, r.layer, r.pos, r.feature, r.token_id) for r in nodes.itertuples()])
     nodes.insert(4, "block", nodes["layer"] + 1)
+    dup = nodes["key"].duplicated(keep=False)
+    if dup.any():
+        i, j = nodes.index[dup][:2]
+        raise bad(f"nodes[{j}]", f"is the same node as nodes[{i}] ({nodes['key'][i]}: kind, layer, position and "
+                                 "feature): each node once")
     links_df = pd.DataFrame(links, columns=["source", "target", "weight", "source_id", "target_id"])
     return GraphJSON(nodes=nodes, links=links_df, metadata=md, qparams=qparams, prompt_tokens=list(tokens),
-                     n_layers=L)
+                     n_layers=L, ambiguous_links=ambiguous)
+
+
+def _known_collision(rows: list[dict]) -> bool:
+    """Whether nodes sharing one id are circuit-tracer's collision: a layer-0 feature numbered ``b`` and block ``b``'s
+    error node at the same position (both ``"0_b_pos"``)."""
+    if len(rows) != 2:
+        return False
+    f, e = sorted(rows, key=lambda r: r["kind"] != "feature")
+    return (f["kind"] == "feature" and e["kind"] == "error" and f["layer"] == 0 and f["feature"] == e["layer"]
+            and f["pos"] == e["pos"])
+
+
+def _resolve(candidates: list[int], rows: list[dict], target: Optional[dict]) -> tuple[int, bool]:
+    """The node a link's id names, and whether the graph's structure decides it: an error node has no incoming edge
+    (so a target is the feature), and a source sits at a lower layer and an earlier or the same position than its
+    target. Undecided (both could be the source): the later node in the file, as circuit-tracer's viewer reads it."""
+    if len(candidates) == 1:
+        return candidates[0], True
+    if target is None:
+        fit = [i for i in candidates if rows[i]["kind"] in ("feature", "logit")]
+    else:
+        fit = [i for i in candidates if rows[i]["layer"] < target["layer"] and rows[i]["pos"] <= target["pos"]]
+    return (fit[0], True) if len(fit) == 1 else (candidates[-1], False)
 
 
 def _tuple(kinds) -> tuple:

@@ -257,10 +257,8 @@ def _mutations():
     def dup(o):
         o["nodes"].append(dict(o["nodes"][0]))
 
-    def feature_collision(o):  # a layer-0 feature numbered 1 at pos 5 and block 1's error node at pos 5: "0_1_5"
-        n = dict(_first(o, "cross layer transcoder"), node_id="0_1_5", feature=cantor_pair(0, 1), layer="0", ctx_idx=5)
-        e = dict(_first(o, "mlp reconstruction error"), node_id="0_1_5", layer="1", ctx_idx=5)
-        o["nodes"] += [n, e]
+    def same_node(o):  # a second id for a node already there
+        o["nodes"].append(dict(_first(o, "embedding"), node_id="E_other"))
 
     return {
         "metadata": (drop(["metadata"]), "metadata is missing"),
@@ -293,7 +291,7 @@ def _mutations():
         "activation size": (node("cross layer transcoder", "activation", 1e30), "at most"),
         "clerp type": (setf(["nodes", 0, "clerp"], None), "clerp must be a string"),
         "duplicate": (dup, "also nodes"),
-        "collision": (feature_collision, "ambiguous"),
+        "same node": (same_node, "is the same node as"),
         "logit layers": (node("logit", "layer", "9"), None),
         "too many blocks": (lambda o: [n.__setitem__("layer", "999") for n in o["nodes"] if n["feature_type"] == "logit"],
                             "blocks"),
@@ -396,3 +394,53 @@ def test_the_files_of_a_download_are_the_files_written(graph, tmp_path):
     assert sorted(files) == ["dl.json", "graph-metadata.json"]
     assert files["dl.json"] == p.read_bytes()
     assert json.loads(files["graph-metadata.json"]) == json.loads((tmp_path / "graph-metadata.json").read_text())
+
+
+def test_circuit_tracers_colliding_ids(graph, tmp_path):
+    """A layer-0 feature numbered b and block b's error node at the same position share circuit-tracer's id "0_b_pos":
+    save_graph_json gives the error node "0_b_pos_error"; load_graph_json reads circuit-tracer's own colliding file by
+    the graph's structure and counts the links it cannot decide."""
+    g = graph
+    T = g.n_pos
+    nodes = g.nodes.copy()
+    # the kept layer-0 feature 6 at the last position renamed feature 2: its id is then block 2's error node's there
+    row = nodes.index[(nodes["kind"] == "feature") & (nodes["layer"] == 0) & (nodes["pos"] == T - 1)
+                      & (nodes["feature"] == 6)]
+    assert len(row) == 1 and not ((nodes["layer"] == 0) & (nodes["pos"] == T - 1) & (nodes["feature"] == 2)).any()
+    nodes.loc[row, "feature"] = 2
+    g2 = si.AttributionGraph(g.adjacency, nodes, g.tokens, g.n_layers, g.info)
+    obj = graph_json(g2, "c", node_threshold=NODE_THR)
+    ids = [n["node_id"] for n in obj["nodes"]]
+    assert f"0_2_{T - 1}" in ids and f"0_2_{T - 1}_error" in ids and len(set(ids)) == len(ids)
+    back = read_graph_json(json.dumps(obj).encode())
+    assert back.ambiguous_links == 0
+    want, edges = graph_tables(g2, NODE_THR, 0.98)
+    key = list(want["key"])
+    assert list(back.nodes["key"]) == key
+    assert sorted(zip(back.links["source"], back.links["target"])) == \
+        sorted((key.index(k_s), key.index(k_t)) for k_s, k_t in
+               zip(edges["source"].map(dict(zip(want["node"], want["key"]))),
+                   edges["target"].map(dict(zip(want["node"], want["key"])))))
+    # circuit-tracer's own file: both nodes "0_2_<last>"; a link into it is the feature's (an error node has no
+    # incoming edge), a link from it into block 2 or lower is the feature's, into a logit either's: undecided
+    ct = json.loads(json.dumps(obj))
+    for n in ct["nodes"]:
+        n["node_id"] = n["node_id"].removesuffix("_error")
+    for e in ct["links"]:
+        e["source"], e["target"] = e["source"].removesuffix("_error"), e["target"].removesuffix("_error")
+    extra = dict(next(n for n in ct["nodes"] if n["feature_type"] == "cross layer transcoder"), node_id="1_47_x",
+                 feature=cantor_pair(1, 47), layer="1", ctx_idx=T - 1)  # a block-2 feature the collided id feeds:
+    ct["nodes"].append(extra)  # only the layer-0 feature can (block 2's error node is above it)
+    ct["links"].append({"source": f"0_2_{T - 1}", "target": "1_47_x", "weight": 0.5})
+    obj["links"].append(ct["links"][-1])
+    back = read_graph_json(json.dumps(ct).encode())
+    f_at, e_at = (int(back.nodes.index[back.nodes["key"] == k][0]) for k in (f"f0.{T - 1}.2", f"e2.{T - 1}"))
+    src, tgt = back.links["source"].to_numpy(), back.links["target"].to_numpy()
+    assert (tgt == f_at).sum() == sum(e["target"] == f"0_2_{T - 1}" for e in obj["links"]) > 0
+    assert (tgt == e_at).sum() == 0
+    layer_of = dict(zip(back.nodes["node_id"], back.nodes["layer"]))
+    decided = [j for j, e in enumerate(obj["links"]) if e["source"] == f"0_2_{T - 1}" and layer_of[e["target"]] <= 2]
+    assert decided and all(src[j] == f_at for j in decided)
+    undecided = sum(e["source"] in (f"0_2_{T - 1}", f"0_2_{T - 1}_error") and back.nodes.loc[
+        back.nodes["node_id"] == e["target"], "layer"].max() > 2 for e in obj["links"])
+    assert back.ambiguous_links == undecided > 0 and "ambiguous" in repr(back)
