@@ -110,6 +110,10 @@ def show_upload(data: bytes, name: str) -> None:
             "(at node_threshold "
             f"{g.metadata['node_threshold'] if g.metadata['node_threshold'] is not None else 'not given'}). Remove "
             "the file above to compute a graph for the text in the sidebar.")
+    if g.ambiguous_links:
+        st.warning(f"{g.ambiguous_links} of its links name an id that circuit-tracer gave two nodes (a layer-0 feature "
+                   "numbered b and block b's error node at the same position): they are drawn from the error node, "
+                   "as circuit-tracer's viewer draws them, though either could be their source.")
     k = st.columns(4)
     k[0].metric("nodes", f"{len(nodes):,}", help=f"{int(counts.get('feature', 0))} features, "
                                                  f"{int(counts.get('error', 0))} error nodes, "

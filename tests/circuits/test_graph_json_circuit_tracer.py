@@ -151,6 +151,7 @@ def test_circuit_tracer_writes_the_same_file_for_the_same_graph(files):
     ours, theirs = (json.loads(files[k].read_text()) for k in ("ours", "theirs"))
     assert ours["metadata"] == theirs["metadata"] and ours["qParams"] == theirs["qParams"]
     assert ours["metadata"]["prompt_tokens"][:5] == ["<|endoftext|>", "Z", "or", "b", "in"]
+    assert not any(n["node_id"].endswith("_error") for n in ours["nodes"])  # no id of circuit-tracer's collides here
     assert [n["node_id"] for n in ours["nodes"]] == [n["node_id"] for n in theirs["nodes"]]
     kinds = [n["feature_type"] for n in theirs["nodes"]]
     counts = {k: kinds.count(k) for k in set(kinds)}  # 74 features and 14 error nodes kept on this machine
