@@ -161,3 +161,14 @@ def graph_file(_graph) -> bytes:
     with tempfile.TemporaryDirectory() as d:
         return save_graph(_graph, Path(d) / "graph.safetensors").read_bytes()
 
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def feature_labels(_m, key: str, kind: str, features: tuple) -> dict:
+    """{(layer, feature): its short measured label} for the graph's drawn features, over the shipped transcoders of
+    ``kind`` (``si.feature_labels``: read from the ``labels.json`` shipped beside them when it fits, else measured on
+    held-out text)."""
+    from sprout_interp.features.labels import feature_labels as measured
+
+    ts = None if kind == "clt" else graph_transcoders(_m, key)
+    df = measured(_m, ts, list(features), kind=kind)
+    return {(int(r.layer), int(r.feature)): str(r.label) for r in df.itertuples()}

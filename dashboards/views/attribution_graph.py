@@ -8,6 +8,7 @@ import compute
 import graph_cards
 import graph_compute
 import graph_export
+import graph_hover
 import link
 import qk_compute
 import qk_view
@@ -20,7 +21,7 @@ from sprout_interp.core.errors import TranscoderNotFoundError
 from sprout_interp.core.texts import TEXTS
 from sprout_interp.plots.common import show_token
 from sprout_interp.plots.features import contexts_html, logit_effect_chart
-from sprout_interp.plots.graph import KIND_CODES, attribution_graph_figure, group_nodes, node_key
+from sprout_interp.plots.graph import KIND_CODES, attribution_graph_figure, group_nodes, node_key, shown_labels
 
 state.header(
     "Attribution graph",
@@ -36,6 +37,7 @@ strs = compute.str_tokens(m, key, text)
 T = len(strs)
 MAX_FEATURES = [512, 1024, 2048, 4096, 8192]
 MAX_EDGES = 600  # the strongest edges drawn (thousands of faint lines hide the graph)
+N_LABELS = 16  # the most influential nodes labelled on the graph (more crowd it; every node's label is in its hover)
 # a prompt of at most this many tokens is graphed on the page's first load (the chapter's 57 tokens: the page in
 # 2.6 s beside a training run); a longer one (its cost grows with its positions: 8 s for 197 tokens of Sprout) once
 # asked (benchmarks/dashboard_interaction.py --pages graph)
@@ -179,19 +181,33 @@ def _supers(raw: list[str]) -> list[str] | None:
     return out or None
 
 
+def _named(raw: list[str]) -> list[str] | None:
+    out: dict[str, str] = {}
+    for r in raw:
+        k_, sep, text_ = r.partition(":")
+        text_ = text_.strip()
+        if not sep or k_ not in index_of or not 1 <= len(text_) <= 40:
+            return None
+        out[k_] = text_
+    return [f"{k_}:{t_}" for k_, t_ in out.items()] or None
+
+
 link.bind("node_threshold", "ag_node_thr", link.number_in(0.1, 1.0))
 link.bind("edge_threshold", "ag_edge_thr", link.number_in(0.5, 1.0))
 link.bind("pin", "ag_pins", _pins, list, many=True, valid=KEY_FORMS)
 link.bind("super", "ag_super", _supers, list, many=True,
            valid="name:key,key,… (a name of 1 to 40 characters without ':' or ','; " + KEY_FORMS + ")")
+link.bind("label", "ag_labels", _named, list, many=True,
+          valid="key:text (a node key of this graph, then the label, 1 to 40 characters; " + KEY_FORMS + ")")
 link.bind("card", "ag_card", lambda raw: raw if raw in index_of and raw.startswith("f") else None,
            valid="a feature node of this graph: f<layer>.<pos>.<feature> (layer 0 to "
                  f"{L - 1}, pos 0 to {P - 1})")
 st.session_state.setdefault("ag_node_thr", 0.8)
 st.session_state.setdefault("ag_edge_thr", 0.98)
-for k_ in ("ag_pins", "ag_super"):  # a graph of another prompt: pins it does not hold are let go
+for k_ in ("ag_pins", "ag_super", "ag_labels"):  # a graph of another prompt: pins it does not hold are let go
     st.session_state[k_] = [x for x in st.session_state.get(k_) or []
-                            if all(y in index_of for y in (x.partition(":")[2].split(",") if k_ == "ag_super" else [x]))]
+                            if all(y in index_of for y in (x.partition(":")[2].split(",") if k_ == "ag_super"
+                                                          else [x.partition(":")[0]] if k_ == "ag_labels" else [x]))]
 if st.session_state.get("ag_card") not in index_of:
     st.session_state.pop("ag_card", None)
 
@@ -219,16 +235,31 @@ if own:
     feats = tuple(sorted({(int(r.layer), int(r.feature)) for r in nodes[nodes["kind"] == "feature"].itertuples()}))
     with state.shown_errors("the features' tokens"):
         top = graph_compute.graph_promoted(m, key, feats)
+    with state.shown_errors("the features' labels"):
+        lab = graph_compute.feature_labels(m, key, graph_compute.graph_kind(), feats)
+    measured = {r.key: lab[(int(r.layer), int(r.feature))] for r in nodes[nodes["kind"] == "feature"].itertuples()
+                if (int(r.layer), int(r.feature)) in lab}
+else:
+    top, measured = {}, {}
     notes = {r.key: "promotes " + ", ".join(show_token(t) for t in top.get((int(r.layer), int(r.feature)), []))
              for r in nodes[nodes["kind"] == "feature"].itertuples()}
+typed = dict(x.partition(":")[::2] for x in st.session_state.get("ag_labels") or [])
+labels = shown_labels(nodes, top if own else {}, typed, measured)
 drawn, drawn_edges = group_nodes(nodes, edges, supers)
-fig = attribution_graph_figure(drawn, drawn_edges, tokens, L, pinned=pins, notes=notes, max_edges=MAX_EDGES)
+labels.update({f"S:{name}": name for name in supers})
+fig = attribution_graph_figure(drawn, drawn_edges, tokens, L, pinned=pins, notes=notes, max_edges=MAX_EDGES,
+                               labels=labels, n_labels=N_LABELS)
 st.markdown(f"**The graph of the prompt** ({P} positions, `<|endoftext|>` first): features (circles), error nodes "
             "(grey squares) and token embeddings (green triangles) writing into the logits (orange stars); "
             "x = position, y = block (from 1). It opens on the last position, where the prediction is made.")
-last = fig.layout.xaxis.range[1]  # the right end: the prediction, and the rows' names beside it
-scrolling.chart(fig, "attribution graph", "ag_graph_box", last, on_select="rerun", selection_mode="points",
-                key="ag_graph")
+if fig.layout.width is None:  # the whole graph fits the page: drawn as wide as the page's column
+    with st.container(key="ag_graph_box"):
+        show.chart(fig, "attribution graph", width="stretch", on_select="rerun", selection_mode="points",
+                   key="ag_graph")
+else:  # a prompt too long to fit: its own width in a box that scrolls, opened on the last position
+    scrolling.chart(fig, "attribution graph", "ag_graph_box", fig.layout.xaxis.range[1], on_select="rerun",
+                    selection_mode="points", key="ag_graph")
+graph_hover.hover_edges("ag_graph_box")
 shown_e = min(len(drawn_edges), MAX_EDGES)
 st.caption(f"Drawn: {int((nodes['kind'] == 'feature').sum())} features, {int((nodes['kind'] == 'error').sum())} error "
            f"nodes, {P} embeddings and {graph.n_logits} logit(s) of {len(nodes_all):,} nodes (prune_graph at "
@@ -241,7 +272,7 @@ st.caption(f"Drawn: {int((nodes['kind'] == 'feature').sum())} features, {int((no
 # -- pins and supernodes ------------------------------------------------------------------------------------------
 
 
-def _label(k_: str) -> str:
+def _what(k_: str) -> str:
     r = nodes_all.iloc[index_of[k_]]
     tok = repr(str(r["token"]))
     if r["kind"] == "feature":
@@ -251,6 +282,10 @@ def _label(k_: str) -> str:
     if r["kind"] == "embedding":
         return f"embedding · pos {int(r['pos'])} {tok}"
     return f"logit {tok}"
+
+
+def _label(k_: str) -> str:
+    return _what(k_) + (f" · {labels[k_]!r}" if labels.get(k_) else "")
 
 
 st.subheader("Pinned nodes and supernodes")
@@ -280,6 +315,21 @@ if st.session_state.get("ag_super"):
     st.multiselect("supernodes (drawn as one diamond each, edges summed; remove one here)",
                    list(st.session_state["ag_super"]), key="ag_super",
                    format_func=lambda s: f"{s.partition(':')[0]} ({len(s.partition(':')[2].split(','))} nodes)")
+if clicked_key in index_of:
+    with st.form("ag_name", clear_on_submit=True, border=False):
+        c = st.columns([3, 1], vertical_alignment="bottom")
+        said_ = c[0].text_input(f"your label for the node clicked last ({_label(clicked_key)}; now "
+                                f"{labels.get(clicked_key, 'none')!r}): drawn on the graph and kept in the link",
+                                key="ag_label_text", max_chars=40)
+        named_ = c[1].form_submit_button("set the label")
+    if named_ and state.clean_text(said_ or "").strip():
+        rest = [x for x in st.session_state.get("ag_labels") or [] if x.partition(":")[0] != clicked_key]
+        st.session_state["ag_labels"] = rest + [f"{clicked_key}:{state.clean_text(said_).strip()[:40]}"]
+        st.rerun()
+if st.session_state.get("ag_labels"):
+    st.multiselect("your labels (remove one here to go back to the measured label)",
+                   list(st.session_state["ag_labels"]), key="ag_labels",
+                   format_func=lambda s: f"{s.partition(':')[0]}: {s.partition(':')[2]}")
 
 # -- the pinned nodes on their own, and the clicked node's card (any kind): graph_cards -------------------------------
 
@@ -342,11 +392,14 @@ else:
 # -- tables and the file ----------------------------------------------------------------------------------------------
 
 with st.expander("the drawn nodes and edges (tables)"):
-    cols = ["key", "kind", "layer", "block", "pos", "feature", "token", "activation", "logit_prob", "influence"]
-    show.table(nodes[cols].sort_values("influence", ascending=False), "graph nodes")
+    cols = ["key", "label", "kind", "layer", "block", "pos", "feature", "token", "activation", "logit_prob",
+            "influence"]
+    show.table(nodes.assign(label=nodes["key"].map(labels).fillna(""))[cols].sort_values("influence",
+                                                                                          ascending=False),
+               "graph nodes")
     show.table(edges.assign(source=[keys[i] for i in edges["source"]], target=[keys[i] for i in edges["target"]]),
                 "graph edges")
 st.download_button(f"⬇ the whole graph ({len(nodes_all):,} nodes) as a .safetensors file (reopen it above, or with "
                    "si.load_graph)", data=lambda: graph_compute.graph_file(graph), file_name="attribution_graph.safetensors",
                    mime="application/octet-stream", on_click="ignore", key="ag_download")
-graph_export.download(graph, node_thr, edge_thr)
+graph_export.download(graph, node_thr, edge_thr, labels=labels)

@@ -83,9 +83,13 @@ def test_the_default_view_is_the_second_plax_with_its_scores_and_command(first):
     assert f"[0, :{end}], max_feature_nodes=2048" in code and "TEXTS['story']" in code and "graph_scores" in code
     spec = graph_spec(at)
     assert spec["layout"]["yaxis"]["ticktext"] == ["embeddings", "block 1", "block 2", "block 3", "block 4", "logits"]
-    ticks = spec["layout"]["xaxis"]["ticktext"]
+    ticks = [a["text"] for a in spec["layout"]["annotations"] if a.get("name") == "token"]
     first_pl = strs.index(" Pl") + 1  # <|endoftext|> goes first
     assert len(ticks) == end + 1 and ticks[0].startswith("0: &lt;|endof") and ticks[first_pl] == f"{first_pl}: ␣Pl"
+    assert spec["layout"]["meta"]["fits"] and "width" not in spec["layout"]  # the page's width, no sideways scroll
+    drawn = [a["text"] for a in spec["layout"]["annotations"] if a.get("name") == "node label"]
+    top = metrics["top logit"][1:-1]  # the top logit named first, as its token and probability
+    assert len(drawn) >= 12 and drawn[0].startswith("␣" * (len(top) - len(top.lstrip(" "))) + top.lstrip(" ") + " (p ")
     assert at.query_params["node_threshold"] == "0.8" and at.query_params["edge_threshold"] == "0.98"
 
 
@@ -168,3 +172,24 @@ def test_gpt1_says_it_has_no_transcoders():
     at = ok(run(model="gpt-1"))
     assert "gpt-1 has no transcoders" in said(at) and "sprout" in said(at)
     assert not at.get("plotly_chart")
+
+
+def test_a_typed_label_replaces_the_measured_one_and_lives_in_the_link():
+    """A label typed for a node (the link's label=key:text) is drawn on the graph in place of the one made from its
+    promoted tokens, shown in the nodes' table and kept in the link; a link's label for a node the graph lacks is
+    named with the valid form."""
+    spec = graph_spec(ok(run()))  # the default view (the module's first view has been changed by other tests)
+    feat = next(line.rsplit("key ", 1)[1] for t in spec["data"] if t.get("name") == "feature"
+                for line in t["hovertext"] if line.split("<br>")[0].startswith("<i>"))
+    at = ok(run({"label": f"{feat}:the Plax reader"}))
+    spec = graph_spec(at)
+    drawn = [a["text"] for a in spec["layout"]["annotations"] if a.get("name") == "node label"]
+    hover = next(line for t in spec["data"] if t.get("name") == "feature" for line in t["hovertext"]
+                 if line.endswith(f"key {feat}"))
+    assert hover.startswith("<i>the Plax reader</i>")
+    assert at.query_params["label"] == f"{feat}:the Plax reader"
+    table = next(df.value for df in at.dataframe if "label" in df.value.columns)
+    assert table.set_index("key").loc[feat, "label"] == "the Plax reader"
+    assert drawn  # the strongest nodes keep their labels
+    bad = ok(run({"label": "f9.9.9:nothing"}))
+    assert "label=f9.9.9:nothing" in said(bad) and "key:text" in said(bad)
