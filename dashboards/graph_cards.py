@@ -58,17 +58,19 @@ def _move(table_key: str, keys_shown: list[str], index_of: dict) -> None:
 def _list(df, keys: list[str], label: Callable[[str], str], drawn: set, this: str, side: str, index_of: dict):
     """One ranked list: the other end's name and key, block, position, the weight and its shares; clickable rows."""
     other = [keys[i] for i in df["node"]]
-    pair = (lambda k: (index_of[k], index_of[this])) if side == "inputs" else (lambda k: (index_of[this], index_of[k]))
+    # an edge is (target, source): into this node from a source, or out of it into a target
+    pair = (lambda k: (index_of[this], index_of[k])) if side == "inputs" else (lambda k: (index_of[k], index_of[this]))
     view = df.assign(name=[label(k) for k in other], key=other,
                      drawn=[pair(k) in drawn for k in other])
-    cols = ["rank", "name", "key", "block", "pos", "weight", "share"] + \
+    cols = ["rank", "name", "key", "weight", "share"] + \
         (["target_share"] if side == "outputs" else []) + ["drawn"]
-    table_key = f"ag_nc_{side}_{this}"
+    table_key = f"ag_nc_{side}_{this.replace('.', '_')}"  # a key a CSS class can name (a browser test finds it)
     st.dataframe(view[cols], hide_index=True, key=table_key, on_select=lambda: _move(table_key, other, index_of),
                  selection_mode="single-row", width="stretch",
                  column_config={
                      "rank": st.column_config.NumberColumn("#", width="small"),
-                     "name": st.column_config.TextColumn("node", width="large"),
+                     "name": st.column_config.TextColumn("node", width="medium"),
+                     "key": st.column_config.TextColumn("key", width="small"),
                      "weight": st.column_config.NumberColumn("weight", format="%+.4f",
                                                              help="adjacency[target, source]: the direct effect, in "
                                                                   "the target's units"),
@@ -111,21 +113,23 @@ def node_card(graph, gkey: str, keys: list[str], index_of: dict, label: Callable
                f"{outs.attrs['abs_sum']:.3f}), not only the edges drawn above ('drawn' marks those). Weight: the "
                "direct effect in the target's units (a feature's pre-activation, a logit minus the mean logit). "
                "**Click a row to open that node's card.**")
-    left, right = st.columns(2)
-    with left:
+    # the two lists one above the other, each the page's width (side by side, a 1280-px window's half column cut
+    # their weights off)
+    with st.container():
         st.markdown(f"**Strongest inputs** (top {len(ins)} of {ins.attrs['count']:,})")
         if len(ins):
             _list(ins, keys, label, drawn, this, "inputs", index_of)
         else:
             st.caption("None: an error node or an embedding reads nothing in the graph (it is a source).")
-    with right:
+    with st.container():
         st.markdown(f"**Strongest outputs** (top {len(outs)} of {outs.attrs['count']:,})")
         if len(outs):
             _list(outs, keys, label, drawn, this, "outputs", index_of)
         else:
-            st.caption("None: a logit node writes into nothing (it is a target).")
-    st.caption(f"Reproduce: `ins, outs = si.node_edges(g, {node}, n={N_EDGES})` (g: this graph{model_hint}; node "
-               f"{node} is {this}).")
+            st.caption("None: a logit node writes into nothing (it is a target)." if this.startswith("l") else
+                       "None: no node of the graph reads what it writes (the logits read only the last position).")
+    st.caption(f"Reproduce: `ins, outs = si.node_edges(g, {this!r}, n={N_EDGES})` (g: this graph{model_hint}; "
+               f"{this} is node {node}).")
 
 
 def subgraph_pane(graph, gkey: str, keys: list[str], index_of: dict, pins: list[str], supers: dict,
@@ -153,7 +157,7 @@ def subgraph_pane(graph, gkey: str, keys: list[str], index_of: dict, pins: list[
         return
     names = {int(r["id"]): (r["name"] if r["kind"] == "supernode" else subgraph_label(r)) for _, r in nodes.iterrows()}
     fig = subgraph_figure(nodes, edges, tokens, graph.n_layers, value=value,
-                          title=f"subgraph: {len(nodes)} nodes, each edge {VALUE_NAMES[value]}")
+                          title=f"subgraph: {len(nodes)} nodes; edges: {value}")
     show.chart(fig, "subgraph", key="ag_subgraph")
     st.caption("**total**: the change of the target's input if the source's write were removed, summed over every "
                "path whose inner nodes are unpinned features (pinned nodes, error nodes and embeddings held; target "
@@ -163,9 +167,11 @@ def subgraph_pane(graph, gkey: str, keys: list[str], index_of: dict, pins: list[
                "edges (its own inside edges dropped).")
     key_of = {int(r["id"]): (f"S:{r['name']}" if r["kind"] == "supernode" else keys[int(r["node"])])
               for _, r in nodes.iterrows()}
-    table = edges.assign(source_name=edges["source"].map(names), source_key=edges["source"].map(key_of),
-                         target_name=edges["target"].map(names), target_key=edges["target"].map(key_of))
-    show.table(table[["source_name", "source_key", "target_name", "target_key", "total", "weight", "share"]],
-               "subgraph edges", width="stretch")
-    sup = {name: list(ms) for name, ms in groups}
-    st.caption(f"Reproduce: `si.subgraph(g, {list(alone)}, {sup})` (node indices of this graph).")
+    table = edges.assign(source=edges["source"].map(names), source_key=edges["source"].map(key_of),
+                         target=edges["target"].map(names), target_key=edges["target"].map(key_of))
+    show.table(table[["source", "source_key", "target", "target_key", "total", "weight", "share"]],
+               "subgraph edges", width="stretch", key="ag_sg_table",
+               column_config={"source_key": "source key", "target_key": "target key",
+                              "share": st.column_config.NumberColumn("share", format="percent")})
+    sup = {name: [keys[i] for i in ms] for name, ms in groups}
+    st.caption(f"Reproduce: `si.subgraph(g, {[keys[i] for i in alone]}, {sup})` (g: this graph; nodes by key).")

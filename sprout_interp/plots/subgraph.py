@@ -120,7 +120,8 @@ def subgraph_figure(nodes: pd.DataFrame, edges: pd.DataFrame, tokens: Sequence[s
         fig.add_annotation(x=tx, y=ty, ax=sx, ay=sy, xref="x", yref="y", axref="x", ayref="y", showarrow=True,
                            arrowhead=2, arrowsize=1.0, arrowwidth=1 + 5 * abs(v) / big, arrowcolor=colour,
                            opacity=0.35 + 0.5 * abs(v) / big, standoff=9, startstandoff=9, text="")
-        lx, ly = _label_place(sx, sy, tx, ty, list(xy.values()), placed, column_px, row_px)
+        lx, ly = _label_place(float(sx), float(sy), float(tx), float(ty), list(xy.values()), placed,
+                              float(column_px), float(row_px))
         placed.append((lx, ly))
         fig.add_annotation(x=lx, y=ly, xref="x", yref="y", showarrow=False,
                            text=_fmt(v, value), font=dict(size=11, color=colour), bgcolor="rgba(255,255,255,0.85)",
