@@ -444,3 +444,24 @@ def test_circuit_tracers_colliding_ids(graph, tmp_path):
     undecided = sum(e["source"] in (f"0_2_{T - 1}", f"0_2_{T - 1}_error") and back.nodes.loc[
         back.nodes["node_id"] == e["target"], "layer"].max() > 2 for e in obj["links"])
     assert back.ambiguous_links == undecided > 0 and "ambiguous" in repr(back)
+
+
+def test_a_cross_layer_transcoder_graph_round_trips(model, tmp_path):
+    """A CLT graph writes the same format (circuit-tracer names every feature "cross layer transcoder"), its scan
+    naming the kind, and reads back to the pruned tables."""
+    from sprout_interp.circuits.local_replacement import random_clt
+
+    tokens = torch.randint(1, 64, (12,), generator=torch.Generator().manual_seed(3))
+    g = attribution_graph(model, tokens, random_clt(model, d_transcoder=48, density=0.1, seed=2), batch_size=7)
+    assert g.info["transcoder_kind"] == "clt"
+    p = save_graph_json(g, tmp_path, "clt", node_threshold=NODE_THR)
+    back = load_graph_json(p)
+    assert back.metadata["scan"] == "tiny-clt"
+    nodes, edges = graph_tables(g, NODE_THR, 0.98)
+    assert list(back.nodes["key"]) == list(nodes["key"]) and (back.nodes["kind"] == "feature").sum() > 0
+    assert len(back.links) == len(edges) > 0
+    key = dict(zip(nodes["node"], nodes["key"]))
+    want = {(key[s], key[t]): w for s, t, w in zip(edges["source"], edges["target"], edges["weight"])}
+    bk = list(back.nodes["key"])
+    got = {(bk[s], bk[t]): w for s, t, w in zip(back.links["source"], back.links["target"], back.links["weight"])}
+    assert got.keys() == want.keys() and max(abs(got[k] - want[k]) for k in got) <= 1e-6
