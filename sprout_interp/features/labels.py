@@ -397,7 +397,8 @@ def feature_labels(model, transcoders: TranscodersArg = None, features=None, *, 
     ``continued_share`` (0-1: on repeated tokens, on repeated pairs), ``promoted`` (the token its
     direction raises most) with ``promoted_logit`` (logits per unit of activation) and ``promoted_margin``.
     ``attrs``: ``source`` ("file" or "measured"), ``settings``, ``kind``. Raises ArgumentError naming a bad
-    argument, TranscoderMismatchError for transcoders of another model.
+    argument and its valid range, AttributionGraphError for a ``kind`` that is not one, TranscoderNotFoundError when
+    the model ships none of that kind, TranscoderMismatchError for transcoders of another model.
     """
     m = as_hooked(model)
     ts = _resolve(m, transcoders, kind)
