@@ -183,29 +183,34 @@ def _blocks(A: Tensor, mask: Optional[Tensor], rows: Tensor, cols: Tensor) -> Te
 
 def _through_rest(graph: AttributionGraph, A: Tensor, mask: Optional[Tensor], pinned: Tensor
                   ) -> Float[Tensor, "p p"]:
-    """``total`` between every pair of pinned nodes (rows = targets), float64: see the module docstring."""
-    nF, n = graph.n_features, A.shape[0]
-    free = torch.ones(nF, dtype=torch.bool)
-    free[pinned[pinned < nF]] = False
-    R = free.nonzero()[:, 0]  # the unpinned features: the only nodes with both inputs and outputs
-    act = torch.tensor(graph.nodes["activation"].to_numpy()[:nF], dtype=torch.float64)[R]
+    """``total`` between every pair of pinned nodes (rows = targets), float64: see the module docstring.
+
+    One pass over the features' layers in order (a feature reads only features of earlier layers): ``z`` (n_features,
+    p) is what each pinned node's write adds to each feature's input through unpinned features, ``z[l] = A[l, P] +
+    A[l, <l] (z[<l] / a)``, with a pinned feature passing nothing on (its ``1 / a`` set to 0)."""
+    nF = graph.n_features
+    act = torch.tensor(graph.nodes["activation"].to_numpy()[:nF], dtype=torch.float64)
     inv = torch.where(act != 0, 1 / act.masked_fill(act == 0, 1.0), torch.zeros_like(act))  # a feature at 0 writes 0
+    inv[pinned[pinned < nF]] = 0.0  # paths through a pinned node are the subgraph's own
     direct = _blocks(A, mask, pinned, pinned)
-    if not R.numel():
+    if not nF:
         return direct
-    z0 = _blocks(A, mask, R, pinned)  # what each pinned node writes into each free feature's input
-    z = z0.clone()
-    step = max(1, _ROWS // max(int(R.numel()), 1))
-    for _ in range(graph.n_layers + 2):  # each step reaches one layer further
-        scaled = z * inv[:, None]
-        new = z0.clone()
-        for i in range(0, int(R.numel()), step):
-            new[i:i + step] += _blocks(A, mask, R[i:i + step], R) @ scaled
-        if torch.equal(new, z):
-            return direct + _blocks(A, mask, pinned, R) @ (z * inv[:, None])
-        z = new
-    raise AttributionGraphError(f"paths did not end after {graph.n_layers + 2} steps in a graph of {n} nodes: the "
-                                "adjacency has a cycle among its features, so it is not an attribution graph")
+    feats = torch.arange(nF)
+    z = _blocks(A, mask, feats, pinned)  # what each pinned node writes into each feature's input directly
+    layer = torch.tensor(graph.nodes["layer"].to_numpy()[:nF])
+    starts = torch.searchsorted(layer, torch.arange(int(layer.max()) + 2)).tolist() if nF else [0]
+    for lo, hi in zip(starts[:-1], starts[1:]):  # the features of one layer: rows lo..hi, their sources 0..lo
+        if hi <= lo or lo == 0:
+            continue
+        scaled = z[:lo] * inv[:lo, None]
+        step = max(1, _ROWS // lo)
+        for r in range(lo, hi, step):
+            rows = slice(r, min(hi, r + step))
+            part = A[rows, :lo].double()
+            if mask is not None:
+                part = part * mask[rows, :lo]
+            z[rows] += part @ scaled
+    return direct + _blocks(A, mask, pinned, feats) @ (z * inv[:, None])
 
 
 def subgraph(graph: AttributionGraph, nodes: Sequence, supernodes: Optional[Mapping] = None,

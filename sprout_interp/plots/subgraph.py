@@ -84,10 +84,10 @@ def subgraph_figure(nodes: pd.DataFrame, edges: pd.DataFrame, tokens: Sequence[s
     to the highest node (``row_px`` pixels; embeddings, block 1 … block ``n_layers``, logits). Each edge an arrow
     from source to target, blue positive, red negative, as wide as ``|value|`` relative to the largest, its
     ``value`` (a column of ``edges``: :data:`VALUES`) written on it; the ``max_edges`` strongest drawn. A node's
-    name (:func:`subgraph_label`, or ``labels[id]``) is written above it; its hover lists a supernode's members.
-    Each node's ``customdata`` is ``[id, node index]`` (-1 for a supernode); ``layout.meta`` holds ``{"value":
-    value, "edges": [[source id, target id, value], ...]}`` as drawn. AttributionGraphError for another
-    ``value``."""
+    name (:func:`subgraph_label`, or ``labels[id]``) is written above it (an embedding's below, away from its
+    arrows); its hover lists a supernode's members. Each node's ``customdata`` is ``[id, node index]`` (-1 for a
+    supernode); ``layout.meta`` holds ``{"value": value, "edges": [[source id, target id, value], ...]}`` as drawn.
+    AttributionGraphError for another ``value``."""
     if value not in VALUES:
         raise AttributionGraphError(f"value must be one of {sorted(VALUES)} (a column of subgraph()'s edges), got "
                                     f"{describe(value)}")
@@ -142,7 +142,7 @@ def subgraph_figure(nodes: pd.DataFrame, edges: pd.DataFrame, tokens: Sequence[s
                          f"{escape_label(tok)}<br>{more}")
         fig.add_trace(go.Scatter(
             x=part["x"], y=part["y"], mode="markers+text", name=kind, text=[escape_label(s) for s in names],
-            textposition="top center", textfont=dict(size=12),
+            textposition="bottom center" if kind == "embedding" else "top center", textfont=dict(size=12),
             marker=dict(size=16 if kind == "supernode" else 13, color=_COLOURS[kind], symbol=_SYMBOLS[kind],
                         line=dict(width=1, color="black")),
             customdata=[[int(i), int(nd)] for i, nd in zip(part["id"], part["node"])],
