@@ -40,6 +40,7 @@ from sprout_interp.core.files import as_path, read_json
 from sprout_interp.core.fingerprints import fingerprint, fingerprint_mismatch
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import as_hooked
+from sprout_interp.core.texts import TEXTS
 from sprout_interp.core.tokens import eot_id
 from sprout_interp.features.clt import CrossLayerTranscoder, clt_folder, load_clt
 from sprout_interp.features.transcoder import (
@@ -525,14 +526,15 @@ def random_transcoders(model, k: int = 32, d_transcoder: Optional[int] = None, s
 def random_clt(model, d_transcoder: Optional[int] = None, density: float = 0.02, seed: int = 0
                ) -> CrossLayerTranscoder:
     """A seeded random cross-layer transcoder for ``model``, scaled to its own feed-forward inputs and outputs (on
-    seeded random token ids): a baseline for tests, benchmarks and comparisons (a graph is exact for any CLT).
+    the ready-made texts of :mod:`sprout_interp.core.texts`, or seeded random token ids for a model without a
+    tokenizer): a baseline for tests, benchmarks and comparisons (a graph is exact for any CLT).
 
     Encoder rows Gaussian over the inputs' mean norm (pre-activations of order 1), ``b_enc`` small; each layer's
     thresholds the ``1 - density`` quantile of its pre-activations on those tokens (about ``density *
     d_transcoder`` features active per token and layer, none exactly at a threshold); each feature's decoder to a
     later layer ``j`` a Gaussian row over ``sqrt(d_model)`` times layer ``j``'s mean output norm over ``sqrt(active
-    features writing there)``; ``b_dec`` a small random part of the output. ``d_transcoder`` defaults to
-    ``4 * d_model``."""
+    features writing there)``; ``b_dec`` a small random part of the output (sizes measured at positions 1 on).
+    ``d_transcoder`` defaults to ``4 * d_model``."""
     m = as_hooked(model)
     d, L = m.cfg.d_model, m.cfg.n_layers
     d_transcoder = check_count(4 * d if d_transcoder is None else d_transcoder, "d_transcoder", high=1 << 20,
@@ -542,13 +544,21 @@ def random_clt(model, d_transcoder: Optional[int] = None, density: float = 0.02,
                                     f"{describe(density)}")
     seed = check_count(seed, "seed", low=0, error=AttributionGraphError)
     g = torch.Generator().manual_seed(seed)
-    tokens = torch.randint(0, m.cfg.d_vocab, (4, min(64, m.cfg.n_ctx)), generator=g)
+    n = min(64, m.cfg.n_ctx)
+    tokens = torch.randint(0, m.cfg.d_vocab, (4, n), generator=g)
+    if m.tokenizer is not None:  # the ready-made texts: a model's outputs on random ids can be far from its text's
+        ids = [m.to_tokens(TEXTS[k])[0] for k in ("story", "dialogue", "description")]
+        n = min(n, *(t.numel() for t in ids))
+        tokens = torch.stack([t[:n].cpu() for t in ids])
     names = [n for i in range(L) for n in (act_name("normalized", i, "ln2"), act_name("mlp_out", i))]
     with m.lock:
         _, cache = m.run_with_cache(tokens.to(m.device), names_filter=names)
     clt = CrossLayerTranscoder(L, d, d_transcoder, {"model_name": m.name or "", "fingerprint": fingerprint(m),
                                                     "random_seed": seed})
     n_active = max(1.0, density * d_transcoder)
+    # sizes from positions 1 on: a feed-forward's output at position 0 can be far larger (an attention sink's), and
+    # a graph with bos holds no features there
+    cache = {k: v[:, 1:] for k, v in cache.items()}
     for i in range(L):
         x = mlp_input(m, i, cache[names[2 * i]]).float().cpu()
         xn = x.norm(dim=-1).mean().item()
