@@ -125,13 +125,16 @@ def show_upload(data: bytes, name: str) -> None:
     # the figure sizes nodes by influence: a file holds each node's cumulative share (smaller is stronger), so the
     # drawing uses 1 - that share (logits: 0, as in our own graphs); the hover names the file's own value
     nodes["influence"] = (1.0 - nodes["cumulative_influence"]).where(nodes["kind"] != "logit", 0.0).fillna(0.0)
-    fig = attribution_graph_figure(nodes, links[["source", "target", "weight"]], g.prompt_tokens, g.n_layers)
+    drawn = {r.key: str(r.label)[:40] for r in nodes.itertuples() if r.label and r.kind in ("feature", "logit")}
+    fig = attribution_graph_figure(nodes, links[["source", "target", "weight"]], g.prompt_tokens, g.n_layers,
+                                   labels=drawn)
     hover = {int(r.node): _hover(r) for r in nodes.itertuples()}
     for tr in fig.data:
         cd = getattr(tr, "customdata", None)
         if cd is not None and len(cd) and tr.hovertext is not None:
             tr.hovertext = [hover.get(int(c[1]), "") for c in cd]
-    st.markdown(f"**{state.md(g.slug)}**: {state.md(''.join(g.prompt_tokens)[-200:])}")
+    prompt = "".join(g.prompt_tokens)
+    st.markdown(f"**{state.md(g.slug)}**: {'…' if len(prompt) > 200 else ''}{state.md(prompt[-200:])}")
     if fig.layout.width:
         scrolling.chart(fig, "uploaded circuit-tracer graph", "ag_json_box", fig.layout.xaxis.range[1]
                         if fig.layout.xaxis.range else 0)
