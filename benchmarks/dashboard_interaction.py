@@ -21,6 +21,9 @@ then that page opened first on a freshly started server (the model's load includ
 gpt-1-sized model trained on random tokens in a subprocess with one torch thread, as a training run shares a
 machine), and stops it at the end, even on failure; the table's heading gives the steps it made.
 
+``--text short`` types a 50-token held-out text instead (the Attribution graph page graphs a typed text at once up to
+96 tokens; a 512-token one only when asked): ``--pages graph --text short`` times a typed text's graph.
+
 ``--text default`` opens every page on the dashboard's own default text (what a first visit shows: the pages'
 own defaults, several of them precomputed for the shipped checkpoints) instead of the typed 512-token text; first
 loads only (the interactions' values are the typed text's).
@@ -47,6 +50,7 @@ APP = ROOT / "dashboards" / "app.py"
 OWN_PATH = "a checkpoint folder or course .pt…"
 OWN_TEXT = "type your own…"
 N_TOKENS = 512
+SHORT_TOKENS = 50
 
 
 def text_of(model, n: int = N_TOKENS) -> tuple[str, str]:
@@ -283,8 +287,10 @@ def main(argv=None) -> int:
     ap.add_argument("--first-loads", type=int, default=1,
                     help="rounds of first loads over the pages (with --cold: each a fresh server's); the table gives "
                          "their median and the slowest")
-    ap.add_argument("--text", choices=["typed", "default"], default="typed",
-                    help=f"typed: a {N_TOKENS}-token held-out text typed in; default: the dashboard's own default text")
+    ap.add_argument("--text", choices=["typed", "default", "short"], default="typed",
+                    help=f"typed: a {N_TOKENS}-token held-out text typed in; default: the dashboard's own default text; "
+                         f"short: a {SHORT_TOKENS}-token held-out text typed in (the attribution graph computes a typed "
+                         "text's graph at once up to 96 tokens)")
     a = ap.parse_args(argv)
     for page in list(INTERACTIONS):
         if page not in a.pages:
@@ -313,18 +319,19 @@ def main(argv=None) -> int:
     with training_load(a.load) as load:
         for key, path in models:
             m = si.load(path or key)
-            text, source = text_of(m)
+            text, source = text_of(m, SHORT_TOKENS if a.text == "short" else N_TOKENS)
             if a.text == "default":
                 source = "the dashboard's default text"
             print(f"{key}: {m.cfg.n_layers} blocks, d_model {m.cfg.d_model}, {m.cfg.n_heads} heads; text: {source}; "
                   f"torch threads {torch.get_num_threads()}", file=sys.stderr)
-            rows += run_model(key, path, text if a.text == "typed" else None, a.reps, cold=a.cold,
+            rows += run_model(key, path, None if a.text == "default" else text, a.reps, cold=a.cold,
                               first_loads=a.first_loads)
             clicks += time_buttons(key, path, text) if a.buttons else []
     beside = (f"; beside one training thread ({load.last[0]} steps of a gpt-1-sized model in {load.last[1]:.0f} s)"
               if a.load else "")
     how = "each page first on an empty cache" if a.cold else "pages in this order, each reusing what earlier ones cached"
-    what = f"a typed {N_TOKENS}-token text" if a.text == "typed" else "the default text"
+    what = {"typed": f"a typed {N_TOKENS}-token text", "short": f"a typed {SHORT_TOKENS}-token text"}.get(
+        a.text, "the default text")
     loads = f"first load: median of {a.first_loads} rounds, " if a.first_loads > 1 else ""
     print(f"\nDashboard first load and redraw after one interaction (AppTest script run, {what}, "
           f"{how}, {loads}redraw: median of {a.reps} interleaved rounds; {os.cpu_count()} CPUs, torch threads "
