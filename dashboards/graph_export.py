@@ -58,17 +58,17 @@ def download(graph, node_threshold: float, edge_threshold: float, labels: Option
         return buf.getvalue()
 
     c = st.columns(2)
-    c[0].download_button(f"⬇ the pruned graph in circuit-tracer's JSON ({slug}.json; reopen it above, or with "
-                         "si.load_graph_json)", data=lambda: files()[f"{slug}.json"], file_name=f"{slug}.json",
-                         mime="application/json", on_click="ignore", key=f"{key}_file")
-    c[1].download_button("⬇ a folder for circuit-tracer's local server (.zip: the graph and graph-metadata.json)",
-                         data=zipped, file_name=f"{slug}.zip", mime="application/zip", on_click="ignore",
-                         key=f"{key}_zip")
-    st.caption(f"Both hold the graph as drawn (node_threshold={node_threshold:g}, edge_threshold={edge_threshold:g}), "
-               "with circuit-tracer's node ids and a label on every node. To open the folder in circuit-tracer's own "
-               "viewer: unpack it and run `python -c \"from circuit_tracer.frontend.local_server import serve; "
-               f"serve('{slug}'); input()\"` in its environment (its page loads d3 from the web). The same file from "
-               f"Python: `si.save_graph_json(graph, 'folder', '{slug}', node_threshold={node_threshold:g}, "
+    c[0].download_button("⬇ circuit-tracer's JSON (.json)", data=lambda: files()[f"{slug}.json"],
+                         file_name=f"{slug}.json", mime="application/json", on_click="ignore", key=f"{key}_file")
+    c[1].download_button("⬇ circuit-tracer's server folder (.zip)", data=zipped, file_name=f"{slug}.zip",
+                         mime="application/zip", on_click="ignore", key=f"{key}_zip")
+    st.caption(f"`{slug}.json` holds the graph pruned at this page's thresholds (node_threshold={node_threshold:g}, "
+               f"edge_threshold={edge_threshold:g}; pinned nodes that pruning drops are not in it) in circuit-tracer's "
+               "viewer format, with its node ids and a label on every node: reopen it above, or with "
+               "`si.load_graph_json`. The .zip holds it with `graph-metadata.json`, a folder circuit-tracer's local "
+               "server serves: unpack it and run `python -c \"from circuit_tracer.frontend.local_server import serve; "
+               f"serve('{slug}'); input()\"` in its environment (its page loads d3 from the web). The same graph from "
+               f"Python (default labels): `si.save_graph_json(graph, 'folder', '{slug}', node_threshold={node_threshold:g}, "
                f"edge_threshold={edge_threshold:g})`.")
 
 
