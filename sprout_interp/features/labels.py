@@ -231,9 +231,13 @@ def _activations(ts, m, layer: int, x: Tensor, features: list[int]) -> Float[Ten
 
 def _weights_sha256(ts, layer: int) -> str:
     """sha256 of the weights a layer's labels depend on (names, shapes and float32 values): a per-layer
-    transcoder's whole state; a cross-layer transcoder's whole state for every layer (its features' directions
-    span the layers)."""
-    sd = ts.state_dict() if isinstance(ts, CrossLayerTranscoder) else ts[layer].state_dict()
+    transcoder's whole state; of a cross-layer transcoder, the layer's encoder, biases and thresholds and its
+    decoder to every layer it writes to (``W_dec[layer]``)."""
+    if isinstance(ts, CrossLayerTranscoder):
+        sd = {"W_enc": ts.W_enc[layer], "b_enc": ts.b_enc[layer], "threshold": ts.threshold[layer],
+              "W_dec": ts.W_dec[layer]}
+    else:
+        sd = ts[layer].state_dict()
     h = hashlib.sha256()
     for name, t in sorted(sd.items()):
         h.update(f"{name}:{tuple(t.shape)};".encode())

@@ -301,8 +301,9 @@ def test_the_command_writes_labels_for_a_clt_folder_and_they_are_read_back(model
     # another request (settings, or weights changed) is measured, not read
     assert feature_labels(model, loaded, [(0, 0)], n_texts=5, length=32).attrs["source"] == "measured"
     with torch.no_grad():
-        loaded.W_dec[1].mul_(2)
+        loaded.W_dec[0].mul_(2)  # layer 0's features now promote through other weights
     assert feature_labels(model, loaded, [(0, 0)], **settings).attrs["source"] == "measured"
+    assert feature_labels(model, loaded, [(1, 0)], **settings).attrs["source"] == "file"  # layer 1's are unchanged
     fp, table = read_labels(model, folder / "labels.json")
     assert len(table) == clt.n_layers * clt.d_transcoder and fp["settings"]["n_texts"] == 4
     (folder / "labels.json").write_text("[1, 2]", encoding="utf-8")
