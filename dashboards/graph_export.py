@@ -8,7 +8,7 @@ import hashlib
 import io
 import re
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Optional
 
 import scrolling
@@ -37,18 +37,21 @@ def _labels(labels: Optional[Mapping]) -> Optional[dict]:
 
 
 def download(graph, node_threshold: float, edge_threshold: float, labels: Optional[Mapping[str, str]] = None,
+             pinned: Sequence[str] = (), supernodes: Optional[Mapping[str, Sequence[str]]] = None,
              slug: Optional[str] = None, key: str = "ag_json") -> None:
     """Two download buttons for ``graph`` pruned at the page's thresholds, in circuit-tracer's frontend JSON:
     ``<slug>.json`` (reopen it on this page, ``si.load_graph_json`` or circuit-tracer's viewer) and a .zip of the
     folder its local server serves. ``labels``: {node key: label} the page shows (written as each node's
-    ``clerp``); ``slug``: the file's name, by default the model's and the prompt's length."""
+    ``clerp``); ``pinned`` and ``supernodes`` (node keys) go into its ``qParams``, so circuit-tracer's viewer opens
+    with them; ``slug``: the file's name, by default the model's and the prompt's length."""
     from sprout_interp.circuits.graph_json import graph_json_files
 
     slug = slug_for(slug or f"{graph.info.get('model_name') or 'graph'}-{graph.n_pos}-tokens")
     names = _labels(labels)
 
     def files() -> dict:
-        return graph_json_files(graph, slug, float(node_threshold), float(edge_threshold), labels=names)
+        return graph_json_files(graph, slug, float(node_threshold), float(edge_threshold), labels=names,
+                                pinned=list(pinned), supernodes=dict(supernodes or {}))
 
     def zipped() -> bytes:
         buf = io.BytesIO()
@@ -126,8 +129,10 @@ def show_upload(data: bytes, name: str) -> None:
     # drawing uses 1 - that share (logits: 0, as in our own graphs); the hover names the file's own value
     nodes["influence"] = (1.0 - nodes["cumulative_influence"]).where(nodes["kind"] != "logit", 0.0).fillna(0.0)
     drawn = {r.key: str(r.label)[:40] for r in nodes.itertuples() if r.label and r.kind in ("feature", "logit")}
+    key_of = dict(zip(nodes["node_id"], nodes["key"]))
+    pinned = [key_of[i] for i in g.qparams["pinnedIds"] if i in key_of]  # the file's pins ringed, as in its viewer
     fig = attribution_graph_figure(nodes, links[["source", "target", "weight"]], g.prompt_tokens, g.n_layers,
-                                   labels=drawn)
+                                   pinned=pinned, labels=drawn)
     hover = {int(r.node): _hover(r) for r in nodes.itertuples()}
     for tr in fig.data:
         cd = getattr(tr, "customdata", None)

@@ -402,4 +402,4 @@ with st.expander("the drawn nodes and edges (tables)"):
 st.download_button(f"⬇ the whole graph ({len(nodes_all):,} nodes) as a .safetensors file (reopen it above, or with "
                    "si.load_graph)", data=lambda: graph_compute.graph_file(graph), file_name="attribution_graph.safetensors",
                    mime="application/octet-stream", on_click="ignore", key="ag_download")
-graph_export.download(graph, node_thr, edge_thr, labels=labels)
+graph_export.download(graph, node_thr, edge_thr, labels=labels, pinned=pins, supernodes=supers)

@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
@@ -167,16 +167,20 @@ def _slug(slug) -> str:
 
 
 def graph_json(graph: AttributionGraph, slug: str, node_threshold: float = 0.8, edge_threshold: float = 0.98,
-               labels: LabelsLike = None, scan: Optional[str] = None) -> dict:
+               labels: LabelsLike = None, scan: Optional[str] = None, pinned: Iterable = (),
+               supernodes: Optional[Mapping] = None) -> dict:
     """The JSON object circuit-tracer's ``create_graph_files`` writes for ``graph`` pruned at these thresholds
     (see the module docstring), with every node's ``clerp`` label from ``labels`` over :func:`default_labels`:
     ``{node index or node key: text}`` (not a logit node, whose label circuit-tracer's viewer parses), or a Series
     of one label per node in node order, such as the measured labels of
     ``sprout_interp.circuits.graph_labels.graph_labels(graph, model)`` (its logit rows left out). ``scan`` (the
-    transcoders' name) defaults to the graph's own."""
+    transcoders' name) defaults to the graph's own. ``pinned`` (node indices or keys) and ``supernodes`` ({name:
+    [node indices or keys]}) become the viewer's ``qParams`` (``pinnedIds``; ``supernodes`` as ``[name, id, ...]``),
+    those of their nodes that the pruned file holds."""
     graph = check_graph(graph)
     slug = _slug(slug)
     scan = _scan(graph, scan)
+    pins, groups = _pins(graph, pinned, supernodes)
     pruned = prune_graph(graph, node_threshold, edge_threshold)
     text = _labels(graph, labels)
     df = graph.nodes
@@ -225,7 +229,50 @@ def graph_json(graph: AttributionGraph, slug: str, node_threshold: float = 0.8, 
                                                       graph.n_features + graph.n_errors + T]]
     meta = {"slug": slug, "scan": scan, "transcoder_list": [], "prompt_tokens": tokens, "prompt": "".join(tokens),
             "node_threshold": float(node_threshold), "schema_version": 1}
-    return {"metadata": meta, "qParams": dict(_QPARAMS), "nodes": used, "links": links}
+    written = {n["node_id"] for n in used}
+    id_of = {i: n["node_id"] for i, n in nodes.items() if n["node_id"] in written}
+    qparams = dict(_QPARAMS, pinnedIds=[id_of[i] for i in pins if i in id_of],
+                   supernodes=[[name] + [id_of[i] for i in members if i in id_of] for name, members in groups
+                               if any(i in id_of for i in members)])
+    return {"metadata": meta, "qParams": qparams, "nodes": used, "links": links}
+
+
+def _pins(graph: AttributionGraph, pinned, supernodes) -> tuple[list[int], list[tuple[str, list[int]]]]:
+    """``pinned`` and ``supernodes`` as node indices, each node named by its index or its key (checked)."""
+    nodes = graph.nodes
+    index = None
+
+    def one(k, what: str) -> int:
+        nonlocal index
+        if isinstance(k, str):
+            if index is None:
+                index = {node_key(r.kind, r.layer, r.pos, r.feature, r.token_id): i
+                         for i, r in enumerate(nodes.itertuples())}
+            i = index.get(k)
+        else:
+            i = k if isinstance(k, int) and not isinstance(k, bool) else None
+        if i is None or not 0 <= i < len(nodes):
+            raise AttributionGraphError(f"{what}: {describe(k)} is not a node of this graph: pass node indices "
+                                        f"0..{len(nodes) - 1} or node keys (f<layer>.<pos>.<feature>, e<layer>.<pos>, "
+                                        "t<pos>, l<token id>)"[:300])
+        return i
+
+    if isinstance(pinned, (str, bytes)) or not isinstance(pinned, Iterable):
+        raise AttributionGraphError(f"pinned={describe(pinned)} must be a list of node indices or node keys")
+    pins = list(dict.fromkeys(one(k, "pinned") for k in pinned))
+    groups = []
+    if supernodes is not None:
+        if not isinstance(supernodes, Mapping):
+            raise AttributionGraphError(f"supernodes={describe(supernodes)} must be a mapping {{name: [node indices "
+                                        "or keys]}}")
+        for name, members in supernodes.items():
+            if not isinstance(name, str) or not name or len(name) > _MAX_LABEL:
+                raise AttributionGraphError(f"supernodes: name {describe(name)} must be a str of 1 to {_MAX_LABEL} "
+                                            "characters")
+            if isinstance(members, (str, bytes)) or not isinstance(members, Iterable):
+                raise AttributionGraphError(f"supernodes[{name!r}] must be a list of node indices or keys")
+            groups.append((name, list(dict.fromkeys(one(k, f"supernodes[{name!r}]") for k in members))))
+    return pins, groups
 
 
 def _float32(v) -> float:
@@ -236,11 +283,12 @@ def _float32(v) -> float:
 
 
 def graph_json_files(graph: AttributionGraph, slug: str, node_threshold: float = 0.8, edge_threshold: float = 0.98,
-                     labels: LabelsLike = None, scan: Optional[str] = None) -> dict[str, bytes]:
+                     labels: LabelsLike = None, scan: Optional[str] = None, pinned: Iterable = (),
+                     supernodes: Optional[Mapping] = None) -> dict[str, bytes]:
     """A folder circuit-tracer's local server serves, as ``{file name: bytes}``: ``<slug>.json`` (:func:`graph_json`,
     the bytes :func:`save_graph_json` writes) and a ``graph-metadata.json`` listing that graph alone (for a
     download: unpack it and serve the folder)."""
-    obj = graph_json(graph, slug, node_threshold, edge_threshold, labels, scan)
+    obj = graph_json(graph, slug, node_threshold, edge_threshold, labels, scan, pinned, supernodes)
     return {f"{obj['metadata']['slug']}.json": _dumps(obj),
             "graph-metadata.json": json.dumps({"graphs": [obj["metadata"]]}, indent=2).encode("utf-8")}
 
@@ -250,13 +298,13 @@ def _dumps(obj: dict) -> bytes:
 
 
 def save_graph_json(graph: AttributionGraph, folder: Union[str, Path], slug: str, node_threshold: float = 0.8,
-                    edge_threshold: float = 0.98, labels: LabelsLike = None,
-                    scan: Optional[str] = None) -> Path:
+                    edge_threshold: float = 0.98, labels: LabelsLike = None, scan: Optional[str] = None,
+                    pinned: Iterable = (), supernodes: Optional[Mapping] = None) -> Path:
     """Write :func:`graph_json` to ``<folder>/<slug>.json`` and add its metadata to the folder's
     ``graph-metadata.json`` (:func:`add_graph_metadata`), as circuit-tracer's ``create_graph_files`` does; the
     folder is made if missing. Serve it with ``circuit_tracer.frontend.local_server.serve(folder)``, or reopen it
     with :func:`load_graph_json`. Returns the JSON file's path."""
-    obj = graph_json(graph, slug, node_threshold, edge_threshold, labels, scan)
+    obj = graph_json(graph, slug, node_threshold, edge_threshold, labels, scan, pinned, supernodes)
     d = as_path(folder, "folder", "a folder for the graph's JSON files")
     if d.exists() and not d.is_dir():
         raise AttributionGraphError(f"folder={str(d)!r} is a file, not a folder: pass a folder for <slug>.json and "

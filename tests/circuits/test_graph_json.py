@@ -465,3 +465,26 @@ def test_a_cross_layer_transcoder_graph_round_trips(model, tmp_path):
     bk = list(back.nodes["key"])
     got = {(bk[s], bk[t]): w for s, t, w in zip(back.links["source"], back.links["target"], back.links["weight"])}
     assert got.keys() == want.keys() and max(abs(got[k] - want[k]) for k in got) <= 1e-6
+
+
+@pytest.mark.unchecked_types
+def test_pins_and_supernodes_become_the_viewers_qparams(graph):
+    nodes, _ = graph_tables(graph, NODE_THR, 0.98)
+    kept = [k for k in nodes["key"] if k.startswith("f")][:3]
+    index = {k: int(i) for k, i in zip(nodes["key"], nodes["node"])}
+    dropped = next(node_key(r.kind, int(r.layer), int(r.pos), int(r.feature), int(r.token_id))
+                   for r in graph.nodes.itertuples() if r.kind == "feature"
+                   and node_key(r.kind, int(r.layer), int(r.pos), int(r.feature), int(r.token_id)) not in index)
+    obj = graph_json(graph, "q", node_threshold=NODE_THR, pinned=[kept[0], index[kept[1]], dropped, kept[0]],
+                     supernodes={"pair": [kept[1], kept[2]], "gone": [dropped]})
+    back = read_graph_json(json.dumps(obj).encode())
+    id_of = dict(zip(back.nodes["key"], back.nodes["node_id"]))
+    assert obj["qParams"]["pinnedIds"] == [id_of[kept[0]], id_of[kept[1]]]  # once each; a pruned node left out
+    assert obj["qParams"]["supernodes"] == [["pair", id_of[kept[1]], id_of[kept[2]]]]
+    assert back.qparams["pinnedIds"] == obj["qParams"]["pinnedIds"]
+    for kw, match in ((dict(pinned=["f9.9.9"]), "pinned"), (dict(pinned="f0.1.2"), "list"),
+                      (dict(pinned=[True]), "pinned"), (dict(supernodes={"": [0]}), "name"),
+                      (dict(supernodes={"a": 3}), "list"), (dict(supernodes=[("a", [0])]), "mapping"),
+                      (dict(supernodes={"a": [10 ** 6]}), "not a node")):
+        with pytest.raises(AttributionGraphError, match=match):
+            graph_json(graph, "q", **kw)

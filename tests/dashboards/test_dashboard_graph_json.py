@@ -52,7 +52,7 @@ def graph_file(tmp_path_factory) -> Path:
     g = si.attribution_graph(m, torch.randint(1, 64, (12,), generator=torch.Generator().manual_seed(3)),
                              random_transcoders(m, k=4, d_transcoder=48, seed=1))
     return si.save_graph_json(g, tmp_path_factory.mktemp("json"), "tiny", node_threshold=0.99,
-                              labels={"t1": "<b>the second token</b>"})
+                              labels={"t1": "<b>the second token</b>"}, pinned=["t1"])
 
 
 def test_an_uploaded_circuit_tracer_json_is_drawn_read_only(graph_file):
@@ -74,6 +74,9 @@ def test_an_uploaded_circuit_tracer_json_is_drawn_read_only(graph_file):
     t1 = back.nodes[back.nodes["key"] == "t1"].iloc[0]
     second = next(h for h in hovers if h.endswith(f"id {t1['node_id']}"))
     assert "<i>&lt;b&gt;the second token&lt;/b&gt;</i>" in second and "cumulative influence" in second
+    ring = {h.rsplit("id ", 1)[1]: w for t in spec["data"] if t.get("mode") == "markers"
+            for h, w in zip(t["hovertext"], t["marker"]["line"]["width"])}
+    assert ring[t1["node_id"]] == 2 and sorted(ring.values())[-2] < 2  # the file's one pin ringed
     assert sum("cumulative influence" in h for h in hovers) == int((back.nodes["kind"] != "logit").sum())
     assert len(at.dataframe) >= 2  # the nodes and the links
     assert "replacement score" not in metrics  # nothing computed: the file alone
@@ -92,7 +95,7 @@ def test_a_hostile_json_is_refused_on_the_page(graph_file):
 
 
 def test_the_computed_graph_offers_circuit_tracers_json():
-    at = run().run()
+    at = run({"pin": "t5", "super": "ends:t1,t2"}).run()  # pins and a supernode go into the file's qParams
     assert not at.exception, [e.value for e in at.exception]
     labels = [b.proto.label for b in at.get("download_button")]
     assert any("circuit-tracer's JSON (.json)" in x for x in labels)
