@@ -294,6 +294,9 @@ def save_transcoder_layer(tc: Transcoder, folder: Union[str, Path], dtype: torch
                 f"{folder / TC_CONFIG} describes transcoders of another model, width or skip setting: save layer "
                 f"{tc.layer} into a folder of its own")
         layers = {int(i): v for i, v in (old["sprout"].get("layers") or {}).items()}
+        for v in layers.values():  # an entry written before layers named their own k has the set's
+            if isinstance(v, dict) and "k" not in v:
+                v["k"] = old.get("k")
     info = {k: v for k, v in tc.info.items() if k not in ("fingerprint", "model_name", "recipe", "k")}
     layers[tc.layer] = {"k": tc.k, **info}  # each layer's own k: a set may mix them (one width: circuit-tracer's)
     sd = {k: v.detach().to("cpu", dtype).contiguous() for k, v in tc.state_dict().items()}

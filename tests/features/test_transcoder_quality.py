@@ -5,6 +5,7 @@ a fresh measurement on the same held-out text gives."""
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -158,7 +159,7 @@ def test_a_set_may_mix_k_by_layer(model, tmp_path):
     four, eight = (random_transcoders(model, k=k, d_transcoder=DT, skip=True, seed=k) for k in (K, 2 * K))
     save_transcoder_layer(four[0], tmp_path)
     save_transcoder_layer(eight[1], tmp_path)  # a later layer with twice the k, into the same folder
-    cfg = __import__("json").loads((tmp_path / TC_CONFIG).read_text())
+    cfg = json.loads((tmp_path / TC_CONFIG).read_text())
     assert cfg["k"] == K and cfg["sprout"]["layers"]["1"]["k"] == 2 * K
     ts = load_transcoders(model, tmp_path)
     assert [tc.k for tc in ts] == [K, 2 * K] and "4/8 by layer" in repr(ts)
@@ -167,9 +168,15 @@ def test_a_set_may_mix_k_by_layer(model, tmp_path):
         torch.testing.assert_close(ts[1](x), eight[1](x), rtol=0, atol=0)
         assert int((ts[1].encode(x) != 0).sum(-1).max()) == 2 * K
     cfg["sprout"]["layers"]["1"]["k"] = DT // 4 + 1  # above a quarter of the width
-    (tmp_path / TC_CONFIG).write_text(__import__("json").dumps(cfg))
+    (tmp_path / TC_CONFIG).write_text(json.dumps(cfg))
     with pytest.raises(TranscoderMismatchError, match="'k' must be an int in 1..12"):
         load_transcoders(model, tmp_path)
+    old = json.loads((tmp_path / TC_CONFIG).read_text())  # a folder written before layers named their own k
+    old["sprout"]["layers"]["1"]["k"] = 2 * K
+    del old["sprout"]["layers"]["0"]["k"]
+    (tmp_path / TC_CONFIG).write_text(json.dumps(old))
+    save_transcoder_layer(eight[1], tmp_path)  # layer 0 keeps the set's k, 4, not the new layer's
+    assert [tc.k for tc in load_transcoders(model, tmp_path)] == [K, 2 * K]
     with pytest.raises(TranscoderMismatchError, match="width or skip"):
         save_transcoder_layer(random_transcoders(model, k=K, d_transcoder=2 * DT, skip=True)[0], tmp_path)
 
