@@ -251,7 +251,9 @@ fig = attribution_graph_figure(drawn, drawn_edges, tokens, L, pinned=pins, notes
                                labels=labels, n_labels=N_LABELS)
 st.markdown(f"**The graph of the prompt** ({P} positions, `<|endoftext|>` first): features (circles), error nodes "
             "(grey squares) and token embeddings (green triangles) writing into the logits (orange stars); "
-            "x = position, y = block (from 1). It opens on the last position, where the prediction is made.")
+            "x = position (each as wide as its nodes need), y = block (from 1); the strongest nodes labelled beside "
+            "them." + ("" if fig.layout.width is None else " Too long to fit the page: it scrolls sideways and opens "
+                       "on the last position, where the prediction is made."))
 if fig.layout.width is None:  # the whole graph fits the page: drawn as wide as the page's column
     with st.container(key="ag_graph_box"):
         show.chart(fig, "attribution graph", width="stretch", on_select="rerun", selection_mode="points",
@@ -265,8 +267,9 @@ st.caption(f"Drawn: {int((nodes['kind'] == 'feature').sum())} features, {int((no
            f"nodes, {P} embeddings and {graph.n_logits} logit(s) of {len(nodes_all):,} nodes (prune_graph at "
            f"node_threshold={node_thr:g}, edge_threshold={edge_thr:g}, pinned nodes added); {shown_e:,} of its "
            f"{len(drawn_edges):,} edges, the strongest (blue: raises the target, red: lowers it). Node size: "
-           "influence on the logits. Hover a node for its kind, block, position, activation, influence and (a "
-           "feature) the tokens it promotes; **click a feature to open its card below**, and pin nodes to keep them "
+           "influence on the logits. **Hover a node to follow its edges** (its inputs and outputs drawn on top, "
+           "the rest dimmed) and read its label, kind, block, position, activation, influence and (a feature) the "
+           "tokens it promotes; **click a feature to open its card below**, and pin nodes to keep them "
            "and group them into supernodes.")
 
 # -- pins and supernodes ------------------------------------------------------------------------------------------
