@@ -435,25 +435,33 @@ def feature_labels(model, transcoders: TranscodersArg = None, features=None, *, 
 
 def write_labels(model, transcoders: TranscodersArg = None, folder: Union[str, Path, None] = None, *,
                  kind: Optional[str] = None, n_texts: int = 32, length: int = 128, seed: int = 0, top: int = 100,
-                 batch: int = 16) -> Path:
+                 batch: int = 16, reuse: bool = True) -> Path:
     """Measure every feature's label (:func:`feature_labels` with ``use_file=False``) and write ``labels.json`` into
     ``folder`` (default: the transcoders' own folder, where they were loaded from; ``transcoders`` and ``kind`` as
     :func:`feature_labels` takes them). The file: ``format``,
     ``fingerprint`` (:func:`labels_fingerprint`), ``layers``: per layer, column lists of ``label`` and the measured
     parts (tokens as vocabulary ids, -1 for "(start)", null where it never fired; ``fires``, the count of tokens it
-    fired on of ``n_tokens``; every other number in whole thousandths). Returns the path."""
+    fired on of ``n_tokens``; every other number in whole thousandths). With ``reuse``, the layers of a labels file
+    already there whose fingerprint (model, settings and that layer's weights) matches are kept as they are and only
+    the others measured (a retrained layer costs its own measurement). Returns the path."""
     m = as_hooked(model)
     ts = _resolve(m, transcoders, kind)
     folder = _folder_of(ts) if folder is None else Path(folder)
     if folder is None:
         raise ArgumentError("these transcoders were not loaded from a folder: pass folder=... to write labels.json")
+    if reuse is not True and reuse is not False:
+        raise ArgumentError(f"reuse={describe(reuse)} must be True or False")
     settings = _settings(m, n_texts, length, seed, top)
-    table = feature_labels(m, ts, None, n_texts=n_texts, length=length, seed=seed, top=top, batch=batch,
-                           use_file=False)
+    widths = _layers_of(ts)
+    fp = _fingerprint(m, ts, sorted(widths), settings)
     n_tokens = settings["n_texts"] * settings["length"]
+    layers = _reusable(folder / LABELS_FILE, fp, n_tokens, widths) if reuse else {}
+    stale = [layer for layer in sorted(widths) if str(layer) not in layers]
+    table = feature_labels(m, ts, [(layer, f) for layer in stale for f in range(widths[layer])], n_texts=n_texts,
+                           length=length, seed=seed, top=top, batch=batch, use_file=False) if stale else \
+        pd.DataFrame(columns=list(LABEL_COLUMNS))
     ids = {s: i for i, s in reversed(list(enumerate(vocabulary_strings(m))))}
     ids[_START] = -1
-    layers = {}
     for layer, g in table.groupby("layer", sort=True):
         col = {"label": list(g["label"])}
         for name in ("top_token", "previous_token", "promoted"):
@@ -465,13 +473,28 @@ def write_labels(model, transcoders: TranscodersArg = None, folder: Union[str, P
     doc = {"format": _FORMAT, "version": 1, "n_tokens": n_tokens,
            "units": "tokens as vocabulary ids (-1: the window's first position, null: never fired); fires: tokens "
                     "it fired on, of n_tokens; every other number in thousandths",
-           "fingerprint": _fingerprint(m, ts, sorted(_layers_of(ts)), settings), "layers": layers}
+           "fingerprint": fp, "layers": {k: layers[k] for k in sorted(layers, key=int)}}
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LABELS_FILE
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def _reusable(path: Path, fp: dict, n_tokens: int, widths: dict[int, int]) -> dict[str, dict]:
+    """The layers of the labels file at ``path`` that a file of fingerprint ``fp`` may keep as they are: those whose
+    weights' sha256 matches, when the model, kind, settings and sample size match too; {} for anything else."""
+    try:
+        doc = read_json(path, "feature labels") if path.is_file() else {}
+        old = doc.get("fingerprint") or {}
+        if doc.get("format") != _FORMAT or doc.get("n_tokens") != n_tokens or \
+                any(old.get(k) != fp[k] for k in ("model", "kind", "settings")):
+            return {}
+        return {k: v for k, v in doc["layers"].items() if (old.get("layers") or {}).get(k) == fp["layers"].get(k)
+                and isinstance(v, dict) and k.isdigit() and int(k) in widths and len(v.get("label", ())) == widths[int(k)]}
+    except (SproutError, AttributeError, TypeError, ValueError):
+        return {}
 
 
 def read_labels(model, path: Union[str, Path]) -> tuple[dict, pd.DataFrame]:

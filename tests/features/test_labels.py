@@ -26,6 +26,7 @@ from sprout_interp.features.labels import (
     NEVER,
     feature_labels,
     label_text,
+    labels_fingerprint,
     quote_token,
     read_labels,
     where_word,
@@ -310,3 +311,18 @@ def test_the_command_writes_labels_for_a_clt_folder_and_they_are_read_back(model
     with pytest.raises(TranscoderMismatchError, match="labels"):
         read_labels(model, folder / "labels.json")
     assert write_labels(model, loaded, tmp_path / "elsewhere", n_texts=2, length=16).is_file()
+    # a second write keeps the layers whose weights did not change, word for word, and measures the changed one
+    path = write_labels(model, loaded, tmp_path / "elsewhere", n_texts=2, length=16)
+    before = json.loads(path.read_text(encoding="utf-8"))
+    before["layers"]["1"]["label"][0] = "kept from the file"
+    path.write_text(json.dumps(before), encoding="utf-8")
+    with torch.no_grad():
+        loaded.W_dec[0].mul_(0.5)
+    after = json.loads(write_labels(model, loaded, tmp_path / "elsewhere", n_texts=2, length=16).read_text("utf-8"))
+    assert after["layers"]["1"]["label"][0] == "kept from the file"
+    assert after["fingerprint"] == labels_fingerprint(model, loaded, n_texts=2, length=16)
+    fresh = feature_labels(model, loaded, [(0, f) for f in range(clt.d_transcoder)], n_texts=2, length=16,
+                           use_file=False)
+    assert after["layers"]["0"]["label"] == list(fresh["label"])
+    assert write_labels(model, loaded, tmp_path / "elsewhere", n_texts=2, length=16, reuse=False) and \
+        json.loads(path.read_text("utf-8"))["layers"]["1"]["label"][0] != "kept from the file"
