@@ -1,7 +1,7 @@
 """The attribution graph in circuit-tracer's frontend JSON on the graph page (:mod:`sprout_interp.circuits.graph_json`):
 :func:`download` offers the pruned graph as ``<slug>.json`` and as a folder for circuit-tracer's local server (a
 .zip with ``graph-metadata.json``), made only when clicked; :func:`show_upload` draws a graph someone uploaded in
-that format (ours or one circuit-tracer or Neuronpedia wrote), read-only: the figure, its nodes and links."""
+that format (ours or one circuit-tracer wrote), read-only: the figure, its nodes and links."""
 from __future__ import annotations
 
 import hashlib

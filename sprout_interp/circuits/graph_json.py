@@ -1,13 +1,13 @@
 """Attribution graphs in circuit-tracer's frontend JSON: written as its ``create_graph_files`` writes them, and read
-back (ours, or one circuit-tracer or Neuronpedia wrote) for viewing.
+back (ours, or one circuit-tracer wrote) for viewing.
 
 The format (circuit-tracer 0.5, ``frontend/graph_models.py``): one ``<slug>.json`` per graph holding ``metadata``
 (``slug``, ``scan``, ``transcoder_list``, ``prompt_tokens``, ``prompt``, ``node_threshold``, ``schema_version``),
-``qParams`` (the viewer's pinned nodes, supernodes and click), ``nodes`` and ``links``; beside it the folder's
-``graph-metadata.json`` (``{"graphs": [metadata, ...]}``, one entry per slug) lists the graphs its local server
-(``circuit_tracer.frontend.local_server``) offers. Only the nodes and edges :func:`~sprout_interp.circuits.graphs.prune_graph`
-keeps are written (the same pruning as circuit-tracer's), and among them only nodes that an edge touches, plus every
-embedding and logit node.
+``qParams`` (the viewer's pinned nodes, supernodes and click: ours from ``pinned`` and ``supernodes``), ``nodes``
+and ``links``; beside it the folder's ``graph-metadata.json`` (``{"graphs": [metadata, ...]}``, one entry per slug)
+lists the graphs its local server (``circuit_tracer.frontend.local_server``) offers. Only the nodes and edges
+:func:`~sprout_interp.circuits.graphs.prune_graph` keeps are written (the same pruning as circuit-tracer's), and
+among them only nodes that an edge touches, plus every embedding and logit node.
 
 The format's quirks live here and nowhere else (our node table keeps our own conventions):
 
@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
+import numpy as np
 import pandas as pd
 
 from sprout_interp.circuits.graphs import MAX_GRAPH_VALUE, AttributionGraph, check_graph, node_key, prune_graph
@@ -277,8 +278,6 @@ def _pins(graph: AttributionGraph, pinned, supernodes) -> tuple[list[int], list[
 
 def _float32(v) -> float:
     """A float32 value as the Python float circuit-tracer's ``.item()`` gives."""
-    import numpy as np
-
     return float(np.float32(v))
 
 
