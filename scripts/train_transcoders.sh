@@ -22,7 +22,7 @@ read -r -a ARGS <<< "${TC_ARGS:---tokens 80000 --expansion 4 --k 32 --skip --epo
 # Sprout's blocks 6-8 (layers 5-7), whose feed-forwards the recipe above explained least (FVE 0.36-0.49 on
 # held-out text): LATE_ARGS, measured in docs/features.md ("Transcoder quality"); the same width, so one set
 LATE_LAYERS=${TC_LATE_LAYERS:-"5 6 7"}
-read -r -a LATE_ARGS <<< "${TC_LATE_ARGS:---tokens 300000 --expansion 4 --k 64 --skip --epochs 2 --batch-size 512 --lr 3e-3 --save-every 50}"
+read -r -a LATE_ARGS <<< "${TC_LATE_ARGS:---tokens 200000 --expansion 4 --k 64 --skip --epochs 1 --batch-size 512 --lr 3e-3 --save-every 50}"
 
 train() {  # model, then the arguments of one call; retried while the model's load fails
   local model=$1; shift
