@@ -32,6 +32,8 @@ MODULES = [
     ("sprout_interp.features.transcoder_train", ["--layers", "0", "x"], "--layers"),
     ("sprout_interp.features.clt_train", ["--chunks", "0"], "--chunks"),
     ("sprout_interp.features.clt_train", ["--seed", "-3"], "--seed"),
+    ("sprout_interp.features.labels", ["--n-texts", "0"], "--n-texts"),
+    ("sprout_interp.features.labels", ["--top", "-1"], "--top"),
 ]
 
 #: scripts run by path: (script, argv, what the error line names)
@@ -52,6 +54,7 @@ RAISED_INSIDE = [
     (["-m", "sprout_interp.features.train", "--model", MISSING, "--layer", "0"], MISSING),
     (["-m", "sprout_interp.features.transcoder_train", "--model", MISSING], MISSING),
     (["-m", "sprout_interp.features.clt_train", "--model", MISSING, "--status"], MISSING),
+    (["-m", "sprout_interp.features.labels", "--model", MISSING], MISSING),
     (["scripts/precompute_dashboard.py", MISSING], MISSING),
 ]
 

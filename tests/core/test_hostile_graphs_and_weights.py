@@ -79,12 +79,27 @@ def test_a_transcoder_folder_whose_k_is_its_width_is_refused_at_load(tiny, ts, t
     width: 12 of 48 loads, 13 and 48 are refused naming k and its range."""
     save_transcoders(ts, tmp_path, torch.float32)
     assert max_k(48) == 12 and max_k(3) == 1
-    for k, ok in ((12, True), (13, False), (48, False), (0, False)):
-        _edit_json(tmp_path / TC_CONFIG, k=k)
-        if ok:
-            assert load_transcoders(tiny, tmp_path)[0].k == 12
+    cfg_path = tmp_path / TC_CONFIG
+    saved = json.loads(cfg_path.read_text())
+
+    def with_k(k, where: str) -> None:
+        """k at the set's level (circuit-tracer's key) or in layer 0's own entry (a set may mix k by layer)."""
+        cfg = json.loads(json.dumps(saved))
+        if where == "set":
+            cfg["k"] = k
+            for info in cfg["sprout"]["layers"].values():
+                info.pop("k", None)  # no layer's own k: the set's applies
         else:
-            refused(errors.TranscoderMismatchError, "'k'", "1..12", call=lambda: load_transcoders(tiny, tmp_path))
+            cfg["sprout"]["layers"]["0"]["k"] = k
+        cfg_path.write_text(json.dumps(cfg))
+
+    for where in ("set", "layer"):
+        for k, ok in ((12, True), (13, False), (48, False), (0, False)):
+            with_k(k, where)
+            if ok:
+                assert load_transcoders(tiny, tmp_path)[0].k == 12
+            else:
+                refused(errors.TranscoderMismatchError, "'k'", "1..12", call=lambda: load_transcoders(tiny, tmp_path))
     refused(errors.ArgumentError, "k=48", "1..12", call=lambda: Transcoder(16, 48, 48, 0))
     refused(errors.AttributionGraphError, "k=13", "1..12", call=lambda: random_transcoders(tiny, k=13, d_transcoder=48))
 
