@@ -43,7 +43,7 @@ def graph_kinds(_m, key: str) -> list[str]:
 
 def graph_kind() -> str:
     """The kind of transcoders the page's computed graph uses (its ``ag_kind`` choice; per-layer when there is no
-    choice): feature cards and promoted tokens exist for per-layer transcoders only."""
+    choice): its feature cards and promoted tokens are read from the same kind."""
     return st.session_state.get("ag_kind") or "per_layer"
 
 
@@ -112,43 +112,51 @@ def graph_view(_graph, gkey: str, node_threshold: float, edge_threshold: float, 
 
 
 def graph_promoted(_m, key: str, features: tuple) -> dict:
-    """{(layer, feature): the three tokens it promotes most} for the graph's drawn features (per-layer transcoders;
-    none for a cross-layer transcoder's graph)."""
-    return {} if graph_kind() == "clt" else _graph_promoted(_m, key, features)
+    """{(layer, feature): the three tokens it promotes most} for the graph's drawn features, over the transcoders of
+    the graph's kind (a cross-layer transcoder's feature: its decoder rows to every layer it writes to, summed)."""
+    return _graph_promoted(_m, key, graph_kind(), features)
+
+
+def _kind_transcoders(_m, key: str, kind: str):
+    return graph_clt(_m, key) if kind == "clt" else graph_transcoders(_m, key)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _graph_promoted(_m, key: str, features: tuple) -> dict:
+def _graph_promoted(_m, key: str, kind: str, features: tuple) -> dict:
     from sprout_interp.features.pages import transcoder_promoted
 
-    df = transcoder_promoted(_m, graph_transcoders(_m, key), list(features))
+    df = transcoder_promoted(_m, _kind_transcoders(_m, key, kind), list(features))
     return {(int(r.layer), int(r.feature)): list(r.promoted) for r in df.itertuples()}
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
-def transcoder_index(_m, key: str, layer: int):
-    """Every held-out token's active transcoder features of ``layer`` (96 windows of 128 tokens)."""
+def transcoder_index(_m, key: str, layer: int, kind: str = "per_layer"):
+    """Every held-out token's active transcoder features of ``layer`` (96 windows of 128 tokens), of the
+    transcoders of ``kind`` ("per_layer" or "clt")."""
     from sprout_interp.features.pages import index_transcoder_features
 
-    return index_transcoder_features(_m, graph_transcoders(_m, key)[layer])
+    return index_transcoder_features(_m, _layer_transcoder(_m, key, layer, kind))
+
+
+def _layer_transcoder(_m, key: str, layer: int, kind: str):
+    """Layer ``layer``'s transcoder of ``kind``: a per-layer one, or the CLT's features of that source layer."""
+    ts = _kind_transcoders(_m, key, kind)
+    return ts.layer_features(layer) if kind == "clt" else ts[layer]
 
 
 def transcoder_page(_m, key: str, layer: int, feature: int):
-    """One transcoder feature's page (FeatureSummary) on the held-out sample; a SproutError for a cross-layer
-    transcoder's feature (its pages are not built)."""
-    if graph_kind() == "clt":
-        from sprout_interp.core.errors import SproutError
-
-        raise SproutError("feature pages are built for per-layer transcoders; this graph's features are a cross-layer "
-                          "transcoder's: choose the per-layer transcoders above to open a feature's page")
-    return _transcoder_page(_m, key, layer, feature)
+    """One transcoder feature's page (FeatureSummary) on the held-out sample, over the transcoders of the graph's
+    kind: a cross-layer transcoder's feature of ``layer`` fires from that layer's feed-forward input and promotes
+    what its decoder rows to every layer it writes to, summed, promote."""
+    return _transcoder_page(_m, key, layer, feature, graph_kind())
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
-def _transcoder_page(_m, key: str, layer: int, feature: int):
+def _transcoder_page(_m, key: str, layer: int, feature: int, kind: str = "per_layer"):
     from sprout_interp.features.pages import transcoder_feature_summary
 
-    return transcoder_feature_summary(_m, graph_transcoders(_m, key)[layer], feature, transcoder_index(_m, key, layer))
+    return transcoder_feature_summary(_m, _layer_transcoder(_m, key, layer, kind), feature,
+                                      transcoder_index(_m, key, layer, kind))
 
 
 def graph_file(_graph) -> bytes:

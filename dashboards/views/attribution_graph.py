@@ -369,9 +369,11 @@ if card in index_of:
         with right:
             st.markdown("**Tokens it fires on** (share of its top activations)")
             st.dataframe(page.top_tokens, hide_index=True)
-        st.caption("Reproduce: `python -c \"import sprout_interp as si; from sprout_interp.features.transcoder "
-                   "import load_transcoders; from sprout_interp.features.pages import transcoder_feature_summary; "
-                   f"m = si.load({m.name or key!r}); s = transcoder_feature_summary(m, load_transcoders(m)[{layer}], "
+        load, tc = (("clt import load_clt", f"load_clt(m).layer_features({layer})") if graph_compute.graph_kind() == "clt"
+                    else ("transcoder import load_transcoders", f"load_transcoders(m)[{layer}]"))
+        st.caption(f"Reproduce: `python -c \"import sprout_interp as si; from sprout_interp.features.{load}; "
+                   "from sprout_interp.features.pages import transcoder_feature_summary; "
+                   f"m = si.load({m.name or key!r}); s = transcoder_feature_summary(m, {tc}, "
                    f"{feature}); print(s.description, s.frequency, s.contexts)\"`")
 else:
     st.caption("Click a feature node (a circle) to see its card here: where it fires on held-out text and which "

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from sprout_interp.core import limits
@@ -47,7 +47,7 @@ from sprout_interp.core.hooked import as_hooked
 from sprout_interp.core.loading import read_safetensors
 from sprout_interp.features.transcoder import FEATURE_INPUT_HOOK, FEATURE_OUTPUT_HOOK, TC_CONFIG
 
-__all__ = ["CLT_RECIPE", "CrossLayerTranscoder", "enc_file", "dec_file", "clt_folder", "save_clt", "load_clt"]
+__all__ = ["CLT_RECIPE", "CrossLayerTranscoder", "CLTLayer", "enc_file", "dec_file", "clt_folder", "save_clt", "load_clt"]
 
 #: The training recipe (also written into config.yaml).
 CLT_RECIPE = ("cross-layer transcoder trained with BatchTopK per source layer (the k x batch largest ReLU'd "
@@ -160,6 +160,19 @@ class CrossLayerTranscoder(nn.Module):
             raise SproutError(f"{name} must be a tensor (n_layers={self.n_layers}, ..., {width}), got "
                               f"{tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__}")
 
+    def summed_decoder(self, layer: int, features=None) -> Float[Tensor, "n d_model"]:
+        """The direction each feature of source ``layer`` writes into the residual stream per unit of activation:
+        its decoder rows summed over every layer it writes to, ``W_dec[layer][f].sum(0)``, for ``features`` (a list
+        of feature indices; None: all ``d_transcoder``), float32."""
+        w = self.W_dec[self._layer(layer)]
+        with torch.no_grad():
+            return (w if features is None else w[features]).sum(1).float()
+
+    def layer_features(self, layer: int) -> "CLTLayer":
+        """Source ``layer``'s features seen as one layer's transcoder (:class:`CLTLayer`), for the code that reads
+        a per-layer transcoder's features (feature pages, promoted tokens)."""
+        return CLTLayer(self, layer)
+
     def decoder_norms(self) -> Float[Tensor, "n_layers d_transcoder"]:
         """Each feature's decoder norm over every layer it writes to (1 for the training recipe's raw units)."""
         return torch.stack([w.flatten(1).norm(dim=-1) for w in self.W_dec])
@@ -169,6 +182,41 @@ class CrossLayerTranscoder(nn.Module):
         """Scale each feature's decoder (all the layers it writes to together) to unit norm."""
         for w in self.W_dec:
             w.div_(w.flatten(1).norm(dim=-1).clamp_min(1e-8)[:, None, None])
+
+
+class CLTLayer:
+    """One source layer of a :class:`CrossLayerTranscoder` with the interface of a per-layer
+    :class:`~sprout_interp.features.transcoder.Transcoder` that feature pages read (``layer``, ``d_transcoder``,
+    ``d_model``, ``pre_acts``, ``topk``, ``W_dec``): its features read layer ``layer``'s feed-forward input through
+    that layer's encoder and JumpReLU, and ``W_dec`` is what each writes in all, its decoder rows summed over every
+    layer it writes to (:meth:`CrossLayerTranscoder.summed_decoder`). A view: it reads the CLT's weights on each call."""
+
+    def __init__(self, clt: CrossLayerTranscoder, layer: int):
+        self.clt, self.layer = clt, clt._layer(layer)
+        self.d_transcoder, self.d_model = clt.d_transcoder, clt.d_model
+
+    def __repr__(self) -> str:
+        return f"CLTLayer(layer {self.layer} of {self.clt!r})"
+
+    @property
+    def W_dec(self) -> Float[Tensor, "d_transcoder d_model"]:
+        """Each feature's decoder rows summed over every layer it writes to (float32)."""
+        return self.clt.summed_decoder(self.layer)
+
+    def pre_acts(self, x: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_transcoder"]:
+        """``x @ W_enc[layer].T + b_enc[layer]``."""
+        return self.clt.pre_acts(self.layer, x)
+
+    def topk(self, pre: Float[Tensor, "... d_transcoder"]) -> tuple[Float[Tensor, "... n"], Int[Tensor, "... n"]]:
+        """The JumpReLU's active features at each position as ``(values, indices)``, strongest first, padded to
+        ``n`` = the most active at any position of ``pre`` (at least 1) with value 0 and index 0: a value of 0 is
+        "not active", as in :class:`~sprout_interp.features.pages.FeatureIndex` (a threshold below 0 would let a
+        negative value through JumpReLU; such a value is kept here and read as not firing there)."""
+        a = self.clt.activate(self.layer, pre)
+        n = max(int((a != 0).sum(-1).max()) if a.numel() else 0, 1)
+        vals, idx = a.abs().topk(min(n, a.shape[-1]), dim=-1)
+        vals = a.gather(-1, idx)
+        return vals, idx * (vals != 0)
 
 
 # -- files --------------------------------------------------------------------------------------------

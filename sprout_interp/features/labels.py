@@ -213,7 +213,7 @@ def decoder_directions(transcoders, layer: int, features: list[int]) -> Float[Te
     whole write into the residual stream per unit of activation)."""
     with torch.no_grad():
         if isinstance(transcoders, CrossLayerTranscoder):
-            return transcoders.W_dec[layer][features].sum(1).float()
+            return transcoders.summed_decoder(layer, features)
         return transcoders[layer].W_dec[features].float()
 
 

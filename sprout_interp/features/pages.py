@@ -454,7 +454,9 @@ def index_transcoder_features(model, transcoder, n: int = 96, length: int = 128,
     """:func:`index_features` for a per-layer transcoder (:class:`~sprout_interp.features.transcoder.Transcoder`):
     its k active features at every token of ``n`` held-out windows of ``length`` tokens, read from what its
     feed-forward reads (``blocks.{layer}.ln2.hook_normalized`` times ln2's gain). ``hook_name`` is that hook,
-    ``d_sae`` the transcoder's width."""
+    ``d_sae`` the transcoder's width. A cross-layer transcoder's source layer
+    (:meth:`~sprout_interp.features.clt.CrossLayerTranscoder.layer_features`) is indexed the same way: its JumpReLU's
+    active features, as many per token as the most active anywhere in the sample (the rest padded with 0)."""
     from sprout_interp.features.transcoder import input_hook, mlp_input
 
     m = as_hooked(model)
@@ -471,6 +473,9 @@ def index_transcoder_features(model, transcoder, n: int = 96, length: int = 128,
         v, j = transcoder.topk(transcoder.pre_acts(mlp_input(m, layer, cache[hook])))
         vals.append(v.float().cpu())
         idx.append(j.cpu())
+    k = max(v.shape[-1] for v in vals)  # a TopK's k everywhere; a JumpReLU's count differs from batch to batch
+    vals = [torch.nn.functional.pad(v, (0, k - v.shape[-1])) for v in vals]
+    idx = [torch.nn.functional.pad(j, (0, k - j.shape[-1])) for j in idx]
     return FeatureIndex(tokens=toks.cpu(), vals=torch.cat(vals), idx=torch.cat(idx), hook_name=hook,
                         d_sae=transcoder.d_transcoder, token_strings=vocabulary_strings(m))
 
@@ -481,7 +486,9 @@ def transcoder_feature_summary(model, transcoder, feature: int, index: Optional[
     """A transcoder feature's page, as :func:`feature_summary` builds an SAE latent's: where it fires on held-out
     text (``index``: default :func:`index_transcoder_features`) and the tokens its decoder row promotes and
     suppresses, ``W_dec[feature] @ W_U`` in logits per unit of activation (its direct effect through the
-    unembedding, the final norm's division left out as on every feature page)."""
+    unembedding, the final norm's division left out as on every feature page). For a cross-layer transcoder's
+    feature pass its layer's :meth:`~sprout_interp.features.clt.CrossLayerTranscoder.layer_features`: its decoder
+    row is then its rows to every layer it writes to, summed."""
     m = as_hooked(model)
     d = transcoder.d_transcoder
     if not isinstance(feature, int) or isinstance(feature, bool) or not 0 <= feature < d:
@@ -499,7 +506,11 @@ def transcoder_feature_summary(model, transcoder, feature: int, index: Optional[
 def transcoder_promoted(model, transcoders, features, n: int = 3) -> pd.DataFrame:
     """The tokens each transcoder feature's decoder row promotes most (``W_dec[f] @ W_U``, as on its page):
     ``layer, feature, promoted`` (the ``n`` token strings, the strongest first), one row per ``(layer, feature)``
-    of ``features``; ``transcoders`` indexed by layer (a TranscoderSet or ``{layer: Transcoder}``)."""
+    of ``features``; ``transcoders`` indexed by layer (a TranscoderSet or ``{layer: Transcoder}``), or a
+    :class:`~sprout_interp.features.clt.CrossLayerTranscoder` (a feature's decoder rows to every layer it writes to,
+    summed: :meth:`~sprout_interp.features.clt.CrossLayerTranscoder.layer_features`)."""
+    from sprout_interp.features.clt import CrossLayerTranscoder
+
     n = check_count(n, "n", what="tokens listed per feature")
     m = as_hooked(model)
     strings = vocabulary_strings(m)
@@ -509,7 +520,8 @@ def transcoder_promoted(model, transcoders, features, n: int = 3) -> pd.DataFram
         by_layer.setdefault(int(layer), []).append(int(f))
     with torch.no_grad():
         for layer, fs in by_layer.items():
-            tc = transcoders[layer]
+            tc = transcoders.layer_features(layer) if isinstance(transcoders, CrossLayerTranscoder) \
+                else transcoders[layer]
             bad = [f for f in fs if not 0 <= f < tc.d_transcoder]
             if bad:
                 raise SproutError(f"features {bad[:5]} are not features of layer {layer}'s transcoder: pick from "
