@@ -1,6 +1,7 @@
 """The Attribution graph page's choice of transcoders, driven headless with AppTest: a copy of the shipped gpt-4 that
 also ships a (seeded random) cross-layer transcoder recorded as the better kind opens on the CLT's graph, the other
-kind is a choice kept in the link, and the choice is hidden where a model ships one kind."""
+kind is a choice kept in the link, and the choice is hidden where a model ships one kind (a copy of gpt-4 without
+its shipped CLT)."""
 from __future__ import annotations
 
 import shutil
@@ -81,8 +82,23 @@ def test_the_better_kind_opens_and_the_other_is_a_choice_in_the_link(shipped_wit
     assert again.selectbox(key="ag_kind").value == "per_layer" and scores(again) == scores(at)
 
 
-def test_one_kind_shows_no_choice():
+@pytest.fixture
+def shipped_per_layer_only(tmp_path, monkeypatch):
+    """The shipped folder made a copy holding gpt-4 with its per-layer transcoders only (its shipped CLT left out)."""
+    real = Path(loading.SHIPPED_DIR)
+    shipped = tmp_path / "shipped"
+    shutil.copytree(real / "gpt-4", shipped / "gpt-4", ignore=shutil.ignore_patterns("clt"))
+    for f in real.glob("*.json"):
+        shutil.copy(f, shipped / f.name)
+    monkeypatch.setattr(loading, "SHIPPED_DIR", shipped)
     st.cache_resource.clear()
     st.cache_data.clear()
+    yield shipped
+    st.cache_resource.clear()
+    st.cache_data.clear()
+
+
+def test_one_kind_shows_no_choice(shipped_per_layer_only):
     at = ok(run())
     assert not [b for b in at.selectbox if b.key == "ag_kind"]
+    assert at.metric  # the page drew its graph (over the one kind)
