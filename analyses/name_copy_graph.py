@@ -52,6 +52,7 @@ import pandas as pd
 
 from sprout_interp.circuits.graph_interventions import copy_interventions
 from sprout_interp.circuits.induction import find_induction_circuit
+from sprout_interp.circuits.local_replacement import resolve_transcoders
 from sprout_interp.core.texts import TEXTS
 from sprout_interp.report.claims import Claim, verdict_lines
 from sprout_interp.report.cli import NamedModel, models_frame, print_table, run_claim_script, script_parser, slug
@@ -60,6 +61,9 @@ SCRIPT = "name_copy_graph"
 COMMAND = f".venv/bin/python analyses/{SCRIPT}.py"
 CLAIM = "the copy of a name, read as a graph of features"
 CHAPTER = "found what followed earlier in the text and copied it (previous-token head, then induction head)"
+#: the transcoders the verdicts were measured over: the per-layer set (each feature in one block, as the claims and
+#: tests read them); ``--kind clt`` measures the same interventions over the cross-layer transcoder
+KIND = "per_layer"
 DROP = 1.0  # logit units (nats of the target's logit against the mean) a part's intervention must remove
 SPECIFIC = 3.0  # times the largest control change
 DIRECT_SHARE = 0.5  # of the induction head's effect going straight into the logit
@@ -96,16 +100,20 @@ def parser() -> ArgumentParser:
     p.add_argument("--random", type=int, default=20, help="random draws of control features per intervention")
     p.add_argument("--seed", type=int, default=0, help="seed of the control draws")
     p.add_argument("--no-held-out", action="store_true", help="only the story's Zorbin Plax")
+    p.add_argument("--kind", choices=("per_layer", "clt"), default=KIND,
+                   help="which shipped transcoders replace the feed-forwards (the verdicts: per-layer)")
     return p
 
 
 # -- the interventions (sprout_interp.circuits.graph_interventions.copy_interventions) ----------------------------
 
 
-def measure_prompt(m, text: str, surname: str, induction: tuple[int, int], n_random: int, seed: int
-                   ) -> dict[str, Any]:
-    """Every intervention on one prompt (``copy_interventions``; see the module docstring)."""
-    return copy_interventions(m, text, surname, induction, n_random=n_random, seed=seed)
+def measure_prompt(m, text: str, surname: str, induction: tuple[int, int], n_random: int, seed: int,
+                   kind: str = KIND) -> dict[str, Any]:
+    """Every intervention on one prompt (``copy_interventions``; see the module docstring), over the shipped
+    transcoders of ``kind``."""
+    return copy_interventions(m, text, surname, induction, n_random=n_random, seed=seed,
+                              transcoders=resolve_transcoders(m, None, kind))
 
 
 def measure(models: list[NamedModel], args: Namespace) -> dict[str, Any]:
@@ -118,7 +126,8 @@ def measure(models: list[NamedModel], args: Namespace) -> dict[str, Any]:
         c = find_induction_circuit(m)
         circuits[nm.label] = c
         for label, text, surname in prompts(not args.no_held_out):
-            got = measure_prompt(m, text, surname, (c.induction_layer, c.induction_head), args.random, args.seed)
+            got = measure_prompt(m, text, surname, (c.induction_layer, c.induction_head), args.random, args.seed,
+                                 getattr(args, "kind", KIND))
             info[(nm.label, label)] = got
             for r in got["rows"]:
                 rows.append({"model": nm.label, "prompt": label, **r})
