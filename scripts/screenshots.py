@@ -40,7 +40,7 @@ PAGES = {
     # (its text is sprout_model.evaluation.NAME_TEXTS's "Quillon Marsk", URL-encoded)
     # the second "Zorbin Plax" of the story on Sprout: the first " Pl" pinned, two block-4 features at the last
     # position grouped, and the stronger one's card open (README, "Attribution graph")
-    "attribution_graph": ("/attribution_graph?pin=t5&super=end%20readers:f3.57.912,f3.57.304&card=f3.57.912", 2, None, 2),
+    "attribution_graph": ("/attribution_graph?kind=per_layer&pin=t5&super=end%20readers:f3.57.912,f3.57.304&card=f3.57.912", 2, None, 2),
     "neurons": (('/neurons?text=The+letter+on+the+table+was+signed+by+Quillon+Marsk%2C+and+nobody+in+the+house+knew+th'
                  'e+name.+The+maid+said+she+had+never+seen+the+man.+At+supper+the+father+read+the+letter+aloud%2C+and+'
                  'when+he+had+finished+he+asked+again+who+Quillon+Marsk&pos=54&answer=+Mars&wrong=+had&held_out=1'),
