@@ -130,6 +130,13 @@ def graph_section(m, key: str, graph, gkey: str, nodes_all: pd.DataFrame, edges:
     prompt with ``<|endoftext|>`` first). The page binds the widgets ``ag_qk_*`` to its link first. ``cell``: the
     cell the panel opens on (the text's first repeat, in the graph's positions), ``induction``: the head it opens
     on."""
+    if graph.info.get("transcoder_kind") == "clt":
+        # head loadings and QK attributions split their components into per-layer transcoder features; a CLT's
+        # feature writes to several feed-forwards at once, which neither split names yet
+        st.info("The head-carried edges and the QK attributions are computed over the **per-layer transcoders**: "
+                "this graph is over the cross-layer transcoder. Choose \"per-layer transcoders\" in the "
+                "transcoders box above to split its edges by head and open a head's QK attribution.")
+        return
     L, H = m.cfg.n_layers, m.cfg.n_heads
     strs = [str(t) for t in nodes_all["token"].values[graph.n_features + graph.n_errors:
                                                        graph.n_features + graph.n_errors + graph.n_pos]]

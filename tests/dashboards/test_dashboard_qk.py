@@ -103,7 +103,7 @@ def test_attention_a_key_after_the_query_is_refused_and_a_bad_link_value_named()
 
 def test_graph_page_a_head_and_a_cell_or_a_head_carried_edge_open_the_same_panel():
     at = ok(page("views/attribution_graph.py", {"qk": "1", "qk_layer": "1", "qk_head": "0", "qk_query": "55",
-                                                 "qk_key": "3"}).run())
+                                                 "qk_key": "3", "kind": "per_layer"}).run())
     m = si.load("gpt-4")
     from sprout_interp.circuits.local_replacement import prompt_tokens
     from sprout_interp.features.transcoder import load_transcoders
@@ -131,3 +131,12 @@ def test_graph_page_a_head_and_a_cell_or_a_head_carried_edge_open_the_same_panel
     assert carrier == f"block {at.session_state['ag_qk_layer'] + 1} head {at.session_state['ag_qk_head']} " \
                       f"(layer {at.session_state['ag_qk_layer']})"
     assert at.session_state["ag_qk_open"] and at.session_state["ag_qk_key"] <= at.session_state["ag_qk_query"]
+
+
+def test_a_cross_layer_transcoders_graph_says_where_the_qk_panel_is():
+    """gpt-4's graph page opens on its CLT (the better kind): the head-carried edges and the QK panel, computed over
+    per-layer transcoder features, are not offered for it; the page says so and how to get them, with no error."""
+    at = ok(page("views/attribution_graph.py", {"qk": "1"}).run())
+    assert at.session_state["ag_kind"] == "clt"
+    assert any("per-layer transcoders" in i.value and "cross-layer transcoder" in i.value for i in at.info)
+    assert not [s for s in at.selectbox if s.key == "ag_qk_layer"]
