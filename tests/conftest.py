@@ -111,6 +111,29 @@ def no_shipped(tmp_path, monkeypatch) -> Path:
 
 
 @pytest.fixture
+def shipped_gpt4_per_layer(tmp_path, monkeypatch) -> Path:
+    """The loader's shipped folder made a copy holding gpt-4 with its per-layer transcoders only (its shipped CLT
+    left out) and the shared tokenizer files; the dashboard's caches emptied before and after (a model cached under
+    the name "gpt-4" must not cross into other tests). A test may add files (a CLT) to ``<returned>/gpt-4``."""
+    st = pytest.importorskip("streamlit")
+    import shutil
+
+    from sprout_interp.core import loading
+
+    real = Path(loading.SHIPPED_DIR)
+    shipped = tmp_path / "shipped"
+    shutil.copytree(real / "gpt-4", shipped / "gpt-4", ignore=shutil.ignore_patterns("clt"))
+    for f in real.glob("*.json"):
+        shutil.copy(f, shipped / f.name)
+    monkeypatch.setattr(loading, "SHIPPED_DIR", shipped)
+    st.cache_resource.clear()
+    st.cache_data.clear()
+    yield shipped
+    st.cache_resource.clear()
+    st.cache_data.clear()
+
+
+@pytest.fixture
 def tiny_cfg() -> Config:
     return tiny_config()
 

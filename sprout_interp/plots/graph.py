@@ -29,7 +29,8 @@ from sprout_interp.plots.common import (
     top_margin,
 )
 
-__all__ = ["KIND_CODES", "FIT_PX", "node_key", "graph_tables", "shown_labels", "group_nodes", "attribution_graph_figure"]
+__all__ = ["KIND_CODES", "FIT_PX", "node_key", "graph_tables", "shown_labels", "group_nodes", "figure_row",
+           "attribution_graph_figure"]
 
 #: a node's kind in its customdata's first number (a click reports it); a supernode is 4
 KIND_CODES = {"feature": 0, "error": 1, "embedding": 2, "logit": 3, "supernode": 4}
@@ -146,7 +147,7 @@ def shown_labels(nodes: pd.DataFrame, promoted: Mapping[tuple[int, int], Sequenc
     return out
 
 
-def _row(kind: str, layer: int, n_layers: int) -> int:
+def figure_row(kind: str, layer: int, n_layers: int) -> int:
     """The figure's row: 0 the embeddings, layer + 1 a block's features and errors, n_layers + 1 the logits."""
     if kind == "embedding":
         return 0
@@ -286,7 +287,7 @@ def attribution_graph_figure(nodes: pd.DataFrame, edges: pd.DataFrame, tokens: S
     nodes = nodes.copy()
     if "members" not in nodes:
         nodes["members"] = [[] for _ in range(len(nodes))]
-    nodes["row"] = [_row(k, ly, n_layers) for k, ly in zip(nodes["kind"], nodes["layer"])]
+    nodes["row"] = [figure_row(k, ly, n_layers) for k, ly in zip(nodes["kind"], nodes["layer"])]
     order = {"supernode": 0, "logit": 0, "feature": 1, "embedding": 1, "error": 2}
     nodes["_o"] = nodes["kind"].map(order)
     nodes["_p"] = nodes["logit_prob"].fillna(0) if "logit_prob" in nodes else 0.0

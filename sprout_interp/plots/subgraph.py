@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from sprout_interp.core.arguments import describe
 from sprout_interp.core.errors import AttributionGraphError
 from sprout_interp.plots.common import escape_label, show_token, title_below_toolbar, top_margin
+from sprout_interp.plots.graph import figure_row
 
 __all__ = ["VALUES", "subgraph_label", "subgraph_figure"]
 
@@ -43,14 +44,6 @@ def subgraph_label(row, most: int = 14) -> str:
     if kind == "embedding":
         return f"emb {tok}"
     return f"logit {tok}"
-
-
-def _row(kind: str, layer: int, n_layers: int) -> int:
-    if kind == "embedding":
-        return 0
-    if kind == "logit":
-        return n_layers + 1
-    return min(max(int(layer) + 1, 0), n_layers + 1)
 
 
 def _fmt(v: float, value: str) -> str:
@@ -93,7 +86,7 @@ def subgraph_figure(nodes: pd.DataFrame, edges: pd.DataFrame, tokens: Sequence[s
                                     f"{describe(value)}")
     labels = dict(labels or {})
     nodes = nodes.copy()
-    nodes["row"] = [_row(k, ly, n_layers) for k, ly in zip(nodes["kind"], nodes["layer"])]
+    nodes["row"] = [figure_row(k, ly, n_layers) for k, ly in zip(nodes["kind"], nodes["layer"])]
     cols = sorted(set(int(p) for p in nodes["pos"]))
     # each node its own slot inside its position's column (ordered by row), so that no edge runs along a column
     # over other nodes and no two nodes share a place; a gap of one slot between columns

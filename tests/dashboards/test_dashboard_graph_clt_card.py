@@ -6,13 +6,11 @@ features' promoted tokens (read for every drawn node) raise no error."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("streamlit")
-import streamlit as st  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import sprout_interp as si  # noqa: E402
@@ -33,24 +31,14 @@ pytestmark = [
 
 
 @pytest.fixture
-def shipped_with_clt(tmp_path, monkeypatch):
-    """The shipped folder made a copy holding gpt-4 and a seeded random CLT beside it recorded at FVE 0.99 (so the
-    page opens on it); the dashboard's caches emptied before and after. Returns (the model, the CLT as saved)."""
-    real = Path(loading.SHIPPED_DIR)
-    shipped = tmp_path / "shipped"
-    shutil.copytree(real / "gpt-4", shipped / "gpt-4", ignore=shutil.ignore_patterns("clt"))
-    for f in real.glob("*.json"):
-        shutil.copy(f, shipped / f.name)
-    monkeypatch.setattr(loading, "SHIPPED_DIR", shipped)
+def shipped_with_clt(shipped_gpt4_per_layer):
+    """A copy of gpt-4 with a seeded random CLT beside it recorded at FVE 0.99 (so the page opens on it). Returns
+    (the model, the CLT as saved)."""
     m = si.load("gpt-4")
     clt = random_clt(m, seed=0)
     clt.info["quality"] = [{"layer": i, "fve": 0.99} for i in range(m.cfg.n_layers)]
-    save_clt(clt, shipped / "gpt-4" / "clt")
-    st.cache_resource.clear()
-    st.cache_data.clear()
-    yield m, clt
-    st.cache_resource.clear()
-    st.cache_data.clear()
+    save_clt(clt, shipped_gpt4_per_layer / "gpt-4" / "clt")
+    return m, clt
 
 
 def run(params: dict | None = None) -> AppTest:

@@ -4,13 +4,11 @@ kind is a choice kept in the link, and the choice is hidden where a model ships 
 its shipped CLT)."""
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("streamlit")
-import streamlit as st  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import sprout_interp as si  # noqa: E402
@@ -30,25 +28,14 @@ pytestmark = [
 
 
 @pytest.fixture
-def shipped_with_clt(tmp_path, monkeypatch):
-    """The shipped folder made a copy holding gpt-4 (its per-layer transcoders, mean held-out FVE 0.846) and a
-    random CLT beside it recorded at FVE 0.99; the dashboard's caches emptied before and after (a model cached
-    under the name "gpt-4" must not cross into other tests)."""
-    real = Path(loading.SHIPPED_DIR)
-    shipped = tmp_path / "shipped"
-    shutil.copytree(real / "gpt-4", shipped / "gpt-4", ignore=shutil.ignore_patterns("clt"))
-    for f in real.glob("*.json"):
-        shutil.copy(f, shipped / f.name)
-    monkeypatch.setattr(loading, "SHIPPED_DIR", shipped)
+def shipped_with_clt(shipped_gpt4_per_layer):
+    """A copy of gpt-4 (its per-layer transcoders, mean held-out FVE 0.846) with a random CLT beside it recorded at
+    FVE 0.99."""
     m = si.load("gpt-4")
     clt = random_clt(m, seed=0)
     clt.info["quality"] = [{"layer": i, "fve": 0.99} for i in range(m.cfg.n_layers)]
-    save_clt(clt, shipped / "gpt-4" / "clt")
-    st.cache_resource.clear()
-    st.cache_data.clear()
-    yield shipped
-    st.cache_resource.clear()
-    st.cache_data.clear()
+    save_clt(clt, shipped_gpt4_per_layer / "gpt-4" / "clt")
+    return shipped_gpt4_per_layer
 
 
 def run(params: dict | None = None) -> AppTest:
@@ -82,23 +69,7 @@ def test_the_better_kind_opens_and_the_other_is_a_choice_in_the_link(shipped_wit
     assert again.selectbox(key="ag_kind").value == "per_layer" and scores(again) == scores(at)
 
 
-@pytest.fixture
-def shipped_per_layer_only(tmp_path, monkeypatch):
-    """The shipped folder made a copy holding gpt-4 with its per-layer transcoders only (its shipped CLT left out)."""
-    real = Path(loading.SHIPPED_DIR)
-    shipped = tmp_path / "shipped"
-    shutil.copytree(real / "gpt-4", shipped / "gpt-4", ignore=shutil.ignore_patterns("clt"))
-    for f in real.glob("*.json"):
-        shutil.copy(f, shipped / f.name)
-    monkeypatch.setattr(loading, "SHIPPED_DIR", shipped)
-    st.cache_resource.clear()
-    st.cache_data.clear()
-    yield shipped
-    st.cache_resource.clear()
-    st.cache_data.clear()
-
-
-def test_one_kind_shows_no_choice(shipped_per_layer_only):
+def test_one_kind_shows_no_choice(shipped_gpt4_per_layer):
     at = ok(run())
     assert not [b for b in at.selectbox if b.key == "ag_kind"]
     assert at.metric  # the page drew its graph (over the one kind)
