@@ -6,9 +6,13 @@ name order: ``weights_sha256``) and of its vocabulary (``vocab_sha256``; ``"none
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
+import weakref
+
+import torch
 
 from sprout_interp.core.errors import SproutError
 from sprout_interp.core.hooked import as_hooked
@@ -16,10 +20,36 @@ from sprout_interp.core.hooked import as_hooked
 __all__ = ["fingerprint", "check_fingerprint", "fingerprint_mismatch"]
 
 
+# the last fingerprint of each model, with what it was computed from: every parameter's and buffer's storage and
+# version counter (an in-place change of a weight bumps its version), the config and the tokenizer object; hashing
+# Sprout's 69 MB of float32 weights is most of a dashboard page's check of its shipped files
+_MEMO: "weakref.WeakKeyDictionary[torch.nn.Module, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _state_key(m) -> tuple:
+    cfg = m.model.cfg
+    cfg_key = json.dumps(dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(vars(cfg)), default=str,
+                         sort_keys=True)
+    tensors = tuple((name, t.data_ptr(), t._version, tuple(t.shape), str(t.dtype), str(t.device))
+                    for name, t in m.model.state_dict(keep_vars=True).items())
+    return cfg_key, tensors, id(m.tokenizer)
+
+
 def fingerprint(model) -> dict:
     """``{"config": ..., "weights_sha256": ..., "vocab_sha256": ...}`` of ``model`` (a HookedSprout or anything
-    :func:`~sprout_interp.core.hooked.as_hooked` takes): what an artefact trained for it must match."""
+    :func:`~sprout_interp.core.hooked.as_hooked` takes): what an artefact trained for it must match. Remembered
+    per model until a weight, the config or the tokenizer changes (a fresh dict each call)."""
     m = as_hooked(model)
+    key = _state_key(m)
+    got = _MEMO.get(m.model)
+    if got is not None and got[0] == key:
+        return copy.deepcopy(got[1])
+    fp = _fingerprint(m)
+    _MEMO[m.model] = (key, fp)
+    return copy.deepcopy(fp)
+
+
+def _fingerprint(m) -> dict:
     cfg = m.model.cfg
     config = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(vars(cfg))
     h = hashlib.sha256()
