@@ -53,8 +53,9 @@ def push_against_jacobian(m, text: str, layer: int, head: int, i: int, j: int, n
     H = m.cfg.n_heads
 
     def push():
-        origin, pos, vecs = node_writes(bw, rep, nodes)
-        return carried_forward(bw, layer, j, origin, pos, vecs, via_l, via_h) @ maps["MK"]
+        row, origin, pos, vecs = node_writes(bw, rep, nodes, layer)
+        out = carried_forward(bw, layer, j, origin, pos, vecs, via_l[row], via_h[row])
+        return torch.zeros(n, out.shape[1]).index_add_(0, row, out) @ maps["MK"]
 
     def jacobian():
         c = carried_backward(bw, rep, layer, False, torch.full((m.cfg.d_head,), j), maps["MK"].T.contiguous())

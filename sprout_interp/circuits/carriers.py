@@ -13,6 +13,12 @@ node's write through any earlier path. So a gradient ``g`` at ``x_p`` splits int
 per head ``(l, h)`` (pulled back to block ``l``'s mid-stream at ``p`` as ``stays`` is, then through head ``(l, h)``
 alone, then through the whole frozen model below). The groups' values over every node add up to ``g · x_p``.
 
+Over a cross-layer transcoder (``rep.kind == "clt"``) a feature of layer ``i`` writes into every feed-forward output
+``j >= i`` at its position: each of those writes is a part of its own (written at block ``j``'s output, carried on by
+heads of blocks after ``j`` only), and the feature's value on a carrier group is the sum over its writes below the
+gradient (the frozen maps' ``read`` adds them up as it reads each layer; :func:`node_writes` lists them one by
+one for :func:`carried_forward`). There is no skip connection then.
+
 :func:`carried_backward` computes these groups for a batch of gradients in one pass through the model (the groups
 and gradients as rows of one batch; at block ``l`` only the groups already started take part);
 :func:`carried_forward` pushes given node writes forward along the same split, to the vector a part alone makes
@@ -142,9 +148,13 @@ def carried_forward(bw: FrozenBackward, top: int, target: int, origin: Int[Tenso
     embedding, at block 0's input) pushed forward through the frozen model to block ``top``'s input at position
     ``target``, along one carrier group only: the whole model below block ``via_layer[b]``, then head
     ``(via_layer[b], via_head[b])`` alone into ``target``, then the skip connections at ``target``; a write with
-    ``via_layer[b] == -1`` stays at ``target`` (it must be written there). Returns the vectors at ``target``."""
+    ``via_layer[b] == -1`` stays at ``target`` (it must be written there). A write that joins the stream at
+    block ``via_layer[b]``'s output or later (``origin[b] >= via_layer[b] >= 0``: the head reads the stream before
+    it) makes nothing along that group (zero), as :func:`carried_backward` gives it nothing there. Returns the vectors
+    at ``target``."""
     B, d = vecs.shape
     dev = vecs.device
+    vecs = vecs.masked_fill(((via_layer >= 0) & (origin >= via_layer))[:, None], 0.0)
     P = target + 1
     X = torch.zeros(B, P, d, device=dev)
     rows = torch.arange(B, device=dev)
@@ -179,32 +189,38 @@ def carried_forward(bw: FrozenBackward, top: int, target: int, origin: Int[Tenso
     return X[:, target]
 
 
-def node_writes(bw: FrozenBackward, rep: LocalReplacement, nodes: Int[Tensor, " b"]
-                ) -> tuple[Int[Tensor, " b"], Int[Tensor, " b"], Float[Tensor, "b d_model"]]:
-    """What nodes ``nodes`` (columns as :func:`n_nodes` says) write: (the block whose output they join, -1 for
-    an embedding; their position; the vector)."""
+def node_writes(bw: FrozenBackward, rep: LocalReplacement, nodes: Int[Tensor, " b"], top: int
+                ) -> tuple[Int[Tensor, " w"], Int[Tensor, " w"], Int[Tensor, " w"], Float[Tensor, "w d_model"]]:
+    """What nodes ``nodes`` (columns as :func:`n_nodes` says) write that reaches block ``top``'s input: one write
+    per (node, block output it joins below ``top``). An embedding, an error node or a per-layer transcoder's
+    feature writes once (at block ``-1``, i.e. the embedding, or its own block's output); a cross-layer
+    transcoder's feature of layer ``i`` once per feed-forward output ``j`` it writes to (``i <= j < top``: its
+    activation times ``W_dec[i][f, j - i]``), so its value on a carrier group is the sum of what each of those
+    writes makes. Returns (``row``: which entry of ``nodes`` each write is; ``origin``: the block whose output it
+    joins, -1 for an embedding; its position; the vector), writes into blocks ``>= top`` left out."""
     L, T = rep.patterns.shape[0], rep.tokens.numel()
     nF = rep.n_features
-    d = bw.d
-    origin = torch.empty_like(nodes)
-    pos = torch.empty_like(nodes)
-    vecs = torch.empty(nodes.numel(), d, device=nodes.device)
-    f = nodes < nF
-    if bool(f.any()):
-        i = nodes[f]
-        origin[f], pos[f] = rep.feat_layer[i], rep.feat_pos[i]
-        dec = torch.stack([rep.transcoders[int(rep.feat_layer[j])].W_dec.detach().float()[int(rep.feat_index[j])]
-                           for j in i.tolist()])
-        vecs[f] = dec * rep.feat_act[i, None]
-    e = (nodes >= nF) & (nodes < nF + L * T)
-    if bool(e.any()):
-        k = nodes[e] - nF
-        origin[e], pos[e] = k // T, k % T
-        vecs[e] = rep.errors[k // T, k % T]
-    t = nodes >= nF + L * T
-    if bool(t.any()):
-        p = nodes[t] - nF - L * T
-        origin[t], pos[t] = -1, p
-        vecs[t] = bw.embed[p]
-    return origin, pos, vecs
-
+    dev = nodes.device
+    rows, origins, poss, vecs = [], [], [], []
+    f = (nodes < nF).nonzero()[:, 0]
+    for b in f.tolist():
+        n = int(nodes[b])
+        i, p, k = int(rep.feat_layer[n]), int(rep.feat_pos[n]), int(rep.feat_index[n])
+        for j in rep.targets(i):
+            if j < top:
+                rows.append(b)
+                origins.append(j)
+                poss.append(p)
+                vecs.append(rep.decoder(i, j)[k] * rep.feat_act[n])
+    e = ((nodes >= nF) & (nodes < nF + L * T)).nonzero()[:, 0]
+    k = nodes[e] - nF
+    e_origin, e_pos = k // T, k % T
+    t = (nodes >= nF + L * T).nonzero()[:, 0]
+    t_pos = nodes[t] - nF - L * T
+    row = torch.cat([torch.tensor(rows, dtype=torch.long, device=dev), e, t])
+    origin = torch.cat([torch.tensor(origins, dtype=torch.long, device=dev), e_origin, torch.full_like(t, -1)])
+    pos = torch.cat([torch.tensor(poss, dtype=torch.long, device=dev), e_pos, t_pos])
+    vec = torch.cat([torch.stack(vecs) if vecs else torch.zeros(0, bw.d, device=dev), rep.errors[e_origin, e_pos],
+                     bw.embed[t_pos]])
+    keep = origin < top
+    return row[keep], origin[keep], pos[keep], vec[keep]

@@ -10,6 +10,10 @@ target's (a feature reads after its own block's attention, so that block's heads
 the last block), and one part (``via`` NA) for what reaches the target without leaving its position (the source
 at the target's own position, through the residual stream and the skip connections there). The parts add up to
 the edge exactly (float rounding only).
+
+Over a cross-layer transcoder (a graph of kind "clt") a source feature of layer ``i`` writes into every
+feed-forward output ``j >= i`` below the target's read: each write is carried on by heads of blocks after ``j`` only,
+and a carrier's part is the sum over the writes it carried, as the edge is the sum over them all.
 """
 from __future__ import annotations
 
@@ -22,7 +26,13 @@ from torch import Tensor
 
 from sprout_interp.circuits.carriers import carried_backward, frozen_maps, n_nodes
 from sprout_interp.circuits.graphs import AttributionGraph, PrunedGraph, prune_graph
-from sprout_interp.circuits.local_replacement import LocalReplacement, TranscodersLike, local_replacement
+from sprout_interp.circuits.local_replacement import (
+    LocalReplacement,
+    TranscodersLike,
+    local_replacement,
+    resolve_transcoders,
+    transcoder_kind,
+)
 from sprout_interp.core.arguments import check_count, check_index
 from sprout_interp.core.errors import QKAttributionError
 from sprout_interp.core.hooked import HookedSprout, as_hooked
@@ -100,7 +110,9 @@ def head_loadings(model, graph: AttributionGraph, edges: EdgesLike = None, trans
 
     Args:
         graph: made by :func:`~sprout_interp.circuits.attribution_graph.attribution_graph` for ``model`` with
-            ``transcoders`` (None: the shipped set, as there) and the frozen final norm.
+            ``transcoders`` and the frozen final norm. ``transcoders``: per-layer transcoders, a cross-layer
+            transcoder or a folder of either, of the graph's kind (``graph.transcoder_kind``); None: the shipped
+            transcoders of that kind.
         edges: None: the edges :func:`~sprout_interp.circuits.graphs.prune_graph` keeps (default thresholds); a
             PrunedGraph (its edges); an ``(n, n)`` bool mask (rows = targets); or (target, source) node pairs.
         batch_size: targets per backward pass.
@@ -108,7 +120,8 @@ def head_loadings(model, graph: AttributionGraph, edges: EdgesLike = None, trans
     Returns a DataFrame, one row per (edge, carrier) with a nonzero part: ``target``, ``source`` (graph node
     indices), ``via_layer``, ``via_block``, ``via_head`` (NA: never left the target's position), ``value``
     (target units), ``edge`` (the graph's ``adjacency[target, source]``). Raises QKAttributionError for edges
-    the graph does not have or transcoders that are not the graph's.
+    the graph does not have or transcoders that are not the graph's (another kind, or other features), and
+    TranscoderNotFoundError when ``transcoders=None`` and the model does not ship the graph's kind.
     """
     m = as_hooked(model)
     batch_size = check_count(batch_size, "batch_size", high=1 << 16, error=QKAttributionError)
@@ -122,8 +135,15 @@ def head_loadings(model, graph: AttributionGraph, edges: EdgesLike = None, trans
         raise QKAttributionError(f"the graph has {graph.n_layers} layers, {m.name or 'the model'} "
                                  f"{m.cfg.n_layers}: pass the model the graph was made for")
     pairs = _edges(graph, edges)
+    kind = graph.transcoder_kind
+    ts = resolve_transcoders(m, transcoders, kind if transcoders is None else None)
+    if transcoder_kind(ts) != kind:
+        what = {"clt": "a cross-layer transcoder", "per_layer": "per-layer transcoders"}
+        raise QKAttributionError(f"the graph is over {what[kind]} ({kind!r}) but transcoders is "
+                                 f"{what[transcoder_kind(ts)]}: pass the transcoders the graph was made with")
     with m.lock:
-        rep = local_replacement(m, graph.tokens.to(m.cfg.device or "cpu"), transcoders, bool(graph.info.get("bos", True)))
+        rep = local_replacement(m, graph.tokens.to(m.cfg.device or "cpu"), ts, bool(graph.info.get("bos", True)),
+                                cross_layer=True)
     return _loadings(m, graph, rep, pairs, batch_size)
 
 
@@ -164,8 +184,7 @@ def _loadings(m: HookedSprout, graph: AttributionGraph, rep: LocalReplacement, p
                 top, mid = L, False
             else:
                 f = torch.tensor(nodes["feature"].to_numpy()[tg.numpy()], dtype=torch.long, device=dev)
-                u = rep.transcoders[lay].W_enc.detach().float()[f] * m.blocks[lay].ln2.w.detach().float() \
-                    / rep.scale2[lay, pos, None]
+                u = rep.encoder(lay)[0][f] * m.blocks[lay].ln2.w.detach().float() / rep.scale2[lay, pos, None]
                 top, mid = lay, True
             c = carried_backward(bw, rep, top, mid, pos, u)
             G = c.nodes.shape[0]

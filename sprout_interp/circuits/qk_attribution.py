@@ -12,12 +12,14 @@ by the positions), ``q_i`` is linear in the stream ``x_i`` and ``k_j`` in ``x_j`
 
 The parts (each side's *components*): the stream at block ``L``'s input is split in the frozen local replacement
 model (:mod:`~sprout_interp.circuits.local_replacement`: patterns and every norm's scale frozen, each feed-forward
-replaced by its transcoder plus an error node; with ``transcoders=None`` each feed-forward's whole output per
+replaced by its transcoder plus an error node, or all of them by a cross-layer transcoder, whose feature of layer
+``i`` writes into every feed-forward output ``j >= i``; with ``transcoders=None`` each feed-forward's whole output per
 position is one node instead, kind ``mlp``) into every node's contribution, by the head that last carried it to the
 position (:mod:`~sprout_interp.circuits.carriers`): ``via`` empty for what was written at the position and never
 left it, ``via (l, h)`` for what head ``(l, h)`` wrote there (whatever earlier paths brought it to the positions
-that head read). A component's ``value`` is the score with that component alone on its side and the whole other
-side; each side's values add up to the score.
+that head read). A cross-layer transcoder's feature is one component per last carrier, the sum over each of its
+writes (a write into block ``j``'s output is carried on only by heads of later blocks). A component's ``value`` is
+the score with that component alone on its side and the whole other side; each side's values add up to the score.
 
 ``terms``, the bilinear table: the ``n_components`` largest components of each side by ``|value|`` and one
 "rest of the side" component each, every (query, key) pair's term ``q_a · k_b / sqrt(d_head)`` (``q_a`` the query
@@ -44,7 +46,13 @@ from sprout_interp.circuits.carriers import (
     n_nodes,
     node_writes,
 )
-from sprout_interp.circuits.local_replacement import LocalReplacement, TranscodersLike, local_replacement, prompt_tokens
+from sprout_interp.circuits.local_replacement import (
+    LocalReplacement,
+    TranscodersLike,
+    local_replacement,
+    prompt_tokens,
+    resolve_transcoders,
+)
 from sprout_interp.core.arguments import check_count, check_index
 from sprout_interp.core.errors import QKAttributionError
 from sprout_interp.core.hook_points import act_name
@@ -83,7 +91,8 @@ class QKAttribution:
         terms: ``query``, ``key`` (labels, :func:`component_label`), ``query_row``, ``key_row`` (row of the
             component tables; NA for a side's rest or the remainder), ``term``; the largest ``|term|`` first, the
             last row the remainder (``"(other pairs)"``).
-        info: the model, the transcoders, the score rebuilt in the frozen model (``score_frozen``), the QK maps'
+        info: the model, the transcoders and their kind (``transcoder_kind``: "none", "per_layer" or "clt"), the
+            score rebuilt in the frozen model (``score_frozen``), the QK maps'
             scale ``sqrt(d_head)``, ``zero_rows``, and ``push_gap``: the largest gap between a kept component's
             value and the score its pushed-forward vector makes with the whole other side (the forward push against
             the backward pass; float rounding only).
@@ -208,19 +217,23 @@ def side_components(m: HookedSprout, rep: LocalReplacement, carried: Carried, la
 
 def _component_vectors(bw, rep: LocalReplacement, top: int, target: int, rows: pd.DataFrame) -> Tensor:
     """The stream vector at ``target`` (block ``top``'s input) each component row alone makes, pushed forward
-    along its carrier group."""
+    along its carrier group (a cross-layer transcoder's feature: each of its writes below ``top`` pushed, summed)."""
     dev = rep.patterns.device
     is_const = (rows["kind"] == "constant").to_numpy()
-    nodes = torch.tensor(np.where(is_const, 0, rows["node"].to_numpy()), dtype=torch.long, device=dev)
-    origin, pos, vecs = node_writes(bw, rep, nodes)
+    at = torch.tensor(np.nonzero(~is_const)[0], dtype=torch.long, device=dev)
+    nodes = torch.tensor(rows["node"].to_numpy()[~is_const], dtype=torch.long, device=dev)
+    row, origin, pos, vecs = node_writes(bw, rep, nodes, top)
+    row = at[row]
     if is_const.any():
-        c = torch.tensor(is_const, device=dev)
-        cl = torch.tensor(rows["layer"].to_numpy(), dtype=torch.long, device=dev)[c]
-        cp = torch.tensor(rows["pos"].to_numpy(), dtype=torch.long, device=dev)[c]
-        origin[c], pos[c], vecs[c] = cl, cp, rep.consts[cl, cp]
-    vl = torch.tensor(rows["via_layer"].fillna(-1).to_numpy(dtype=np.int64), device=dev)
-    vh = torch.tensor(rows["via_head"].fillna(0).to_numpy(dtype=np.int64), device=dev)
-    return carried_forward(bw, top, target, origin, pos, vecs, vl, vh)
+        c = torch.tensor(np.nonzero(is_const)[0], dtype=torch.long, device=dev)
+        cl = torch.tensor(rows["layer"].to_numpy()[is_const], dtype=torch.long, device=dev)
+        cp = torch.tensor(rows["pos"].to_numpy()[is_const], dtype=torch.long, device=dev)
+        row, origin, pos = torch.cat([row, c]), torch.cat([origin, cl]), torch.cat([pos, cp])
+        vecs = torch.cat([vecs, rep.consts[cl, cp]])
+    vl = torch.tensor(rows["via_layer"].fillna(-1).to_numpy(dtype=np.int64), device=dev)[row]
+    vh = torch.tensor(rows["via_head"].fillna(0).to_numpy(dtype=np.int64), device=dev)[row]
+    out = carried_forward(bw, top, target, origin, pos, vecs, vl, vh)
+    return torch.zeros(len(rows), out.shape[1], device=dev).index_add_(0, row, out)
 
 
 def _terms(qv: Tensor, kv: Tensor, q_rows: pd.DataFrame, k_rows: pd.DataFrame, scale: float, top: int
@@ -264,9 +277,12 @@ def qk_attribution(model, text, layer: int, head: int, query_pos: int, key_pos: 
         layer: 0-indexed (block ``layer + 1``); head: of that block.
         query_pos, key_pos: positions of the prompt (negative counts from the end); ``key_pos <= query_pos``.
         transcoders: None: each block's whole feed-forward output per position is one component (kind ``mlp``);
-            a TranscoderSet or ``{layer: Transcoder}`` (as
+            per-layer transcoders (a TranscoderSet or ``{layer: Transcoder}``), a cross-layer transcoder (a
+            CrossLayerTranscoder) or a folder of either (as
             :func:`~sprout_interp.circuits.attribution_graph.attribution_graph` takes): feature, error and
-            constant components.
+            constant components. A cross-layer transcoder's feature of layer ``i`` is one component per last
+            carrier whose value sums its writes into every feed-forward output ``j`` (``i <= j < layer``), each
+            carried from block ``j``'s output on.
         top: pairs kept in ``terms`` before its remainder row; n_components: components of each side in it.
 
     Raises QKAttributionError for a layer, head or position outside the model or the prompt (or a key after the
@@ -292,8 +308,8 @@ def qk_attribution(model, text, layer: int, head: int, query_pos: int, key_pos: 
             raise QKAttributionError(
                 f"key_pos={key_pos} is after query_pos={query_pos}: attention is causal, so key_pos is "
                 f"0..{query_pos}")
-        rep = mlp_replacement(m, tokens) if transcoders is None else local_replacement(m, tokens, transcoders,
-                                                                                         bos=False)
+        rep = mlp_replacement(m, tokens) if transcoders is None else local_replacement(
+            m, tokens, resolve_transcoders(m, transcoders), bos=False, cross_layer=True)
         maps = qk_maps(m, layer, head, tokens, query_pos, key_pos)
     return _attribution(m, rep, maps, layer, head, query_pos, key_pos, transcoders is None, top, n_components)
 
@@ -320,7 +336,8 @@ def _attribution(m: HookedSprout, rep: LocalReplacement, maps: dict, layer: int,
     gap_q = (qv[:-1].double() @ k_all.double().cpu() / scale - torch.tensor(qk["value"].to_numpy())).abs()
     push_gap = float(torch.cat([gap_k, gap_q, torch.zeros(1, dtype=torch.float64)]).max())
     info = {"model_name": m.name or "", "transcoders": "none (feed-forward outputs)" if mlp else
-            (rep.transcoders[0].info.get("model_name", "") or "given"), "scale": scale,
+            ((rep.clt.info if rep.clt is not None else rep.transcoders[0].info).get("model_name", "") or "given"),
+            "transcoder_kind": "none" if mlp else rep.kind, "scale": scale,
             "score_frozen": float(q_all.double() @ k_all.double() / scale), "zero_rows": {"key": kz, "query": qz},
             "push_gap": push_gap, "n_nodes": n_nodes(rep)}
     return QKAttribution(score=maps["score"], layer=layer, head=head, query_pos=query_pos, key_pos=key_pos,

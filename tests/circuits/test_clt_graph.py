@@ -318,16 +318,10 @@ def test_analyses_that_read_per_layer_transcoders_refuse_a_clt(model, clt, token
     with pytest.raises(AttributionGraphError, match="cross_layer must be True or False"):
         local_replacement(model, tokens, clt, cross_layer=1)
     from sprout_interp.circuits.graph_predictions import logit_predictions
-    from sprout_interp.circuits.head_loadings import head_loadings
-    from sprout_interp.circuits.qk_attribution import qk_attribution
 
     with pytest.raises(TranscoderMismatchError, match="per-layer transcoders"):
-        qk_attribution(model, tokens, 1, 0, 5, 2, clt)
-    with pytest.raises(TranscoderMismatchError, match="per-layer transcoders"):
         logit_predictions(model, [tokens], clt)
-    g = attribution_graph(model, tokens, clt)
-    with pytest.raises(TranscoderMismatchError, match="per-layer transcoders"):
-        head_loadings(model, g, [(g.adjacency.shape[0] - 1, 0)], clt)
+    # QK attributions and head loadings take a CLT (tests/circuits/test_qk_attribution.py)
 
 
 # -- the file ---------------------------------------------------------------------------------------------------

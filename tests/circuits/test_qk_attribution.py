@@ -2,14 +2,17 @@
 parts); each component's value and each carrier group's sum against a float64 rebuild written from the chapter's
 model code (tests/fixtures/course_model.py) by hand; against the real model by intervention (norm scales frozen by
 hooks: exact; unfrozen: the direction and the size to first order); the argument checks; and checks that a wrong
-cell, a wrong RoPE position or a dropped carrier group cannot pass. Tiny random models with random transcoders;
-the shipped Sprout, gpt-4 and gpt-1 with their own transcoders."""
+cell, a wrong RoPE position or a dropped carrier group cannot pass. Tiny random models with random transcoders,
+per-layer and cross-layer (a CLT feature writes into every later feed-forward output: each write its own part, carried
+on only by later blocks' heads, checked write by write against the float64 rebuild); the shipped Sprout, gpt-4 and
+gpt-1 with their own transcoders of both kinds."""
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from conftest import tiny_config
@@ -17,11 +20,12 @@ from conftest import tiny_config
 import sprout_interp as si
 from sprout_interp.circuits.attribution_graph import attribution_graph
 from sprout_interp.circuits.head_loadings import edge_heads, head_loadings
-from sprout_interp.circuits.local_replacement import random_transcoders
+from sprout_interp.circuits.local_replacement import random_clt, random_transcoders
 from sprout_interp.circuits.qk_attribution import qk_attribution, qk_maps
 from sprout_interp.core.errors import AttributionGraphError, QKAttributionError
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import HookedSprout
+from sprout_interp.features.clt import load_clt
 from sprout_model import GPT
 from sprout_model.evaluation import HELDOUT_NAME_TEXTS
 from sprout_model.model import apply_rope
@@ -43,6 +47,19 @@ def tokens():
     return torch.randint(1, 64, (14,), generator=torch.Generator().manual_seed(5))
 
 
+@pytest.fixture(scope="module")
+def clt(model):
+    return random_clt(model, d_transcoder=48, density=0.1, seed=1)
+
+
+def _transcoders(model, clt, tc):
+    """The transcoders a case names: None (feed-forward outputs), per-layer with or without a skip connection, or
+    the cross-layer transcoder."""
+    if tc is None or tc == "clt":
+        return None if tc is None else clt
+    return random_transcoders(model, k=4, d_transcoder=48, skip=tc == "skip", seed=1)
+
+
 def _sums(a) -> tuple[float, float, float]:
     return (float(a.key_components["value"].sum()), float(a.query_components["value"].sum()),
             float(a.terms["term"].sum()))
@@ -60,10 +77,10 @@ def _assert_exact(a, tol: float = TOL) -> None:
 # -- exactness on tiny models ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("tc", [None, "skip", "noskip"])
+@pytest.mark.parametrize("tc", [None, "skip", "noskip", "clt"])
 @pytest.mark.parametrize("cell", [(2, 1, 13, 4), (1, 0, 9, 9), (0, 1, 6, 2), (2, 0, 5, 0)])
-def test_every_sum_is_the_score(model, tokens, tc, cell):
-    ts = None if tc is None else random_transcoders(model, k=4, d_transcoder=48, skip=tc == "skip", seed=1)
+def test_every_sum_is_the_score(model, tokens, clt, tc, cell):
+    ts = _transcoders(model, clt, tc)
     layer, head, i, j = cell
     a = qk_attribution(model, tokens, layer, head, i, j, ts, top=7, n_components=5)
     _, cache = model.run_with_cache(tokens[None])
@@ -105,7 +122,8 @@ def _rms(x: torch.Tensor, eps: float) -> torch.Tensor:
 @torch.no_grad()
 def _hand_forward(course, g, tokens: torch.Tensor) -> list[dict]:
     """The chapter's forward written out by hand in float64, keeping what a frozen rerun needs: each block's
-    input, ln1 scale, pattern, every head's write, the feed-forward output and the raw per-head q and k."""
+    input, ln1 scale, pattern, every head's write, the feed-forward's input (``ln2``: its normalized input times the
+    gain; ``s2``: the scale) and output, the block's output and the raw per-head q and k."""
     T = tokens.numel()
     H, d = g.cfg.n_head, g.cfg.d_model
     dh = d // H
@@ -126,8 +144,10 @@ def _hand_forward(course, g, tokens: torch.Tensor) -> list[dict]:
         heads = torch.stack([(A[h] @ v[h]) @ W_O[:, h * dh:(h + 1) * dh].T for h in range(H)])
         rec = {"x": x, "s1": s1, "A": A, "heads": heads, "q": q, "k": k, "scores": scores}
         x = x + heads.sum(0)
-        rec["mlp"] = blk.ffn(blk.norm2(x))
+        rec["ln2"], rec["s2"] = blk.norm2(x), _rms(x, blk.norm2.eps)
+        rec["mlp"] = blk.ffn(rec["ln2"])
         x = x + rec["mlp"]
+        rec["out"] = x
         out.append(rec)
     return out
 
@@ -202,6 +222,103 @@ def test_values_against_a_float64_rebuild(course, model, tokens, cell):
         assert float(comps.loc[comps["via_layer"].isna(), "value"].sum()) == pytest.approx(moved(stays), abs=TOL)
 
 
+@pytest.mark.parametrize("tc", ["noskip", "clt"])
+@pytest.mark.parametrize("cell", [(2, 1, 13, 4), (2, 0, 11, 11)])
+def test_each_position_and_carrier_gets_the_same_part_whatever_the_nodes(model, tokens, clt, tc, cell):
+    """What the nodes written at one position and carried last by one head add up to does not depend on what the
+    nodes are: each feed-forward's output whole, per-layer transcoder features without a skip connection (with
+    their errors and constants), or a CLT's features, each of whose writes counts at its own block (a feature of
+    layer 0 writes into blocks 1 and 2 here)."""
+    layer, head, i, j = cell
+    whole = qk_attribution(model, tokens, layer, head, i, j)
+    split = qk_attribution(model, tokens, layer, head, i, j, _transcoders(model, clt, tc))
+    keys = ["pos", "via_layer", "via_head"]
+    for a, b in ((whole.key_components, split.key_components), (whole.query_components, split.query_components)):
+        sa = a.groupby(keys, dropna=False)["value"].sum()
+        sb = b.groupby(keys, dropna=False)["value"].sum().reindex(sa.index, fill_value=0.0)
+        assert len(sa) > 5 and np.abs(sa.to_numpy() - sb.to_numpy()).max() < TOL
+    if tc == "clt":  # layer 0's features write twice below block 3: some carried by block-2 heads, some staying
+        k = split.key_components
+        k0 = k[(k["kind"] == "feature") & (k["layer"] == 0)]
+        assert k0["via_layer"].notna().any() and k0["via_layer"].isna().any()
+
+
+def _clt_writes(g, rec: list[dict], clt, layer: int, pos: int, feature: int) -> torch.Tensor:
+    """A CLT feature's writes in float64 from the hand-written forward, (n_layers, pos, d) as feed-forward outputs:
+    its pre-activation read off the feed-forward's input by hand (the table lists it as active, so JumpReLU passes
+    it: no threshold is decided here) times its decoder row to each layer ``j >= layer``, at its position."""
+    L, T = len(rec), rec[0]["x"].shape[0]
+    W_enc, b_enc = clt.W_enc[layer].double(), clt.b_enc[layer].double()
+    act = rec[layer]["ln2"][pos] @ W_enc[feature] + b_enc[feature]
+    out = torch.zeros(L, T, g.cfg.d_model, dtype=torch.float64)
+    for j in range(layer, L):
+        out[j, pos] = act * clt.W_dec[layer][feature, j - layer].double()
+    return out
+
+
+@torch.no_grad()
+def _hand_carriers(g, rec: list[dict], writes: torch.Tensor, n_via: int, pos: int, read) -> dict:
+    """The parts of ``writes`` (feed-forward outputs, (n_layers, pos, d), no embeddings) at ``pos`` by last carrier,
+    in the frozen model of ``rec`` with no skip connection, each read by the linear map ``read``: for head ``(l, h)``
+    of the first ``n_via`` blocks, that head's output at ``pos`` from the stream ``writes`` make at block ``l``'s
+    input; None: the writes made at ``pos`` below block ``n_via`` (never moved)."""
+    H, d = g.cfg.n_head, g.cfg.d_model
+    dh = d // H
+    out = {None: read(writes[:n_via, pos].sum(0))}
+    zero = torch.zeros_like(rec[0]["x"])
+    for lay in range(n_via):
+        blk, r = g.blocks[lay], rec[lay]
+        x = _frozen_stream(g, rec, lay, zero, writes)
+        v = ((x / r["s1"] * blk.norm1.weight) @ blk.attn.qkv.weight[2 * d:].T).view(-1, H, dh).transpose(0, 1)
+        W_O = blk.attn.proj.weight
+        for h in range(H):
+            out[(lay, h)] = read((r["A"][h, pos] @ v[h]) @ W_O[:, h * dh:(h + 1) * dh].T)
+    return out
+
+
+def _by_carrier(rows) -> dict:
+    return {(None if pd.isna(vl) else (int(vl), int(vh))): float(v)
+            for vl, vh, v in zip(rows["via_layer"], rows["via_head"], rows["value"])}
+
+
+@pytest.mark.parametrize("cell", [(2, 1, 13, 4), (2, 0, 11, 11), (2, 1, 9, 2)])
+def test_clt_features_against_a_float64_rebuild(course, model, tokens, clt, cell):
+    """Each of the largest CLT features of each side, every carrier group: its value is the score (the other side
+    whole) of what that head, written out by hand in float64 from the chapter's model code, brought to the position
+    from the feature's writes into every feed-forward output below the score's block (none: its writes at the
+    position itself); and removing all its writes from the frozen stream moves the score by the sum of its rows.
+    Every component pushed forward write by write (the bilinear table's vectors) agrees with the backward pass."""
+    layer, head, i, j = cell
+    a = qk_attribution(model, tokens, layer, head, i, j, clt, top=5, n_components=4096)
+    assert len(a.terms) == 6 and a.info["push_gap"] < TOL * max(1.0, abs(a.score))
+    g = _course_copy(course, model)
+    rec = _hand_forward(course, g, tokens)
+    emb = g.embed.weight[tokens]
+    mlps = torch.stack([r["mlp"] for r in rec])
+    x = _frozen_stream(g, rec, layer, emb, mlps)
+    score = _frozen_score(course, g, rec, layer, head, i, j, x[i], x[j])
+    checked = twice = 0
+    for side, pos, comps in (("key", j, a.key_components), ("query", i, a.query_components)):
+        def moved(x_side):
+            return _frozen_score(course, g, rec, layer, head, i, j, *((x[i], x_side) if side == "key" else
+                                                                     (x_side, x[j])))
+        feats = comps[comps["kind"] == "feature"].drop_duplicates(["layer", "pos", "feature"]).head(4)
+        for f in feats.itertuples():
+            w = _clt_writes(g, rec, clt, f.layer, f.pos, f.feature)
+            mine = comps[(comps["kind"] == "feature") & (comps["layer"] == f.layer) & (comps["pos"] == f.pos)
+                         & (comps["feature"] == f.feature)]
+            want = _hand_carriers(g, rec, w, layer, pos, moved)
+            got = _by_carrier(mine)
+            assert set(got) <= set(want)
+            for via, v in want.items():
+                assert got.get(via, 0.0) == pytest.approx(v, abs=TOL), (side, f, via)
+            removed = score - moved(_frozen_stream(g, rec, layer, emb, mlps - w)[pos])
+            assert float(mine["value"].sum()) == pytest.approx(removed, abs=TOL)
+            checked += 1
+            twice += int(f.layer < layer - 1 and len(mine) > 1)
+    assert checked >= 6 and twice >= 1  # a feature with writes into two blocks, parts from more than one carrier
+
+
 def test_wrong_cells_rope_or_a_dropped_group_cannot_pass(model, tokens):
     """The checks above have power: a swapped query and key, a RoPE position off by one, or one carrier group
     left out each miss the real score by far more than the tolerance."""
@@ -226,10 +343,10 @@ def test_wrong_cells_rope_or_a_dropped_group_cannot_pass(model, tokens):
 # -- head loadings ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("skip", [True, False], ids=["skip", "noskip"])
+@pytest.mark.parametrize("tc", ["skip", "noskip", "clt"])
 @pytest.mark.parametrize("bos", [True, False], ids=["bos", "nobos"])
-def test_head_loadings_add_up_to_every_edge(model, tokens, skip, bos):
-    ts = random_transcoders(model, k=4, d_transcoder=48, skip=skip, seed=1)
+def test_head_loadings_add_up_to_every_edge(model, tokens, clt, tc, bos):
+    ts = _transcoders(model, clt, tc)
     g = attribution_graph(model, tokens[:10], ts, bos=bos)
     mask = g.adjacency != 0
     df = head_loadings(model, g, mask, ts)
@@ -273,6 +390,65 @@ def test_head_loadings_refuse_what_they_cannot_use(model, tokens):
         head_loadings(model, g, [(10 ** 6, 0)], ts)
     with pytest.raises(QKAttributionError, match="transcoders the graph was made with"):
         head_loadings(model, g, None, random_transcoders(model, k=4, d_transcoder=48, seed=7))
+
+
+def test_head_loadings_refuse_transcoders_of_another_kind(model, tokens, clt):
+    """A graph over a CLT with per-layer transcoders, or the other way round: named, not misread."""
+    ts = random_transcoders(model, k=4, d_transcoder=48, seed=1)
+    g_clt, g_pl = attribution_graph(model, tokens[:8], clt), attribution_graph(model, tokens[:8], ts)
+    with pytest.raises(QKAttributionError, match=r"over a cross-layer transcoder \('clt'\) but transcoders is per-layer"):
+        head_loadings(model, g_clt, None, ts)
+    with pytest.raises(QKAttributionError, match=r"over per-layer transcoders \('per_layer'\) but transcoders is a cross"):
+        edge_heads(model, g_pl, 0, len(g_pl.nodes) - 1, clt)
+    with pytest.raises(QKAttributionError, match="transcoders the graph was made with"):
+        head_loadings(model, g_clt, None, random_clt(model, d_transcoder=48, density=0.1, seed=7))
+
+
+@pytest.mark.parametrize("bos", [True, False], ids=["bos", "nobos"])
+def test_clt_head_loadings_against_a_float64_rebuild(course, model, tokens, clt, bos):
+    """A CLT graph's edges from a feature at another position into a block-3 feature and into the top logit, each
+    split by carrier, against the float64 frozen model written out by hand from the chapter's model code: the
+    source's writes into every feed-forward output (its activation read off by hand), carried to the target's
+    position by that head alone at the end, read by the target (its encoder row through ln2's frozen scale; the
+    logit's demeaned unembedding through the final norm's frozen scale)."""
+    g = attribution_graph(model, tokens, clt, bos=bos)
+    nodes = g.nodes
+    course_g = _course_copy(course, model)
+    toks = g.tokens
+    rec = _hand_forward(course, course_g, toks)
+    L = model.cfg.n_layers
+    nF = g.n_features
+    kind, lay, pos = (nodes[c].to_numpy() for c in ("kind", "layer", "pos"))
+    logit = int(np.nonzero(kind == "logit")[0][0])
+    feats = np.nonzero((kind == "feature") & (lay == L - 1))[0]
+    target = int(feats[int(g.adjacency[torch.tensor(feats)][:, :nF].abs().amax(1).argmax())])
+    pairs = []
+    for t in (target, logit):
+        w = g.adjacency[t, :nF].abs().double().numpy() * ((lay[:nF] == 0) & (pos[:nF] != pos[t]))
+        for src in np.argsort(-w, kind="stable")[:3]:
+            if w[src] > 0:
+                pairs.append((t, int(src)))
+    assert len(pairs) == 6
+    df = head_loadings(model, g, pairs, clt)
+    W_U = course_g.head.weight
+    x_final = rec[-1]["out"][-1]
+    s_final = _rms(x_final, course_g.norm.eps)
+    for t, src in pairs:
+        if t == logit:
+            u = (W_U[int(nodes["token_id"].iloc[t])] - W_U.mean(0)) * course_g.norm.weight / s_final
+            n_via = L
+        else:
+            tl, tp, tf = int(lay[t]), int(pos[t]), int(nodes["feature"].iloc[t])
+            u = clt.W_enc[tl][tf].double() * course_g.blocks[tl].norm2.weight / rec[tl]["s2"][tp]
+            n_via = tl + 1  # a feature reads after its own block's attention
+        w = _clt_writes(course_g, rec, clt, int(lay[src]), int(pos[src]), int(nodes["feature"].iloc[src]))
+        want = _hand_carriers(course_g, rec, w, n_via, int(pos[t]), lambda v: float(v @ u))
+        got = _by_carrier(df[(df["target"] == t) & (df["source"] == src)])
+        scale = max(1.0, abs(float(g.adjacency[t, src])))
+        assert None not in got and set(got) <= set(want)  # between positions: carried by heads only
+        for via, v in want.items():
+            assert got.get(via, 0.0) == pytest.approx(v, abs=TOL * scale), (t, src, via)
+        assert sum(want.values()) == pytest.approx(float(g.adjacency[t, src]), abs=TOL * scale)
 
 
 # -- arguments ---------------------------------------------------------------------------------------------------
@@ -328,14 +504,14 @@ def test_exact_on_sprout_with_and_without_transcoders(sprout, which):
     name, text = HELDOUT_NAME_TEXTS[which]
     ids, i, j = _name_cell(sprout, text, name)
     ids = ids[:i + 3 + 4 * which]  # texts of different lengths
-    for ts in (None, si.sae.load_transcoders(sprout)):
+    for ts in (None, si.sae.load_transcoders(sprout), load_clt(sprout)):
         a = qk_attribution(sprout, ids, 1, 0, i, j, ts)
         _assert_exact(a)
         # the chapter's K-composition: most of the induction head's key is the first occurrence's token, carried
         # to the next position by block-1 heads (a loose bound: 77-88% over the held-out names, on both sides of it)
         k = a.key_components
         assert k[(k["pos"] == j - 1) & (k["via_layer"] == 0)]["value"].sum() > 0.5 * a.score
-        print(f"sprout {name!r} {'transcoders' if ts is not None else 'feed-forwards'}: score {a.score:.3f}, "
+        print(f"sprout {name!r} {a.info['transcoder_kind']}: score {a.score:.3f}, "
               f"key by head:\n{a.key_by_head().round(3).to_string()}")
 
 
@@ -345,7 +521,7 @@ def test_exact_on_gpt4_and_gpt1(gpt4):
     ids = gpt4.prepare_input(text)[0][0]
     ts = si.sae.load_transcoders(gpt4)
     for T, cell in ((ids.numel(), (3, 2, -1, 7)), (20, (1, 1, 19, 12))):
-        for tc in (None, ts):
+        for tc in (None, ts, load_clt(gpt4)):
             _assert_exact(qk_attribution(gpt4, ids[:T], *cell, tc))
     _need("gpt-1")
     _assert_exact(qk_attribution(si.load("gpt-1"), ids[:30], 0, 2, 29, 5))
@@ -446,3 +622,88 @@ def test_against_the_real_sprout_by_intervention(sprout):
           f"{got['s'] - b.score:+.4f}")
     if abs(float(f["value"])) > 0.05:
         assert np.sign(got["s"] - b.score) == np.sign(-float(f["value"]))
+
+
+def _all_frozen_hooks(m, layer: int, head: int, clean, keep_pos: int, mlp_out: dict) -> list:
+    """The real model made the frozen linear model below block ``layer``: every lower block's pattern and ln1
+    scale held at ``clean``'s, its feed-forward output replaced by ``mlp_out[l]``; block ``layer``'s ln1 and
+    QK-norm scales held (:func:`_frozen_hooks`); its input at ``keep_pos`` held too (one side of the score
+    unchanged)."""
+    def put(value):
+        return lambda act, hook: value.to(act.dtype)
+
+    def keep(act, hook):
+        out = act.clone()
+        out[0, keep_pos] = clean[hook.name][0, keep_pos]
+        return out
+
+    hooks = []
+    for lay in range(layer):
+        hooks += [(act_name("pattern", lay), put(clean[act_name("pattern", lay)])),
+                  (act_name("scale", lay, "ln1"), put(clean[act_name("scale", lay, "ln1")])),
+                  (act_name("mlp_out", lay), put(mlp_out[lay]))]
+    return hooks + [(act_name("resid_pre", layer), keep)] + _frozen_hooks(m, layer, head, clean)
+
+
+@pytest.mark.integration
+def test_a_clt_feature_removed_from_the_frozen_real_sprout(sprout):
+    """Sprout's shipped CLT, block 3 head 0 at the name's cell: the key side's largest feature of layer 0 writes
+    into the feed-forward outputs of blocks 1 and 2, carried to the key by block-2 heads or not at all; taking both
+    writes out of the real model, hooked into the frozen linear model (patterns, norm scales, the other feed-forward
+    outputs held; the query's stream held), moves the score by minus the sum of its rows."""
+    m = sprout
+    name, text = HELDOUT_NAME_TEXTS[1]
+    ids, i, j = _name_cell(m, text, name)
+    ids = ids[:i + 1]
+    layer, head = 2, 0
+    clt = load_clt(m)
+    a = qk_attribution(m, ids, layer, head, i, j, clt)
+    _assert_exact(a)
+    kc = a.key_components
+    f0 = kc[(kc["kind"] == "feature") & (kc["layer"] == 0)]
+    sums = f0.groupby(["pos", "feature"])["value"].sum()
+    p, k = sums.index[int(np.argmax(sums.abs().to_numpy()))]
+    p, k = int(p), int(k)
+    rows = f0[(f0["pos"] == p) & (f0["feature"] == k)]
+    names = [act_name("pattern", lay) for lay in range(layer)] + [act_name("scale", lay, "ln1") for lay in
+                                                                   range(layer + 1)]
+    names += [act_name(n, lay) for lay in range(layer) for n in ("mlp_out",)] + [
+        act_name("normalized", 0, "ln2"), act_name("resid_pre", layer), act_name("q", layer), act_name("k", layer)]
+    _, clean = m.run_with_cache(ids[None], names_filter=names)
+    with torch.no_grad():
+        act = clt.encode_layer(0, clean[act_name("normalized", 0, "ln2")][0, p].float() * m.blocks[0].ln2.w.float())[k]
+    assert float(act) > 0
+    mlp_out = {}
+    for lay in range(layer):
+        out = clean[act_name("mlp_out", lay)].clone()
+        out[0, p] -= (act * clt.W_dec[0][k, lay]).to(out.dtype)
+        mlp_out[lay] = out
+    got = {}
+
+    def grab(act_, hook):
+        got["s"] = act_[0, head, i, j].item()
+        return act_
+
+    with torch.no_grad():
+        m.run_with_hooks(ids[None], fwd_hooks=_all_frozen_hooks(m, layer, head, clean, i, mlp_out) + [
+            (act_name("attn_scores", layer), grab)])
+    print(f"CLT feature L0 f{k} at {p}: rows {len(rows)}, sum {float(rows['value'].sum()):+.4f}; frozen real "
+          f"removal {got['s'] - a.score:+.4f}")
+    assert got["s"] - a.score == pytest.approx(-float(rows["value"].sum()), abs=TOL * max(1.0, abs(a.score)))
+    assert abs(float(rows["value"].sum())) > 100 * TOL and len(rows) > 1  # a part the check sees, several carriers
+
+
+@pytest.mark.integration
+def test_head_loadings_of_gpt4s_clt_graph_add_up(gpt4):
+    """gpt-4's default graph is over its shipped CLT: head loadings take it with ``transcoders=None`` (the shipped
+    CLT, the graph's kind), and each pruned edge's parts add up to it."""
+    name, text = HELDOUT_NAME_TEXTS[2]
+    ids = gpt4.prepare_input(text)[0][0][:24]
+    g = attribution_graph(gpt4, ids, kind="clt", max_feature_nodes=150)
+    assert g.transcoder_kind == "clt"
+    df = head_loadings(gpt4, g)
+    s = df.groupby(["target", "source"])["value"].sum()
+    t = torch.tensor(s.index.get_level_values(0).to_numpy())
+    src = torch.tensor(s.index.get_level_values(1).to_numpy())
+    assert len(s) > 50 and np.abs(s.to_numpy() - g.adjacency[t, src].double().numpy()).max() < 1e-4
+    assert df["via_layer"].notna().mean() > 0.1  # edges carried between positions are there
