@@ -54,23 +54,29 @@ def qk_attribution(_m, key: str, text: str, layer: int, head: int, query_pos: in
     return _shown(attribute(_m, tokens(_m, text)[0], layer, head, query_pos, key_pos))
 
 
+def _graph_transcoders(_m, key: str, graph):
+    """The shipped transcoders of the graph's kind (``info["transcoder_kind"]``): the cross-layer transcoder or the
+    per-layer set (cached resources of ``graph_compute``)."""
+    from graph_compute import graph_clt, graph_transcoders
+
+    return graph_clt(_m, key) if graph.info.get("transcoder_kind") == "clt" else graph_transcoders(_m, key)
+
+
 @st.cache_data(**_CACHE)
 def graph_qk(_m, key: str, _graph, gkey: str, layer: int, head: int, query_pos: int, key_pos: int) -> dict:
     """As :func:`qk_attribution`, on the graph's own prompt (its tokens, ``<|endoftext|>`` first, so positions are the
-    graph's) with the graph's transcoders: feature, error and constant components, as the graph's nodes."""
-    from graph_compute import graph_transcoders
-
+    graph's) with the graph's transcoders (per-layer or cross-layer, its kind): feature, error and constant
+    components, as the graph's nodes."""
     from sprout_interp.circuits.qk_attribution import qk_attribution as attribute
 
-    return _shown(attribute(_m, _graph.tokens, layer, head, query_pos, key_pos, graph_transcoders(_m, key)))
+    return _shown(attribute(_m, _graph.tokens, layer, head, query_pos, key_pos, _graph_transcoders(_m, key, _graph)))
 
 
 @st.cache_data(**_CACHE)
 def edge_loadings(_m, key: str, _graph, gkey: str, pairs: tuple):
     """The graph's edges ``pairs`` ((target, source) node indices) split by the head that carried each last
-    (``si.head_loadings`` with the graph's transcoders), with ``carrier``: one row per edge and carrier."""
-    from graph_compute import graph_transcoders
-
+    (``si.head_loadings`` with the graph's transcoders, of its kind), with ``carrier``: one row per edge and
+    carrier."""
     from sprout_interp.circuits.head_loadings import head_loadings
 
-    return _named(head_loadings(_m, _graph, list(pairs), graph_transcoders(_m, key)))
+    return _named(head_loadings(_m, _graph, list(pairs), _graph_transcoders(_m, key, _graph)))

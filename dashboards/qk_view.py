@@ -21,6 +21,14 @@ from sprout_interp.circuits.heads import block_label, head_label
 #: rows of each ranked list
 TOP = 12
 
+#: what a component is on the graph page, per kind of the graph's transcoders
+_PER_LAYER_PARTS = ("With the graph's transcoders, as the graph's nodes: each feed-forward is its features, an error node "
+                    "and the transcoder's decoder bias (constant) at each position.")
+_CLT_PARTS = ("With the graph's cross-layer transcoder, as the graph's nodes: a feature of block b writes into the "
+              "feed-forward output of block b and of every later block; its value on a row sums those writes, each "
+              "carried on only by heads of blocks after the one it joins. Each feed-forward also has an error node and "
+              "the CLT's decoder bias (constant) at each position.")
+
 
 def take_cell_click(chart_key: str, query_key: str, key_key: str, open_key: str, T: int) -> None:
     """A click on a pattern's cell (``plots.picking.clickable_cells``, previous run) chooses that cell and opens the
@@ -130,13 +138,6 @@ def graph_section(m, key: str, graph, gkey: str, nodes_all: pd.DataFrame, edges:
     prompt with ``<|endoftext|>`` first). The page binds the widgets ``ag_qk_*`` to its link first. ``cell``: the
     cell the panel opens on (the text's first repeat, in the graph's positions), ``induction``: the head it opens
     on."""
-    if graph.info.get("transcoder_kind") == "clt":
-        # head loadings and QK attributions split their components into per-layer transcoder features; a CLT's
-        # feature writes to several feed-forwards at once, which neither split names yet
-        st.info("The head-carried edges and the QK attributions are computed over the **per-layer transcoders**: "
-                "this graph is over the cross-layer transcoder. Choose \"per-layer transcoders\" in the "
-                "transcoders box above to split its edges by head and open a head's QK attribution.")
-        return
     L, H = m.cfg.n_layers, m.cfg.n_heads
     strs = [str(t) for t in nodes_all["token"].values[graph.n_features + graph.n_errors:
                                                        graph.n_features + graph.n_errors + graph.n_pos]]
@@ -193,5 +194,5 @@ def graph_section(m, key: str, graph, gkey: str, nodes_all: pd.DataFrame, edges:
                lambda lyr, hd, q, k: qk_compute.graph_qk(m, key, graph, gkey, lyr, hd, q, k),
                where="the graph's prompt (<|endoftext|> first), with the graph's transcoders",
                how="choose the head above and the cell here, or a head-carried edge",
-               parts="With the graph's transcoders, as the graph's nodes: each feed-forward is its features, an error "
-                     "node and the transcoder's decoder bias (constant) at each position.")
+               parts=_CLT_PARTS if graph.info.get("transcoder_kind") == "clt" else _PER_LAYER_PARTS)
+

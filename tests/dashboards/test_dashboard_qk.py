@@ -133,10 +133,45 @@ def test_graph_page_a_head_and_a_cell_or_a_head_carried_edge_open_the_same_panel
     assert at.session_state["ag_qk_open"] and at.session_state["ag_qk_key"] <= at.session_state["ag_qk_query"]
 
 
-def test_a_cross_layer_transcoders_graph_says_where_the_qk_panel_is():
-    """gpt-4's graph page opens on its CLT (the better kind): the head-carried edges and the QK panel, computed over
-    per-layer transcoder features, are not offered for it; the page says so and how to get them, with no error."""
-    at = ok(page("views/attribution_graph.py", {"qk": "1"}).run())
+def test_the_cross_layer_transcoders_graph_opens_its_qk_panel_and_head_carried_edges():
+    """gpt-4's graph page opens on its CLT (the better kind): the QK panel is the library's attribution with the
+    shipped CLT on the graph's prompt, and the head-carried edges into the top logit add up to their edges."""
+    at = ok(page("views/attribution_graph.py", {"qk": "1", "qk_layer": "1", "qk_head": "0", "qk_query": "55",
+                                                 "qk_key": "3"}).run())
     assert at.session_state["ag_kind"] == "clt"
-    assert any("per-layer transcoders" in i.value and "cross-layer transcoder" in i.value for i in at.info)
-    assert not [s for s in at.selectbox if s.key == "ag_qk_layer"]
+    assert not any("per-layer" in i.value for i in at.info)  # no notice sends the reader to the other kind
+    m = si.load("gpt-4")
+    from sprout_interp.circuits.local_replacement import prompt_tokens
+    from sprout_interp.features.clt import load_clt
+    from sprout_interp.plots.graph import KIND_CODES
+
+    end = int(at.query_params["end"])
+    ids = prompt_tokens(m, m.to_tokens(TEXTS["story"])[0, :end], bos=True)
+    a = si.qk_attribution(m, ids, 1, 0, 55, 3, load_clt(m))
+    said = " ".join(md.value for md in at.markdown)
+    assert f"pre-softmax score **{a.score:.3f}**" in said
+    t = _tables(at)
+    query, key = t["sides"]
+    _same_side(query, a.query_components)
+    _same_side(key, a.key_components)
+    assert (key["component"].str.contains("feat.")).any()  # the CLT's features are components
+    assert t["carriers"][1]["value"].tolist() == a.key_by_head()["value"].round(3).tolist()
+    assert t["pairs"]["term"].tolist() == a.terms["term"].round(3).tolist()
+    assert any("cross-layer transcoder" in c.value for c in at.caption)
+
+    spec = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+    nodes = [tuple(c) for s in spec for d in s["data"] if d.get("customdata") for c in d["customdata"]
+             if isinstance(c, list) and len(c) == 2]
+    logit = next(c for c in nodes if c[0] == KIND_CODES["logit"])
+    at.session_state["ag_graph"] = _selection(logit)
+    ok(at.run())
+    edges = next((d.value for d in at.dataframe if list(d.value.columns)[:2] == ["from", "carried by"]), None)
+    assert edges is not None and len(edges)
+    # edges from other positions: every part carried by a head, so each edge's parts add up to it (4 decimals shown)
+    parts = edges.groupby("from").agg(parts=("part of the edge", "sum"), edge=("edge", "first"), n=("edge", "size"))
+    assert (parts["parts"] - parts["edge"]).abs().max() <= 1e-4 * (parts["n"].max() + 1)
+    at.selectbox(key="ag_qk_edge").set_value(0)
+    ok(at.run())
+    assert edges["carried by"].iloc[0] == f"block {at.session_state['ag_qk_layer'] + 1} head " \
+                                          f"{at.session_state['ag_qk_head']} (layer {at.session_state['ag_qk_layer']})"
+    assert at.session_state["ag_qk_open"] and _tables(at)["sides"]
