@@ -7,7 +7,8 @@ The format (circuit-tracer 0.5, ``frontend/graph_models.py``): one ``<slug>.json
 and ``links``; beside it the folder's ``graph-metadata.json`` (``{"graphs": [metadata, ...]}``, one entry per slug)
 lists the graphs its local server (``circuit_tracer.frontend.local_server``) offers. Only the nodes and edges
 :func:`~sprout_interp.circuits.graphs.prune_graph` keeps are written (the same pruning as circuit-tracer's), and
-among them only nodes that an edge touches, plus every embedding and logit node.
+among them only nodes that an edge touches, plus every embedding and logit node; and the pinned nodes and
+supernodes' members, whatever the pruning, with their strong edges (:func:`~sprout_interp.circuits.graphs.keep_nodes`).
 
 The format's quirks live here and nowhere else (our node table keeps our own conventions):
 
@@ -49,7 +50,14 @@ from typing import Optional, Union
 import numpy as np
 import pandas as pd
 
-from sprout_interp.circuits.graphs import MAX_GRAPH_VALUE, AttributionGraph, check_graph, node_key, prune_graph
+from sprout_interp.circuits.graphs import (
+    MAX_GRAPH_VALUE,
+    AttributionGraph,
+    check_graph,
+    keep_nodes,
+    node_key,
+    prune_graph,
+)
 from sprout_interp.core import limits
 from sprout_interp.core.arguments import describe
 from sprout_interp.core.errors import AttributionGraphError, NotACheckpointError, SproutError
@@ -176,13 +184,18 @@ def graph_json(graph: AttributionGraph, slug: str, node_threshold: float = 0.8, 
     of one label per node in node order, such as the measured labels of
     ``sprout_interp.circuits.graph_labels.graph_labels(graph, model)`` (its logit rows left out). ``scan`` (the
     transcoders' name) defaults to the graph's own. ``pinned`` (node indices or keys) and ``supernodes`` ({name:
-    [node indices or keys]}) become the viewer's ``qParams`` (``pinnedIds``; ``supernodes`` as ``[name, id, ...]``),
-    those of their nodes that the pruned file holds."""
+    [node indices or keys]}) become the viewer's ``qParams`` (``pinnedIds``; ``supernodes`` as ``[name, id, ...]``)
+    and their nodes are written whatever the thresholds, each with its edges to and from the nodes written at least
+    as strong as the weakest edge pruning kept (:func:`~sprout_interp.circuits.graphs.keep_nodes`: the nodes and
+    links the graph page draws with those pins; circuit-tracer's own ``create_graph_files`` writes no pins)."""
     graph = check_graph(graph)
     slug = _slug(slug)
     scan = _scan(graph, scan)
     pins, groups = _pins(graph, pinned, supernodes)
-    pruned = prune_graph(graph, node_threshold, edge_threshold)
+    held = list(dict.fromkeys(pins + [i for _, members in groups for i in members]))
+    # the pinned nodes and the supernodes' members kept whatever the thresholds, with their strong edges, as the
+    # page draws them (plots.graph.graph_tables); circuit-tracer's create_graph_files has no pins (pinnedIds [])
+    pruned = keep_nodes(graph, prune_graph(graph, node_threshold, edge_threshold), held)
     text = _labels(graph, labels)
     df = graph.nodes
     L, T = graph.n_layers, graph.n_pos
@@ -225,7 +238,9 @@ def graph_json(graph: AttributionGraph, slug: str, node_threshold: float = 0.8, 
     links = [{"source": nodes[s]["node_id"], "target": nodes[d]["node_id"], "weight": w}
              for s, d, w in zip(src.tolist(), dst.tolist(), weights) if s in nodes and d in nodes]
     touched = {e["source"] for e in links} | {e["target"] for e in links}
-    used = [n for n in nodes.values() if n["node_id"] in touched or n["feature_type"] in ("embedding", "logit")]
+    held_ids = {nodes[i]["node_id"] for i in held}
+    used = [n for n in nodes.values() if n["node_id"] in touched or n["node_id"] in held_ids
+            or n["feature_type"] in ("embedding", "logit")]
     tokens = [str(t) for t in df["token"].to_numpy()[graph.n_features + graph.n_errors:
                                                       graph.n_features + graph.n_errors + T]]
     meta = {"slug": slug, "scan": scan, "transcoder_list": [], "prompt_tokens": tokens, "prompt": "".join(tokens),
@@ -380,6 +395,13 @@ class GraphJSON:
     @property
     def n_pos(self) -> int:
         return len(self.prompt_tokens)
+
+    @property
+    def pinned(self) -> list[str]:
+        """The file's pinned nodes (``qParams.pinnedIds``) as node keys, in the file's order (an id the file's
+        nodes do not hold is left out; a colliding id names the later node, as circuit-tracer's viewer reads it)."""
+        key_of = dict(zip(self.nodes["node_id"], self.nodes["key"]))
+        return [key_of[i] for i in dict.fromkeys(self.qparams["pinnedIds"]) if i in key_of]
 
     def __repr__(self) -> str:
         counts = self.nodes["kind"].value_counts()

@@ -7,7 +7,8 @@ every path from it to the logits of the product of normalized edges, ``w @ (N + 
 
 :func:`prune_graph` keeps the nodes that carry ``node_threshold`` of the total influence (tokens and logits
 always), then the edges that carry ``edge_threshold`` of the edge influence among them, then drops feature and
-error nodes left without an outgoing edge and features without an incoming one, until nothing changes.
+error nodes left without an outgoing edge and features without an incoming one, until nothing changes;
+:func:`keep_nodes` adds nodes a person pinned, with their strong edges.
 :func:`graph_scores`: the replacement score, the share of the tokens' and errors' influence that starts at
 tokens (features explain everything: 1); the completeness score, the share of each node's normalized input
 that comes from non-error nodes, weighted by influence plus logit weight.
@@ -15,6 +16,8 @@ that comes from non-error nodes, weighted by influence plus logit weight.
 from __future__ import annotations
 
 import json
+import numbers
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, Union
@@ -33,7 +36,7 @@ from sprout_interp.core.files import as_path
 from sprout_interp.core.loading import read_safetensors
 
 __all__ = ["KINDS", "FINAL_NORMS", "graph_kind", "GRAPH_UNITS", "AttributionGraph", "save_graph", "load_graph", "normalized_adjacency",
-           "node_influence", "PrunedGraph", "prune_graph", "graph_scores", "check_graph", "node_key"]
+           "node_influence", "PrunedGraph", "prune_graph", "keep_nodes", "graph_scores", "check_graph", "node_key"]
 
 KINDS = ("feature", "error", "embedding", "logit")
 #: how a graph's logit rows pass the final RMSNorm: its scale frozen (circuit-tracer's graph) or its Jacobian at the
@@ -427,6 +430,36 @@ def prune_graph(graph: AttributionGraph, node_threshold: float = 0.8, edge_thres
     cumulative = torch.empty_like(infl)
     cumulative[order] = infl[order].cumsum(0) / infl.sum().clamp(min=1e-30)
     return PrunedGraph(node_mask, edge_mask, cumulative)
+
+
+def keep_nodes(graph: AttributionGraph, pruned: PrunedGraph, keep: Iterable[int]) -> PrunedGraph:
+    """``pruned`` (:func:`prune_graph` of ``graph``) with the nodes ``keep`` names (node indices) kept whatever
+    their influence, as a person's pinned nodes are: each node it adds comes with its edges to and from every node
+    then kept (the added ones too), those at least as strong (``|adjacency|``) as the weakest edge pruning kept
+    (none where it kept no edge); ``cumulative_scores`` unchanged. AttributionGraphError for an index that is not a
+    node of ``graph``."""
+    graph = check_graph(graph)
+    n = graph.adjacency.shape[0]
+    if isinstance(keep, (str, bytes)) or not isinstance(keep, Iterable):
+        raise AttributionGraphError(f"keep={describe(keep)} must be a list of node indices")
+    idx = []
+    for k in keep:
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 0 <= int(k) < n:
+            raise AttributionGraphError(f"keep: {describe(k)} is not a node of this graph: node indices are 0..{n - 1}")
+        idx.append(int(k))
+    node_mask, edge_mask = pruned.node_mask.clone(), pruned.edge_mask.clone()
+    extra = [i for i in dict.fromkeys(idx) if not bool(node_mask[i])]
+    if not extra:
+        return PrunedGraph(node_mask, edge_mask, pruned.cumulative_scores)
+    add = torch.tensor(extra)
+    node_mask[add] = True
+    if bool(pruned.edge_mask.any()):
+        weakest = graph.adjacency[pruned.edge_mask].abs().min()
+        shown = node_mask.nonzero()[:, 0]
+        edge_mask[add[:, None], shown[None, :]] |= graph.adjacency[add][:, shown].abs() >= weakest  # into them
+        edge_mask[shown[:, None], add[None, :]] |= graph.adjacency[shown][:, add].abs() >= weakest  # out of them
+        edge_mask[add, add] = False  # no edge from a node to itself
+    return PrunedGraph(node_mask, edge_mask, pruned.cumulative_scores)
 
 
 def graph_scores(graph: AttributionGraph) -> tuple[float, float]:

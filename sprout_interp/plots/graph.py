@@ -51,34 +51,23 @@ def graph_tables(graph: AttributionGraph, node_threshold: float = 0.8, edge_thre
     :func:`~sprout_interp.circuits.graphs.node_influence` gives it; computed when None) and ``kept`` (False for a
     node only ``keep`` brought in). ``edges``: ``source, target, weight`` (node indices; the direct effect of the
     source on the target's input, in the target's units), the edges pruning keeps, and each of a ``keep`` node's
-    edges to and from a drawn node at least as strong as the weakest edge kept.
+    edges to and from a drawn node at least as strong as the weakest edge kept
+    (:func:`~sprout_interp.circuits.graphs.keep_nodes`, the rule circuit-tracer's JSON export shares).
     """
-    from sprout_interp.circuits.graphs import node_influence
+    from sprout_interp.circuits.graphs import keep_nodes, node_influence
 
     pruned = prune_graph(graph, node_threshold, edge_threshold)
     infl = np.asarray(node_influence(graph) if influence is None else influence, dtype=float)
-    mask = pruned.node_mask.numpy().copy()
-    extra = [int(i) for i in keep if 0 <= int(i) < len(mask) and not mask[int(i)]]
-    kept = mask.copy()
-    mask[extra] = True
+    kept = pruned.node_mask.numpy()
+    shown = keep_nodes(graph, pruned, keep)  # the pinned nodes and their strong edges (one home for the rule)
+    mask = shown.node_mask.numpy()
     nodes = graph.nodes[mask].copy()
     nodes["key"] = [node_key(r.kind, r.layer, r.pos, r.feature, r.token_id) for r in nodes.itertuples()]
     nodes["influence"] = infl[mask]
     nodes["kept"] = kept[mask]
-    t, s = pruned.edge_mask.nonzero(as_tuple=True)
+    t, s = shown.edge_mask.nonzero(as_tuple=True)
     w = graph.adjacency[t, s]
     edges = pd.DataFrame({"source": s.numpy(), "target": t.numpy(), "weight": w.numpy().astype(float)})
-    if extra and len(edges):
-        weakest = float(edges["weight"].abs().min())
-        shown = np.flatnonzero(mask)
-        add = []
-        for i in extra:
-            row, col = graph.adjacency[i, shown].numpy(), graph.adjacency[shown, i].numpy()
-            add += [(int(j), i, float(v)) for j, v in zip(shown, row) if abs(v) >= weakest and j != i]
-            add += [(i, int(j), float(v)) for j, v in zip(shown, col) if abs(v) >= weakest and j != i]
-        if add:
-            edges = pd.concat([edges, pd.DataFrame(add, columns=["source", "target", "weight"])], ignore_index=True)
-            edges = edges.drop_duplicates(["source", "target"]).reset_index(drop=True)
     return nodes.reset_index(drop=True), edges
 
 

@@ -24,7 +24,7 @@ from sprout_interp.circuits.graph_json import (
     read_graph_json,
     save_graph_json,
 )
-from sprout_interp.circuits.graphs import node_key, prune_graph
+from sprout_interp.circuits.graphs import keep_nodes, node_influence, node_key, prune_graph
 from sprout_interp.circuits.local_replacement import random_transcoders
 from sprout_interp.core import limits
 from sprout_interp.core.errors import AttributionGraphError, CheckpointNotFoundError, NotAPathError
@@ -479,12 +479,71 @@ def test_pins_and_supernodes_become_the_viewers_qparams(graph):
                      supernodes={"pair": [kept[1], kept[2]], "gone": [dropped]})
     back = read_graph_json(json.dumps(obj).encode())
     id_of = dict(zip(back.nodes["key"], back.nodes["node_id"]))
-    assert obj["qParams"]["pinnedIds"] == [id_of[kept[0]], id_of[kept[1]]]  # once each; a pruned node left out
-    assert obj["qParams"]["supernodes"] == [["pair", id_of[kept[1]], id_of[kept[2]]]]
+    # once each, in order; a node pruning drops written all the same (a pin or a supernode's member)
+    assert obj["qParams"]["pinnedIds"] == [id_of[kept[0]], id_of[kept[1]], id_of[dropped]]
+    assert obj["qParams"]["supernodes"] == [["pair", id_of[kept[1]], id_of[kept[2]]], ["gone", id_of[dropped]]]
     assert back.qparams["pinnedIds"] == obj["qParams"]["pinnedIds"]
+    assert back.pinned == [kept[0], kept[1], dropped]
     for kw, match in ((dict(pinned=["f9.9.9"]), "pinned"), (dict(pinned="f0.1.2"), "list"),
                       (dict(pinned=[True]), "pinned"), (dict(supernodes={"": [0]}), "name"),
                       (dict(supernodes={"a": 3}), "list"), (dict(supernodes=[("a", [0])]), "mapping"),
                       (dict(supernodes={"a": [10 ** 6]}), "not a node")):
         with pytest.raises(AttributionGraphError, match=match):
             graph_json(graph, "q", **kw)
+
+
+def test_a_pinned_node_below_the_threshold_is_written_with_its_links(graph, tmp_path):
+    """A pinned feature whose influence is well under what the node threshold keeps (half of it) is written, with
+    exactly its edges to and from the written nodes at least as strong as the weakest edge pruning kept (none of
+    them within 1% of that cut), the rest of the file unchanged; load_graph_json gives the pin back."""
+    pruned = prune_graph(graph, NODE_THR, 0.98)
+    infl = node_influence(graph).double()
+    vals = infl[infl != 0].sort(descending=True).values
+    cut = float(vals[int((vals.cumsum(0) / vals.sum() < NODE_THR).sum())])  # the least influence the threshold keeps
+    A = graph.adjacency.double()
+    kept = pruned.node_mask.nonzero()[:, 0].tolist()
+    weakest = float(A[pruned.edge_mask].abs().min())
+
+    def edges_of(i: int) -> set:  # written by hand: (source, target) of the pin's edges at least as strong as weakest
+        return ({(j, i) for j in kept if abs(float(A[i, j])) >= weakest}
+                | {(i, j) for j in kept if abs(float(A[j, i])) >= weakest})
+
+    def near_cut(i: int) -> bool:
+        return any(abs(abs(float(v)) - weakest) < 0.01 * weakest for v in (*A[i, kept], *A[kept, i]))
+
+    pick = [i for i in range(graph.n_features) if not pruned.node_mask[i] and float(infl[i]) < 0.5 * cut
+            and len(edges_of(i)) >= 2 and not near_cut(i)]
+    assert pick, "no feature far under the node threshold with strong edges"
+    i = pick[0]
+    r = graph.nodes.iloc[i]
+    key = node_key("feature", int(r["layer"]), int(r["pos"]), int(r["feature"]), int(r["token_id"]))
+    plain = read_graph_json(json.dumps(graph_json(graph, "p", node_threshold=NODE_THR)).encode())
+    assert key not in set(plain.nodes["key"])  # pruning drops it
+    p = save_graph_json(graph, tmp_path, "pinned", node_threshold=NODE_THR, pinned=[key])
+    back = load_graph_json(p)
+    assert back.pinned == [key] and len(back.qparams["pinnedIds"]) == 1
+    assert set(back.nodes["key"]) == set(plain.nodes["key"]) | {key}
+    node_keys = si.node_keys(graph)
+    bk = list(back.nodes["key"])
+    links = {(bk[s], bk[t]): w for s, t, w in zip(back.links["source"], back.links["target"], back.links["weight"])}
+    want = {(node_keys[s], node_keys[t]): float(A[t, s]) for s, t in edges_of(i)}
+    assert {k for k in links if key in k} == want.keys()
+    assert max(abs(links[k] - want[k]) for k in want) <= 1e-6
+    pk = list(plain.nodes["key"])
+    assert {k for k in links if key not in k} == {(pk[s], pk[t]) for s, t in zip(plain.links["source"],
+                                                                                   plain.links["target"])}
+    # the page draws the same nodes and edges for that pin
+    nodes, edges = graph_tables(graph, NODE_THR, 0.98, keep=[i])
+    assert list(nodes["key"]) == bk
+    assert {(node_keys[s], node_keys[t]) for s, t in zip(edges["source"], edges["target"])} == links.keys()
+
+
+@pytest.mark.unchecked_types
+def test_keep_nodes_names_what_is_not_a_node(graph):
+    pruned = prune_graph(graph, NODE_THR, 0.98)
+    n = len(graph.nodes)
+    for bad in ([True], [n], [-1], "3", 3, [1.0]):
+        with pytest.raises(AttributionGraphError, match="keep"):
+            keep_nodes(graph, pruned, bad)
+    same = keep_nodes(graph, pruned, [int(pruned.node_mask.nonzero()[0, 0])])  # a node pruning keeps: no change
+    assert torch.equal(same.node_mask, pruned.node_mask) and torch.equal(same.edge_mask, pruned.edge_mask)

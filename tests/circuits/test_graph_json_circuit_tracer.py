@@ -1,5 +1,6 @@
 """Our circuit-tracer JSON read by circuit-tracer 0.5.0 itself (in ``.venv-ct``, subprocesses): its pydantic
-``Model`` validates our file and dumps it back unchanged; its local frontend server
+``Model`` validates our file (and one with pinned nodes and a supernode that pruning drops, kept in it) and dumps
+it back unchanged; its local frontend server
 (``circuit_tracer.frontend.local_server``) serves our folder (the graph and ``graph-metadata.json`` answer); and
 for the same graph (the shipped gpt-4 with seeded random transcoders on a short prompt, our adjacency handed to its
 ``Graph``), its ``create_graph_files`` writes the same file as ``save_graph_json``: the same metadata, node ids,
@@ -57,10 +58,14 @@ graph = Graph(input_string=tok.decode(ids), input_tokens=ids, active_features=t[
               logit_probabilities=t["logit_probabilities"], scan=args["scan"])
 create_graph_files(graph, args["slug"], out, node_threshold=args["node_threshold"],
                    edge_threshold=args["edge_threshold"])
-text = open(ours, encoding="utf-8").read()
-model = Model.model_validate_json(text)
-json.dump({"valid": True, "dump_equal": model.model_dump() == json.loads(text),
-           "n_nodes": len(model.nodes), "n_links": len(model.links)}, open(report, "w"))
+out_ = {}
+for name, path in [("ours", ours)] + [(p, p) for p in args["more"]]:
+    text = open(path, encoding="utf-8").read()
+    model = Model.model_validate_json(text)
+    out_[name] = {"valid": True, "dump_equal": model.model_dump() == json.loads(text), "n_nodes": len(model.nodes),
+                  "n_links": len(model.links), "pinned": model.qParams.pinnedIds,
+                  "supernodes": model.qParams.supernodes}
+json.dump(out_, open(report, "w"))
 """
 
 # circuit-tracer's local frontend server on a port the system chooses, until its stdin closes
@@ -90,6 +95,11 @@ def files(gpt4, tmp_path_factory) -> dict:
     ts = random_transcoders(gpt4, k=16, d_transcoder=768, seed=0)
     g = si.attribution_graph(gpt4, PROMPT, ts)
     ours = si.save_graph_json(g, tmp / "ours", SLUG)
+    # and with pins: two features pruning drops (one grouped into a supernode with a kept node), written all the same
+    drop = [i for i in range(g.n_features) if not bool(si.prune_graph(g).node_mask[i])][:2]
+    keys = si.node_keys(g)
+    pinned = si.save_graph_json(g, tmp / "pinned", SLUG, pinned=[drop[0], len(g.nodes) - 1],
+                                supernodes={"pair": [keys[drop[1]], keys[len(g.nodes) - 1]]})
     tok = tmp / "tokenizer"
     tok.mkdir()
     gpt4.tokenizer.save(str(tok / "tokenizer.json"))
@@ -106,21 +116,35 @@ def files(gpt4, tmp_path_factory) -> dict:
     cfg = gpt4.cfg
     args = {"n_layers": g.n_layers, "d_model": cfg.d_model, "d_head": cfg.d_head, "n_heads": cfg.n_heads,
             "d_mlp": cfg.d_mlp, "d_vocab": cfg.d_vocab, "scan": json.loads(ours.read_text())["metadata"]["scan"],
-            "slug": SLUG, "node_threshold": 0.8, "edge_threshold": 0.98}
+            "slug": SLUG, "node_threshold": 0.8, "edge_threshold": 0.98, "more": [str(pinned)]}
     (tmp / "worker.py").write_text(WORKER)
     run = subprocess.run([str(CT_PY), str(tmp / "worker.py"), str(tmp / "graph.safetensors"), str(tok), str(ours),
                           str(tmp / "theirs"), str(tmp / "report.json"), json.dumps(args)],
                          capture_output=True, text=True, timeout=600, env=_env(), cwd=tmp)
     assert run.returncode == 0, run.stderr[-4000:]
     return {"graph": g, "ours": ours, "theirs": tmp / "theirs" / f"{SLUG}.json", "folder": tmp / "ours",
+            "pinned": pinned, "pins": [keys[drop[0]], keys[len(g.nodes) - 1], keys[drop[1]]],
             "report": json.loads((tmp / "report.json").read_text())}
 
 
 def test_circuit_tracers_model_validates_our_file(files):
-    rep = files["report"]
+    rep = files["report"]["ours"]
     obj = json.loads(files["ours"].read_text())
     assert rep["valid"] and rep["dump_equal"]  # every field ours, none added or changed by its defaults
     assert rep["n_nodes"] == len(obj["nodes"]) > 100 and rep["n_links"] == len(obj["links"]) > 1000
+
+
+def test_circuit_tracers_model_validates_our_file_with_pins_pruning_drops(files):
+    rep = files["report"][str(files["pinned"])]
+    obj, plain = (json.loads(files[k].read_text()) for k in ("pinned", "ours"))
+    assert rep["valid"] and rep["dump_equal"]
+    assert rep["n_nodes"] == len(obj["nodes"]) == len(plain["nodes"]) + 2  # the two dropped features written
+    back = si.load_graph_json(files["pinned"])
+    first, logit, second = files["pins"]
+    assert back.pinned == [first, logit]
+    id_of = dict(zip(back.nodes["key"], back.nodes["node_id"]))
+    assert rep["pinned"] == [id_of[first], id_of[logit]]
+    assert rep["supernodes"] == [["pair", id_of[second], id_of[logit]]]
 
 
 def test_circuit_tracers_server_serves_our_folder(files):
