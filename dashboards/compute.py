@@ -39,38 +39,9 @@ def str_tokens(_m, key: str, text: str) -> list[str]:
     return token_labels(_m.tokenizer, ids) if _m.tokenizer is not None else list(_m.to_str_tokens(ids))
 
 
-def name_copy(strs: list[str]) -> dict | None:
-    """Where a text copies a name it repeats (names found by ``features.search.repeated_names`` from the tokens
-    alone), for the pages that open on it (attention, logit lens, attribution graph); None when no name repeats.
-
-    ``pos``: the position whose next token is the copied one -- before the second word of a repeated two-word name
-    (the chapter's story: the second " Pl" of "Zorbin Plax", predicted at position 56, "in"), else before the second
-    piece of the first name that comes back. ``span``: (first, last) position of that name's second occurrence,
-    with a repeated name right before or after it (the whole "Zorbin Plax"); ``first``: where its first occurrence
-    starts."""
-    from sprout_interp.features.search import repeated_names
-
-    again = repeated_names(strs)
-    second = again[again["occurrence"] == 2]
-    if second.empty:
-        return None
-    at = set(second["pos"])
-    pos = None
-    for p in sorted(second.loc[second["piece"] == 0, "pos"]):
-        if p - 1 in at:  # a name right after another repeated name: a full name's second word
-            pos = int(p) - 1
-            break
-    if pos is None:
-        name = second[second["name"] == second["name"].iloc[0]]
-        pos = int(name["pos"].iloc[0])  # before its second piece
-    lo = hi = pos
-    while lo - 1 in at:
-        lo -= 1
-    while hi + 1 in at:
-        hi += 1
-    names = set(second.loc[second["pos"].between(lo, hi), "name"])
-    first = int(again[(again["occurrence"] == 1) & again["name"].isin(names)]["pos"].min())
-    return {"pos": pos, "span": (lo, hi), "first": first}
+#: where a text copies a name it repeats (the pages that open on it: attention, logit lens, attribution graph); its
+#: home is ``precomputed``, whose graph first view opens on the same place
+name_copy = precomputed.name_copy
 
 
 # -- logit lens -------------------------------------------------------------------------------

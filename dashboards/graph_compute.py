@@ -4,8 +4,9 @@ its features promote and a transcoder feature's card. Same rules as ``compute.py
 functions of their arguments, no tensor maths."""
 from __future__ import annotations
 
+import precomputed
 import streamlit as st
-from compute import name_copy, tokens
+from compute import tokens
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -47,12 +48,23 @@ def graph_kind() -> str:
     return st.session_state.get("ag_kind") or "per_layer"
 
 
-def graph_end(strs: list[str]) -> int | None:
-    """Where a text's graph ends by default: just after the position where the model predicts a repeated name's
-    copied token (:func:`compute.name_copy`), so the logits explain that prediction; None when no name repeats.
-    A token count (the prompt is ``strs[:end]``)."""
-    got = name_copy(strs)
-    return None if got is None else got["pos"] + 1
+#: where a text's graph ends by default (just after the position where the model predicts a repeated name's copied
+#: token; None when no name repeats): ``precomputed.graph_end``, which the shipped first view used
+graph_end = precomputed.graph_end
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _graph_view_file(_m, key: str):
+    """(the Attribution graph page's first view shipped beside the checkpoint, or None; why none), once per model."""
+    return precomputed.read_graph_view(_m)
+
+
+def shipped_graph(_m, key: str, text: str, end: int, max_features: int, kind: str):
+    """The first view of the graph of ``text``'s first ``end`` tokens (``precomputed.GraphView``: node table,
+    influence, scores, the pruned tables at the default thresholds, labels) when it was shipped beside the
+    checkpoint for these very settings, else None (the page computes the graph)."""
+    view = _graph_view_file(_m, key)[0]
+    return view if view is not None and view.answers(text, end, max_features, kind) else None
 
 
 @st.cache_resource(max_entries=3, show_spinner=False)

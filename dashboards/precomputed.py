@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -81,6 +81,14 @@ PATCH_SPLITS = (("resid_pre", "layer_pos"), ("z", "head"))
 # SAE): features.pages.feature_summaries' defaults on index_features' held-out sample (settings() records those
 # defaults, so a change to either makes the shipped answers stale, never wrong)
 DEFAULT_FEATURE = 0
+# the Attribution graph page's first view, in its own file beside the checkpoint (GRAPH_FILE, so that transcoders
+# shipped anew make only it stale): the dashboard's default text graphed as the page opens it -- the prompt up to
+# where the name comes back, at most 2,048 feature nodes, circuit-tracer's pruning thresholds, the best shipped kind
+GRAPH_FILE = "graph_view.json"
+GRAPH_FORMAT = "sprout-graph-view/1"
+GRAPH = dict(max_features=2048, node_threshold=0.8, edge_threshold=0.98)
+GRAPH_TEXT = next(iter(TEXTS))  # the text the dashboard opens on
+GRAPH_DIGITS = 7  # significant digits of the first view's floats (float32 numbers, kept to 5e-7 relative)
 
 
 def settings() -> dict:
@@ -198,6 +206,231 @@ def feature_descriptions(m, sae, features=None, index=None) -> dict[int, str]:
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+# -- the Attribution graph page's first view --------------------------------------------------------------
+
+
+def name_copy(strs: list[str]) -> dict | None:
+    """Where a text copies a name it repeats (names found by ``features.search.repeated_names`` from the tokens
+    alone), for the pages that open on it (attention, logit lens, attribution graph); None when no name repeats.
+
+    ``pos``: the position whose next token is the copied one -- before the second word of a repeated two-word name
+    (the chapter's story: the second " Pl" of "Zorbin Plax", predicted at position 56, "in"), else before the second
+    piece of the first name that comes back. ``span``: (first, last) position of that name's second occurrence,
+    with a repeated name right before or after it (the whole "Zorbin Plax"); ``first``: where its first occurrence
+    starts."""
+    from sprout_interp.features.search import repeated_names
+
+    again = repeated_names(strs)
+    second = again[again["occurrence"] == 2]
+    if second.empty:
+        return None
+    at = set(second["pos"])
+    pos = None
+    for p in sorted(second.loc[second["piece"] == 0, "pos"]):
+        if p - 1 in at:  # a name right after another repeated name: a full name's second word
+            pos = int(p) - 1
+            break
+    if pos is None:
+        name = second[second["name"] == second["name"].iloc[0]]
+        pos = int(name["pos"].iloc[0])  # before its second piece
+    lo = hi = pos
+    while lo - 1 in at:
+        lo -= 1
+    while hi + 1 in at:
+        hi += 1
+    names = set(second.loc[second["pos"].between(lo, hi), "name"])
+    first = int(again[(again["occurrence"] == 1) & again["name"].isin(names)]["pos"].min())
+    return {"pos": pos, "span": (lo, hi), "first": first}
+
+
+def text_labels(m, text: str) -> list[str]:
+    """One label per token of ``text`` as the pages show them (``core.tokens.token_labels``), cut to the context."""
+    from sprout_interp.core.tokens import token_labels
+
+    ids = m.to_tokens(text, truncate=True)[0]
+    return token_labels(m.tokenizer, ids) if m.tokenizer is not None else list(m.to_str_tokens(ids))
+
+
+def graph_end(strs: list[str]) -> int | None:
+    """Where a text's graph ends by default: just after the position where the model predicts a repeated name's
+    copied token (:func:`name_copy`), so the logits explain that prediction; None when no name repeats. A token
+    count (the prompt is ``strs[:end]``)."""
+    got = name_copy(strs)
+    return None if got is None else got["pos"] + 1
+
+
+def default_end(m, text: str) -> int:
+    """The Attribution graph page's prompt length for ``text`` before a person changes it: :func:`graph_end`, else
+    the whole text, at most the context less one (``<|endoftext|>`` goes first)."""
+    strs = text_labels(m, text)
+    hi = min(len(strs), m.cfg.n_ctx - 1)
+    return min(graph_end(strs) or hi, hi)
+
+
+def graph_sources(m, kind: str) -> dict[str, str]:
+    """``{path in the checkpoint folder: sha256}`` of every file of the shipped transcoders of ``kind`` (their
+    weights, settings and ``labels.json``): what the graph's first view was computed from."""
+    from sprout_interp.features.clt import clt_folder
+    from sprout_interp.features.transcoder import transcoder_folder
+
+    file = path_of(m)
+    if file is None:
+        return {}
+    folder = clt_folder(m) if kind == "clt" else transcoder_folder(m)
+    return {f.relative_to(file.parent).as_posix(): _sha(f.read_bytes()) for f in sorted(folder.glob("*"))
+            if f.is_file()}
+
+
+@dataclass(frozen=True)
+class GraphView:
+    """What the Attribution graph page's first view of one prompt shows, without the graph's adjacency: the page
+    draws it as it draws a graph it computed, and computes the graph itself once a person asks for more (another
+    threshold, a pin, a node's card, a QK attribution, a download).
+
+    Attributes:
+        settings: ``text`` (sha256), ``end``, ``max_features``, ``kind``, ``node_threshold``, ``edge_threshold``.
+        nodes: the graph's node table (``AttributionGraph.nodes``' columns the page reads); tokens: the prompt's
+            ids; n_layers, info: the graph's.
+        influence: each node's influence on the logits, in node order (``node_influence``); replacement,
+            completeness: ``graph_scores``.
+        view_nodes, view_edges: ``plots.graph.graph_tables`` at the two thresholds (no pinned nodes).
+        labels: ``{(layer, feature): label}`` (``si.feature_labels``) and promoted: ``{(layer, feature): the three
+            tokens it promotes}`` (``transcoder_promoted``), for the view's features.
+    """
+
+    settings: dict
+    nodes: pd.DataFrame
+    tokens: list
+    n_layers: int
+    info: dict
+    influence: list
+    replacement: float
+    completeness: float
+    view_nodes: pd.DataFrame
+    view_edges: pd.DataFrame
+    labels: dict
+    promoted: dict
+
+    @property
+    def n_pos(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def n_features(self) -> int:
+        return int((self.nodes["kind"] == "feature").sum())
+
+    @property
+    def n_errors(self) -> int:
+        return self.n_layers * self.n_pos
+
+    @property
+    def n_logits(self) -> int:
+        return int((self.nodes["kind"] == "logit").sum())
+
+    @property
+    def transcoder_kind(self) -> str:
+        return self.info.get("transcoder_kind", "per_layer")
+
+    def answers(self, text: str, end: int, max_features: int, kind: str) -> bool:
+        """Whether this is the first view of the graph of ``text``'s first ``end`` tokens with these settings."""
+        return self.settings == graph_settings(text, end, max_features, kind)
+
+
+#: the columns of a graph's node table the page reads from a first view
+GRAPH_COLUMNS = ["node", "kind", "layer", "block", "pos", "feature", "token_id", "token", "activation", "logit_prob"]
+
+
+def graph_settings(text: str, end: int, max_features: int, kind: str) -> dict:
+    """What a first view answers: the text (by sha256), the prompt length, the feature cap, the transcoders' kind
+    and :data:`GRAPH`'s thresholds."""
+    return {"text": _sha(text.encode()), "end": int(end), "max_features": int(max_features), "kind": kind,
+            "node_threshold": GRAPH["node_threshold"], "edge_threshold": GRAPH["edge_threshold"]}
+
+
+def default_graph(m, text: Optional[str] = None):
+    """(the attribution graph the Attribution graph page opens on for ``text`` (default: the dashboard's default
+    text), its text, its kind): the prompt up to :func:`default_end`, :data:`GRAPH`'s feature cap, over the best
+    shipped kind of transcoders (``best_kind``); None when the checkpoint ships none."""
+    from sprout_interp.circuits.attribution_graph import attribution_graph
+    from sprout_interp.circuits.local_replacement import best_kind, resolve_transcoders, shipped_kinds
+
+    if not shipped_kinds(m):
+        return None
+    text = TEXTS[GRAPH_TEXT] if text is None else text
+    kind = best_kind(m)
+    ts = resolve_transcoders(m, None, kind=kind)
+    g = attribution_graph(m, m.to_tokens(text, truncate=True)[0, :default_end(m, text)], ts,
+                          max_feature_nodes=GRAPH["max_features"])
+    return g, text, kind
+
+
+def graph_first_view(m, text: Optional[str] = None, graph=None) -> Optional[GraphView]:
+    """The Attribution graph page's first view of :func:`default_graph` (``graph``: that graph, when computed
+    already), computed now; None when the checkpoint ships no transcoders."""
+    from sprout_interp.circuits.graphs import graph_scores, node_influence
+    from sprout_interp.circuits.local_replacement import resolve_transcoders
+    from sprout_interp.features.labels import feature_labels
+    from sprout_interp.features.pages import transcoder_promoted
+    from sprout_interp.plots.graph import graph_tables
+
+    if graph is None:
+        made = default_graph(m, text)
+        if made is None:
+            return None
+        g, text, kind = made
+    else:
+        g, text, kind = graph, TEXTS[GRAPH_TEXT] if text is None else text, graph.transcoder_kind
+    end = default_end(m, text)  # tokens of the text (the graph's positions hold <|endoftext|> first as well)
+    ts = resolve_transcoders(m, None, kind=kind)
+    infl = node_influence(g).tolist()
+    replacement, completeness = graph_scores(g)
+    nodes, edges = graph_tables(g, GRAPH["node_threshold"], GRAPH["edge_threshold"], infl, ())
+    feats = sorted({(int(r.layer), int(r.feature)) for r in nodes[nodes["kind"] == "feature"].itertuples()})
+    labels = feature_labels(m, None if kind == "clt" else ts, feats, kind=kind)
+    promoted = transcoder_promoted(m, ts, feats)
+    return GraphView(settings=graph_settings(text, end, GRAPH["max_features"], kind),
+                     nodes=g.nodes[GRAPH_COLUMNS].copy(), tokens=[int(t) for t in g.tokens.tolist()],
+                     n_layers=g.n_layers, info=dict(g.info), influence=infl, replacement=float(replacement),
+                     completeness=float(completeness), view_nodes=nodes, view_edges=edges,
+                     labels={(int(r.layer), int(r.feature)): str(r.label) for r in labels.itertuples()},
+                     promoted={(int(r.layer), int(r.feature)): list(r.promoted) for r in promoted.itertuples()})
+
+
+def _digits(values, n: int = GRAPH_DIGITS) -> list:
+    """Float values to ``n`` significant digits (each within 5e-7 of itself, relative, far inside
+    :data:`FRESH_TOLERANCE`; NaN kept): a graph's float32 numbers without the float64 digits they never had."""
+    return [v if v is None or not math.isfinite(v) else float(f"{v:.{n}g}") for v in map(float, values)]
+
+
+def _short(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every float column to :data:`GRAPH_DIGITS` significant digits (:func:`_digits`)."""
+    out = df.copy()
+    for c in out.columns:
+        if pd.api.types.is_float_dtype(out[c].dtype):
+            out[c] = pd.Series(_digits(out[c]), index=out.index, dtype=out[c].dtype)
+    return out
+
+
+def graph_view_to_json(v: GraphView) -> dict:
+    """A :class:`GraphView` as plain values, its floats to :data:`GRAPH_DIGITS` significant digits."""
+    return {"settings": v.settings, "nodes": frame_to_json(_short(v.nodes)), "tokens": v.tokens,
+            "n_layers": v.n_layers, "info": _plain(v.info), "influence": _digits(v.influence),
+            "replacement": v.replacement, "completeness": v.completeness,
+            "view_nodes": frame_to_json(_short(v.view_nodes)), "view_edges": frame_to_json(_short(v.view_edges)),
+            "labels": [[lf[0], lf[1], t] for lf, t in sorted(v.labels.items())],
+            "promoted": [[lf[0], lf[1], list(t)] for lf, t in sorted(v.promoted.items())]}
+
+
+def graph_view_from_json(d: dict) -> GraphView:
+    """The :class:`GraphView` :func:`graph_view_to_json` wrote."""
+    return GraphView(settings=d["settings"], nodes=frame_from_json(d["nodes"]), tokens=[int(t) for t in d["tokens"]],
+                     n_layers=int(d["n_layers"]), info=_number(d["info"]), influence=[float(x) for x in d["influence"]],
+                     replacement=float(d["replacement"]), completeness=float(d["completeness"]),
+                     view_nodes=frame_from_json(d["view_nodes"]), view_edges=frame_from_json(d["view_edges"]),
+                     labels={(int(a), int(b)): str(t) for a, b, t in d["labels"]},
+                     promoted={(int(a), int(b)): [str(x) for x in t] for a, b, t in d["promoted"]})
 
 
 def sources(m) -> dict[str, str]:
@@ -350,6 +583,52 @@ def write(m, data: Optional[dict] = None, path: Optional[Path] = None) -> Path:
     data = build(m) if data is None else data
     path.write_text(json.dumps(data, indent=None, separators=(",", ":"), allow_nan=False) + "\n", encoding="utf-8")
     return path
+
+
+def graph_path_of(m) -> Optional[Path]:
+    """Where :data:`GRAPH_FILE` lives for ``m``: its checkpoint's folder (None for a model without one)."""
+    file = path_of(m)
+    return None if file is None else file.with_name(GRAPH_FILE)
+
+
+def write_graph_view(m, view: Optional[GraphView] = None, path: Optional[Path] = None) -> Optional[Path]:
+    """Write ``view`` (default: :func:`graph_first_view` now) to ``path`` (default: beside the checkpoint), with the
+    checkpoint's fingerprint and the sha256 of the transcoders it was computed over (:func:`graph_sources`); a
+    checkpoint that ships no transcoders gets no file (None; an old one is removed)."""
+    path = Path(path) if path is not None else graph_path_of(m)
+    if path is None:
+        raise FileNotFoundError(f"the model has no checkpoint folder to write {GRAPH_FILE} into: pass path=")
+    view = graph_first_view(m) if view is None else view
+    if view is None:
+        path.unlink(missing_ok=True)
+        return None
+    data = {"format": GRAPH_FORMAT, "model": m.name or "", "fingerprint": fingerprint(m),
+            "sources": graph_sources(m, view.settings["kind"]), "view": graph_view_to_json(view)}
+    path.write_text(json.dumps(data, indent=None, separators=(",", ":"), allow_nan=False) + "\n", encoding="utf-8")
+    return path
+
+
+def read_graph_view(m, path: Optional[Path] = None) -> tuple[Optional[GraphView], str]:
+    """(the first view in ``path`` (default: beside ``m``'s checkpoint), "") when it was computed for this very
+    checkpoint (same fingerprint) over the transcoders shipped beside it now (same :func:`graph_sources`); else
+    (None, why not). Whether it answers the page's question (text, prompt length, cap, kind) is
+    :meth:`GraphView.answers`'."""
+    path = Path(path) if path is not None else graph_path_of(m)
+    if path is None or not path.is_file():
+        return None, f"no {GRAPH_FILE} beside the checkpoint"
+    try:
+        data = read_json(path, GRAPH_FILE)
+        if data.get("format") != GRAPH_FORMAT:
+            return None, f"{path.name} is not a {GRAPH_FORMAT} file"
+        bad = fingerprint_mismatch(fingerprint(m), data.get("fingerprint"))
+        if bad:
+            return None, f"{path.name} was computed for another checkpoint ({', '.join(bad)} differ)"
+        view = graph_view_from_json(data["view"])
+        if data.get("sources") != graph_sources(m, view.settings.get("kind")):
+            return None, f"{path.name} was computed over other transcoders than those beside the checkpoint"
+    except (SproutError, OSError, ValueError, KeyError, TypeError, IndexError) as err:
+        return None, f"{path.name} cannot be read ({type(err).__name__}: {str(err)[:120]})"
+    return view, ""
 
 
 class Precomputed:

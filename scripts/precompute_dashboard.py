@@ -10,6 +10,10 @@ description (dashboards/precomputed.py, the functions the dashboard itself calls
 fingerprint, the sha256 of its tuned lens and SAE files, and the settings. The dashboard reads it only when all
 match the loaded model; after retraining a checkpoint, its lens or an SAE, run this again (until then the
 dashboard computes). About 5 minutes for Sprout on a 2-core CPU, seconds for gpt-1 and gpt-4.
+
+Also writes ``<checkpoint folder>/graph_view.json``, the Attribution graph page's first view of the default text
+(node table, influence, scores, the pruned graph, labels), stamped with the checkpoint's fingerprint and the sha256
+of the transcoders it was computed over: after shipping new transcoders, ``--graph-only`` rewrites just it.
 """
 from __future__ import annotations
 
@@ -35,6 +39,9 @@ def main(argv=None) -> int:
 
     ap = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("models", nargs="*", help="shipped names or checkpoint paths (default: every installed shipped one)")
+    ap.add_argument("--graph-only", action="store_true",
+                    help=f"write only {precomputed.GRAPH_FILE} (the Attribution graph page's first view): after "
+                         "shipping new transcoders")
     a = ap.parse_args(argv)
     names = a.models or [n for n in loading.SHIPPED if (Path(loading.SHIPPED_DIR) / n / "model.safetensors").is_file()]
     if not names:
@@ -44,6 +51,12 @@ def main(argv=None) -> int:
 
     for name in names:
         m = si.load(name)
+        t = time.perf_counter()
+        view = precomputed.write_graph_view(m)
+        print(f"{name}: " + ("no transcoders, no graph view" if view is None else
+                             f"{view} ({view.stat().st_size / 1024:.0f} kB, {time.perf_counter() - t:.0f} s)"))
+        if a.graph_only:
+            continue
         t = time.perf_counter()
         data = precomputed.build(m, progress=lambda step: print(f"{name}: {step}…", file=sys.stderr))
         path = precomputed.write(m, data)

@@ -10,6 +10,7 @@ import graph_compute
 import graph_export
 import graph_hover
 import link
+import precomputed
 import qk_compute
 import qk_view
 import scrolling
@@ -35,7 +36,7 @@ state.header(
 m, key, text, toks = state.page_inputs()
 strs = compute.str_tokens(m, key, text)
 T = len(strs)
-MAX_FEATURES = [512, 1024, 2048, 4096, 8192]
+MAX_FEATURES = [512, 1024, 2048, 4096, 8192]  # the first, GRAPH's, precomputed for the default text (below)
 MAX_EDGES = 600  # the strongest edges drawn (thousands of faint lines hide the graph)
 N_LABELS = 16  # the most influential nodes labelled on the graph (more crowd it; every node's label is in its hover)
 # a prompt of at most this many tokens is graphed on the page's first load (the chapter's 57 tokens: the page in
@@ -49,7 +50,7 @@ with st.expander("open a saved graph file (.safetensors, or circuit-tracer's .js
 if up is not None and up.name.lower().endswith(".json"):  # circuit-tracer's frontend JSON: a read-only view
     graph_export.show_upload(up.getvalue(), up.name)
     state.stop()
-graph, gkey, seconds, own = None, "", None, True
+graph, gkey, seconds, own, pre = None, "", None, True, None
 if up is not None:
     data = up.getvalue()
     digest = hashlib.sha256(data).hexdigest()
@@ -61,7 +62,9 @@ if up is not None:
                                                   "the sidebar, so its features have no pages here."))
 else:
     try:
-        graph_compute.graph_transcoders(m, key)
+        kinds = graph_compute.graph_kinds(m, key)  # the kinds of transcoders shipped, the best (the default) first
+        if not kinds:
+            raise TranscoderNotFoundError("neither <checkpoint>/transcoders/ nor <checkpoint>/clt/ is beside it")
     except TranscoderNotFoundError as err:
         st.info(f"**{state.md(m.name or key)} has no transcoders**, so no attribution graph can be made for it: a graph "
                 "replaces every block's feed-forward with its transcoder. The shipped **sprout** and **gpt-4** come "
@@ -69,8 +72,8 @@ else:
                 "transcoders for this checkpoint: `python -m sprout_interp.features.transcoder_train --model "
                 f"<name or path>` (details: {state.md(err)})")
         state.stop()
-    except Exception as err:  # a damaged or mismatched transcoder folder
-        st.error(f"Could not load this model's transcoders: {state.md(err)}")
+    except Exception as err:  # a damaged transcoder folder
+        st.error(f"Could not read this model's transcoders: {state.md(err)}")
         state.stop()
     hi = min(T, m.cfg.n_ctx - 1)  # <|endoftext|> goes first
     if hi < 1:
@@ -80,7 +83,7 @@ else:
     link.bind("end", "ag_end", link.int_in(1, hi))
     link.bind("max_features", "ag_max", link.one_of(MAX_FEATURES))
     state.remember("ag_end", min(first or hi, hi), 1, hi)
-    st.session_state.setdefault("ag_max", 2048)
+    st.session_state.setdefault("ag_max", precomputed.GRAPH["max_features"])
     c = st.columns([2, 1])
     end = int(c[0].number_input(f"the prompt: the text's first N tokens (1 … {hi}); the graph explains what the "
                                 "model predicts next", min_value=1, max_value=hi, step=1, key="ag_end"))
@@ -88,7 +91,6 @@ else:
                                   help="circuit-tracer's max_feature_nodes: the features of most influence on the "
                                        "logits are kept (their rows computed first); the rest's effect is kept as "
                                        "each node's 'dropped' value, so the graph stays exact.")
-    kinds = graph_compute.graph_kinds(m, key)  # the kinds of transcoders shipped, the best (the default) first
     if len(kinds) > 1:
         link.bind("kind", "ag_kind", link.one_of(kinds))
         c[1].selectbox("transcoders", kinds, key="ag_kind", format_func=graph_compute.KIND_LABELS.get,
@@ -114,15 +116,37 @@ else:
         st.button("compute the attribution graph", key="ag_go_btn", type="primary",
                   on_click=lambda: st.session_state.__setitem__("ag_go", True))
         state.stop()
-    with st.spinner(f"computing the attribution graph of {end} tokens (a few seconds on two CPU cores for the "
-                    "chapter's 57 tokens, longer for a long prompt; then kept for every threshold)…"), \
-            state.shown_errors("the graph"):
-        graph, seconds = graph_compute.attribution_graph(m, key, text, end, int(max_features),
-                                                         graph_compute.graph_kind())
+    # the default text's first view was computed beside the checkpoint (precomputed.GraphView: everything the page
+    # draws until a person asks for more); the graph itself is computed once something needs it (full_graph)
+    pre = graph_compute.shipped_graph(m, key, text, end, int(max_features), graph_compute.graph_kind())
+    if pre is None:
+        with st.spinner(f"computing the attribution graph of {end} tokens (a few seconds on two CPU cores for the "
+                        "chapter's 57 tokens, longer for a long prompt; then kept for every threshold)…"), \
+                state.shown_errors("the graph"):
+            graph, seconds = graph_compute.attribution_graph(m, key, text, end, int(max_features),
+                                                             graph_compute.graph_kind())
+    else:
+        graph = pre
     gkey = f"{key}|{end}|{max_features}|{graph_compute.graph_kind()}|{hashlib.sha256(text.encode()).hexdigest()}"
 
-with st.spinner("measuring each node's influence…"), state.shown_errors("the graph's scores"):
-    influence, replacement, completeness, _ = graph_compute.graph_influence(graph, gkey)
+
+def full_graph(spinner: bool = True):
+    """The attribution graph itself: the one drawn, or, when the first view was read from the checkpoint's folder,
+    computed now (once; then cached like any graph the page computes)."""
+    if pre is None:
+        return graph
+    if not spinner:  # a download's data, made after the page was drawn
+        return graph_compute.attribution_graph(m, key, text, end, int(max_features), graph_compute.graph_kind())[0]
+    with st.spinner(f"computing the attribution graph of {end} tokens (the first view was read from the checkpoint's "
+                    "folder; the graph itself is needed now)…"), state.shown_errors("the graph"):
+        return graph_compute.attribution_graph(m, key, text, end, int(max_features), graph_compute.graph_kind())[0]
+
+
+if pre is not None:
+    influence, replacement, completeness = pre.influence, pre.replacement, pre.completeness
+else:
+    with st.spinner("measuring each node's influence…"), state.shown_errors("the graph's scores"):
+        influence, replacement, completeness, _ = graph_compute.graph_influence(graph, gkey)
 nodes_all = graph.nodes
 keys = [node_key(r.kind, r.layer, r.pos, r.feature, r.token_id) for r in nodes_all.itertuples()]
 index_of = dict(zip(keys, range(len(keys))))
@@ -139,7 +163,11 @@ k[2].metric("replacement score", f"{replacement:.3f}", help="circuit-tracer's: t
                                                            "nodes' influence on the logits that starts at tokens")
 k[3].metric("completeness score", f"{completeness:.3f}", help="circuit-tracer's: the share of each node's input "
                                                              "that comes from non-error nodes, weighted by influence")
-k[4].metric("computed in", f"{seconds:.1f} s" if seconds is not None else "(from file)")
+k[4].metric("computed in", f"{seconds:.1f} s" if seconds is not None else "(from file)",
+            help="(from file): the graph file uploaded, or the default text's first view, computed beside the "
+                 "checkpoint by scripts/precompute_dashboard.py (graph_view.json); the graph itself is computed when "
+                 "a threshold, a pin, a node's card, a QK attribution or a download needs it" if seconds is None
+            else None)
 if own and up is None:
     named = next((n for n, t in TEXTS.items() if t == text), None)
     src = f"TEXTS[{named!r}]" if named else repr(text if len(text) <= 300 else text[:300] + "…")
@@ -228,15 +256,28 @@ edge_thr = c[1].slider("edge threshold: keep the edges that carry this share of 
 pins = list(st.session_state.get("ag_pins") or [])
 supers = {s.partition(":")[0]: s.partition(":")[2].split(",") for s in st.session_state.get("ag_super") or []}
 keep = tuple(sorted({index_of[x] for x in pins} | {index_of[x] for ms in supers.values() for x in ms}))
-with st.spinner("pruning…"), state.shown_errors("the pruned graph"):
-    nodes, edges = graph_compute.graph_view(graph, gkey, float(node_thr), float(edge_thr), keep)
+if pre is not None and not keep and (float(node_thr), float(edge_thr)) == (
+        pre.settings["node_threshold"], pre.settings["edge_threshold"]):
+    nodes, edges = pre.view_nodes.copy(), pre.view_edges.copy()  # the first view, as shipped
+else:
+    graph = full_graph()
+    with st.spinner("pruning…"), state.shown_errors("the pruned graph"):
+        nodes, edges = graph_compute.graph_view(graph, gkey, float(node_thr), float(edge_thr), keep)
+# what needs the graph itself beyond the first view: a node's card, the pinned nodes' subgraph, the QK panel open
+if graph is pre and (st.session_state.get("ag_node") or "node" in st.query_params or clicked is not None
+                     or st.session_state.get("ag_qk_open") or st.session_state.get("ag_clicked")
+                     or st.query_params.get("qk") in ("1", "true")):
+    graph = full_graph()
 notes = {}
 if own:
     feats = tuple(sorted({(int(r.layer), int(r.feature)) for r in nodes[nodes["kind"] == "feature"].itertuples()}))
-    with state.shown_errors("the features' tokens"):
-        top = graph_compute.graph_promoted(m, key, feats)
-    with state.shown_errors("the features' labels"):
-        lab = graph_compute.feature_labels(m, key, graph_compute.graph_kind(), feats)
+    if pre is not None and all(f in pre.labels and f in pre.promoted for f in feats):
+        top, lab = pre.promoted, pre.labels  # the first view's, as shipped
+    else:
+        with state.shown_errors("the features' tokens"):
+            top = graph_compute.graph_promoted(m, key, feats)
+        with state.shown_errors("the features' labels"):
+            lab = graph_compute.feature_labels(m, key, graph_compute.graph_kind(), feats)
     measured = {r.key: lab[(int(r.layer), int(r.feature))] for r in nodes[nodes["kind"] == "feature"].itertuples()
                 if (int(r.layer), int(r.feature)) in lab}
 else:
@@ -405,6 +446,7 @@ with st.expander("the drawn nodes and edges (tables)"):
     show.table(edges.assign(source=[keys[i] for i in edges["source"]], target=[keys[i] for i in edges["target"]]),
                 "graph edges")
 st.download_button(f"⬇ the whole graph ({len(nodes_all):,} nodes) as a .safetensors file (reopen it above, or with "
-                   "si.load_graph)", data=lambda: graph_compute.graph_file(graph), file_name="attribution_graph.safetensors",
+                   "si.load_graph)", data=lambda: graph_compute.graph_file(full_graph(spinner=False)), file_name="attribution_graph.safetensors",
                    mime="application/octet-stream", on_click="ignore", key="ag_download")
-graph_export.download(graph, node_thr, edge_thr, labels=labels, pinned=pins, supernodes=supers)
+graph_export.download(graph if graph is not pre else lambda: full_graph(spinner=False), node_thr, edge_thr,
+                      slug=f"{graph.info.get('model_name') or 'graph'}-{graph.n_pos}-tokens", labels=labels, pinned=pins, supernodes=supers)
