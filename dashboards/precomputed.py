@@ -28,6 +28,16 @@ its verdicts, which head ranks first) are the same wherever no near-tie decides 
 files is won by at least :data:`CHOICE_MARGIN`, ten times the tolerance, and
 tests/dashboards/test_dashboard_precomputed.py asserts both. No streamlit here: the script imports this module
 without a server.
+
+The Attribution graph page's first view of the default text (:func:`graph_first_view`: the graph's node table,
+each node's influence, the replacement and completeness scores, the graph pruned at :data:`GRAPH`'s thresholds,
+the drawn features' labels and promoted tokens; not its adjacency, tens of MB) lives in its own file,
+:data:`GRAPH_FILE`, stamped with the checkpoint's fingerprint and the sha256 of the transcoders it was computed over
+(:func:`graph_sources`), so that transcoders shipped anew make only it stale (:func:`read_graph_view`). Its numbers
+keep :data:`GRAPH_DIGITS` significant digits and equal a fresh computation to :data:`FRESH_TOLERANCE`; its pruned
+graph is a cut over thousands of nearly equal edge scores, so what it promises instead of :data:`CHOICE_MARGIN` is
+that it lies between the fresh graph pruned at both thresholds 1e-4 lower and 1e-4 higher
+(tests/dashboards/test_dashboard_graph_view.py).
 """
 from __future__ import annotations
 
