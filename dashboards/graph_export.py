@@ -1,7 +1,8 @@
 """The attribution graph in circuit-tracer's frontend JSON on the graph page (:mod:`sprout_interp.circuits.graph_json`):
 :func:`download` offers the pruned graph as ``<slug>.json`` and as a folder for circuit-tracer's local server (a
 .zip with ``graph-metadata.json``), made only when clicked; :func:`show_upload` draws a graph someone uploaded in
-that format (ours or one circuit-tracer wrote), read-only: the figure, its nodes and links."""
+that format (ours or one circuit-tracer wrote), read-only: the figure (hover a node to follow its links, as on a
+computed graph: :mod:`graph_hover`), its nodes and links."""
 from __future__ import annotations
 
 import hashlib
@@ -11,6 +12,7 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from typing import Optional
 
+import graph_hover
 import scrolling
 import show
 import state
@@ -42,15 +44,16 @@ def download(graph, node_threshold: float, edge_threshold: float, labels: Option
     """Two download buttons for ``graph`` pruned at the page's thresholds, in circuit-tracer's frontend JSON:
     ``<slug>.json`` (reopen it on this page, ``si.load_graph_json`` or circuit-tracer's viewer) and a .zip of the
     folder its local server serves. ``labels``: {node key: label} the page shows (written as each node's
-    ``clerp``); ``pinned`` and ``supernodes`` (node keys) go into its ``qParams``, so circuit-tracer's viewer opens
-    with them; ``slug``: the file's name, by default the model's and the prompt's length."""
+    ``clerp``); ``pinned`` and ``supernodes`` (node keys) are written whatever the thresholds (as the page draws
+    them) and go into its ``qParams``, so circuit-tracer's viewer opens with them; ``slug``: the file's name, by
+    default the model's and the prompt's length."""
     from sprout_interp.circuits.graph_json import graph_json_files
 
     slug = slug_for(slug or f"{graph.info.get('model_name') or 'graph'}-{graph.n_pos}-tokens")
     names = _labels(labels)
 
-    def files() -> dict:
-        return graph_json_files(graph, slug, float(node_threshold), float(edge_threshold), labels=names,
+    def files() -> dict:  # ``graph`` may be a function that computes it (the page's first view read from a file)
+        return graph_json_files(graph() if callable(graph) else graph, slug, float(node_threshold), float(edge_threshold), labels=names,
                                 pinned=list(pinned), supernodes=dict(supernodes or {}))
 
     def zipped() -> bytes:
@@ -66,13 +69,15 @@ def download(graph, node_threshold: float, edge_threshold: float, labels: Option
     c[1].download_button("⬇ circuit-tracer's server folder (.zip)", data=zipped, file_name=f"{slug}.zip",
                          mime="application/zip", on_click="ignore", key=f"{key}_zip")
     st.caption(f"`{slug}.json` holds the graph pruned at this page's thresholds (node_threshold={node_threshold:g}, "
-               f"edge_threshold={edge_threshold:g}; pinned nodes that pruning drops are not in it) in circuit-tracer's "
+               f"edge_threshold={edge_threshold:g}; the pinned nodes and supernodes kept whatever the thresholds, with "
+               "their strong edges, as drawn above) in circuit-tracer's "
                "viewer format, with its node ids and a label on every node: reopen it above, or with "
                "`si.load_graph_json`. The .zip holds it with `graph-metadata.json`, a folder circuit-tracer's local "
                "server serves: unpack it and run `python -c \"from circuit_tracer.frontend.local_server import serve; "
                f"serve('{slug}'); input()\"` in its environment (its page loads d3 from the web). The same graph from "
                f"Python (default labels): `si.save_graph_json(graph, 'folder', '{slug}', node_threshold={node_threshold:g}, "
-               f"edge_threshold={edge_threshold:g})`.")
+               f"edge_threshold={edge_threshold:g}" + (f", pinned={list(pinned)!r}" if pinned else "")
+               + (f", supernodes={dict(supernodes)!r}" if supernodes else "") + ")`.")
 
 
 @st.cache_resource(max_entries=3, show_spinner=False)
@@ -129,8 +134,7 @@ def show_upload(data: bytes, name: str) -> None:
     # drawing uses 1 - that share (logits: 0, as in our own graphs); the hover names the file's own value
     nodes["influence"] = (1.0 - nodes["cumulative_influence"]).where(nodes["kind"] != "logit", 0.0).fillna(0.0)
     drawn = {r.key: str(r.label)[:40] for r in nodes.itertuples() if r.label and r.kind in ("feature", "logit")}
-    key_of = dict(zip(nodes["node_id"], nodes["key"]))
-    pinned = [key_of[i] for i in g.qparams["pinnedIds"] if i in key_of]  # the file's pins ringed, as in its viewer
+    pinned = g.pinned  # the file's pins ringed, as in its viewer
     fig = attribution_graph_figure(nodes, links[["source", "target", "weight"]], g.prompt_tokens, g.n_layers,
                                    pinned=pinned, labels=drawn)
     hover = {int(r.node): _hover(r) for r in nodes.itertuples()}
@@ -143,10 +147,13 @@ def show_upload(data: bytes, name: str) -> None:
     if fig.layout.width:
         scrolling.chart(fig, "uploaded circuit-tracer graph", "ag_json_box", fig.layout.xaxis.range[1]
                         if fig.layout.xaxis.range else 0)
-    else:
-        show.chart(fig, "uploaded circuit-tracer graph", width="stretch")
+    else:  # in a keyed box, as the computed graph, for the hover script to find
+        with st.container(key="ag_json_box"):
+            show.chart(fig, "uploaded circuit-tracer graph", width="stretch")
+    graph_hover.hover_edges("ag_json_box")  # a hovered node's links drawn on top, the rest dimmed
     st.caption("x = position (the prompt's tokens), y = block (from 1): features (circles), error nodes (grey "
-               "squares), embeddings (triangles) and logits (stars); blue edges raise their target, red lower it. "
+               "squares), embeddings (triangles) and logits (stars); blue edges raise their target, red lower it; "
+               "**hover a node to follow its links** (drawn on top, the rest dimmed). "
                "Node size: 1 − the file's cumulative influence (its rank, not its own share). Reproduce: `python -c "
                "\"import sprout_interp as si; g = si.load_graph_json('<file>.json'); print(g); print(g.nodes)\"`")
     with st.expander("the nodes and links (tables)"):

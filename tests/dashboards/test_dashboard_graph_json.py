@@ -100,6 +100,9 @@ def test_the_computed_graph_offers_circuit_tracers_json():
     labels = [b.proto.label for b in at.get("download_button")]
     assert any("circuit-tracer's JSON (.json)" in x for x in labels)
     assert any("circuit-tracer's server folder (.zip)" in x for x in labels)
+    # the page's pins and supernode go into the file (kept whatever the thresholds): its command says so
+    said_ = " ".join(str(c.value) for c in at.caption)
+    assert "pinned=['t5'], supernodes={'ends': ['t1', 't2']})" in said_, said_[-2000:]
     sys.path.insert(0, str(APP.parent))
     try:
         import graph_export

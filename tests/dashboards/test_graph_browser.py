@@ -122,9 +122,10 @@ def check_layout(d, width: int, n_tokens: int) -> dict:
     return g
 
 
-def check_hover(d) -> None:
+def check_hover(d, shot: Path | None = None) -> None:
     """Hover the node with the most drawn edges in and out: exactly its incoming and outgoing edges drawn on top, from marker
-    to marker; every edge trace and every unconnected node dimmed; all restored when the pointer leaves."""
+    to marker; every edge trace and every unconnected node dimmed; all restored when the pointer leaves. ``shot``:
+    a screenshot of the window while the node is hovered."""
     from selenium.webdriver.common.actions.action_builder import ActionBuilder
 
     d.execute_script("""Array.from(document.querySelectorAll('.js-plotly-plot')).find(g =>
@@ -150,6 +151,8 @@ def check_hover(d) -> None:
         g = d.execute_script(GEOMETRY_JS)
     got = {(h["source"], h["target"]) for h in g["hl"]}
     assert got == want, (node, sorted(got ^ want))
+    if shot is not None:
+        d.save_screenshot(str(shot))
     centre = {n["node"]: ((n["box"][0] + n["box"][2]) / 2, (n["box"][1] + n["box"][3]) / 2) for n in g["nodes"]}
     for h in g["hl"]:  # each drawn from its source's marker to its target's
         x0, y0, x1, y1 = (float(v) for v in h["d"].replace("M", "").replace("L", ",").split(","))
@@ -221,3 +224,34 @@ def test_sprouts_default_graph_fits_with_labels_apart(tmp_path_factory):
         for w in WIDTHS:
             check_layout(d, w, n)
         check_hover(d)
+
+
+#: the read-only view of an uploaded circuit-tracer JSON, once the page has drawn it (its own info line)
+UPLOADED = "Showing the uploaded graph in circuit-tracer's JSON"
+
+
+def test_hover_follows_edges_on_an_uploaded_circuit_tracer_json(gpt4, tmp_path):
+    """A graph written by si.save_graph_json and uploaded to the page (the read-only view of circuit-tracer's
+    JSON): hovering a node draws exactly its incoming and outgoing edges on top, as on a computed graph
+    (check_hover), at 1280 and 1920 px; screenshots of the view (and of the hover) at both widths land in tmp_path."""
+    from selenium.webdriver.common.by import By
+
+    import sprout_interp as si
+
+    m = si.load("gpt-4")
+    g = si.attribution_graph(m, m.to_tokens(STORY)[0], max_feature_nodes=512)
+    path = si.save_graph_json(g, tmp_path, "story-upload")
+    url, d = gpt4
+    _open(d, url, "/attribution_graph?model=gpt-4")
+    d.find_element(By.CSS_SELECTOR, ".st-key-ag_upload input[type='file']").send_keys(str(path))
+    deadline = time.monotonic() + 300
+    while not any(UPLOADED in t for t in browser.texts(d, "[data-testid='stMain']")):
+        assert time.monotonic() < deadline, browser.problems(d)
+        time.sleep(0.5)
+    browser.wait_for_page(d, n_plots=1, timeout=300)
+    assert browser.problems(d) == []
+    for w in (1280, 1920):
+        g_ = _graph_at(d, w)
+        assert len(g_["nodes"]) == len(si.load_graph_json(path).nodes) and g_["edges"], w
+        check_hover(d, tmp_path / f"uploaded_json_hover_{w}.png")
+        browser.full_page_screenshot(d, tmp_path / f"uploaded_json_{w}.png")
