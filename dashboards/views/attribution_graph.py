@@ -175,8 +175,11 @@ if own and up is None:
     cmd = (f"python -c \"import sprout_interp as si; {imp}m = si.load({m.name or key!r}); "
            f"g = si.attribution_graph(m, m.to_tokens({src})[0, :{end}], max_feature_nodes={max_features}); "
            "print(g, si.graph_scores(g))\"")
-    st.caption("The scores and the node counts, reproduced by (the time is this server's, measured around the same "
-               "call):")
+    st.caption("The scores and the node counts, reproduced by" + (
+        " (the time is this server's, measured around the same call):" if seconds is not None else
+        " (this first view was computed beside the checkpoint by scripts/precompute_dashboard.py, into "
+        "graph_view.json, with the same call; the graph itself is computed here when a threshold, a pin, a card, the "
+        "QK panel or a download needs it):"))
     st.code(cmd, language="bash", wrap_lines=True)
 else:
     st.caption("Scores of the uploaded graph: `python -c \"import sprout_interp as si; g = si.load_graph('graph."
