@@ -2,13 +2,14 @@
 pruned graph, beside the attribution graph's own time, interleaved; and the two ways to get the bilinear table's
 component vectors (a forward push of each kept component against a Jacobian: one backward per d_head direction).
 
-    python benchmarks/qk_attribution.py [--model sprout] [--reps 5] [--threads 1] [--layer 1] [--head 0]
+    python benchmarks/qk_attribution.py [--model sprout] [--reps 5] [--threads 1] [--layer 1] [--head 0] [--kind clt]
 
 The chapter's default prompt (the story up to its second "Zorbin", as the attribution-graph page opens on), the
 head's cell at its last position looking at the token after the first occurrence of the last token (the induction
-cell). The graph: ``si.attribution_graph`` with the shipped transcoders and circuit-tracer's defaults (every active
-feature), the loadings: ``si.head_loadings`` over the edges ``prune_graph`` keeps (default thresholds), the graph
-given. Prints medians (``benchmarks/timing.py``), the sizes, and the largest exactness errors.
+cell), with the shipped per-layer transcoders and, where the model ships one, its cross-layer transcoder. The graph:
+``si.attribution_graph`` with the shipped transcoders of ``--kind`` (per-layer by default) and circuit-tracer's
+defaults (every active feature), the loadings: ``si.head_loadings`` over the edges ``prune_graph`` keeps (default
+thresholds), the graph given. Prints medians (``benchmarks/timing.py``), the sizes, and the largest exactness errors.
 
 On a shared machine, one thread is the honest setting (``--threads``).
 """
@@ -23,8 +24,10 @@ from timing import interleaved, medians, ratio_table
 import sprout_interp as si
 from sprout_interp.circuits.carriers import carried_backward, carried_forward, frozen_maps, mlp_replacement, node_writes
 from sprout_interp.circuits.graphs import prune_graph
+from sprout_interp.circuits.local_replacement import shipped_kinds
 from sprout_interp.circuits.qk_attribution import qk_maps
 from sprout_interp.core.texts import TEXTS
+from sprout_interp.features.clt import load_clt
 
 
 def default_prompt() -> str:
@@ -77,15 +80,19 @@ def main(argv=None) -> None:
     p.add_argument("--layer", type=int, default=1)
     p.add_argument("--head", type=int, default=0)
     p.add_argument("--warmup", action="store_true", help="run each variant once, untimed, first")
+    p.add_argument("--kind", choices=["per_layer", "clt"], default="per_layer",
+                   help="the transcoders of the graph and its head loadings")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     m = si.load(a.model)
     ts = si.sae.load_transcoders(m)
+    clt = load_clt(m) if "clt" in shipped_kinds(m) else None
+    gts = clt if a.kind == "clt" else ts
     text = default_prompt()
     i, j = induction_cell(m, text)
     L = m.cfg.n_layers
     t0 = time.perf_counter()
-    g = si.attribution_graph(m, text, ts)
+    g = si.attribution_graph(m, text, gts)
     pruned = prune_graph(g)
     print(f"{a.model}, {a.threads} thread(s); prompt of {i + 1} tokens; cell: block {a.layer + 1} head {a.head} "
           f"(layer {a.layer}), query {i}, key {j}; graph {g} ({time.perf_counter() - t0:.1f} s to make), "
@@ -94,12 +101,17 @@ def main(argv=None) -> None:
         "cell": lambda: si.qk_attribution(m, text, a.layer, a.head, i, j),
         "cell_tc": lambda: si.qk_attribution(m, text, a.layer, a.head, i, j, ts),
         "cell_last": lambda: si.qk_attribution(m, text, L - 1, a.head, i, j, ts),
-        "graph": lambda: si.attribution_graph(m, text, ts),
-        "loadings": lambda: si.head_loadings(m, g, pruned, ts),
+        "graph": lambda: si.attribution_graph(m, text, gts),
+        "loadings": lambda: si.head_loadings(m, g, pruned, gts),
     }
-    labels = {"cell": "one cell, feed-forward outputs", "cell_tc": "one cell, transcoders",
-              "cell_last": f"one cell of the last block ({L}), transcoders", "graph": "the attribution graph",
-              "loadings": "head loadings of the pruned graph's edges"}
+    labels = {"cell": "one cell, feed-forward outputs", "cell_tc": "one cell, per-layer transcoders",
+              "cell_last": f"one cell of the last block ({L}), per-layer transcoders",
+              "graph": f"the attribution graph ({a.kind})", "loadings": f"head loadings of the pruned graph's edges ({a.kind})"}
+    if clt is not None:
+        variants.update(cell_clt=lambda: si.qk_attribution(m, text, a.layer, a.head, i, j, clt),
+                        cell_last_clt=lambda: si.qk_attribution(m, text, L - 1, a.head, i, j, clt))
+        labels.update(cell_clt="one cell, cross-layer transcoder",
+                      cell_last_clt=f"one cell of the last block ({L}), cross-layer transcoder")
     times, res = interleaved(variants, a.reps, warmup=a.warmup, progress=True)
     sizes = {k: f"{len(r.key_components) + len(r.query_components)} component rows" for k, r in res.items()
              if k.startswith("cell")}
@@ -108,7 +120,7 @@ def main(argv=None) -> None:
     print(ratio_table(times, "graph", labels, {"header": "size", **sizes}))
     med = medians(times)
     print(f"one cell: {med['cell']:.2f} s without transcoders, {med['cell_tc']:.2f} s with (aim: under 1 s)")
-    for k in ("cell", "cell_tc", "cell_last"):
+    for k in [k for k in res if k.startswith("cell")]:
         r = res[k]
         err = max(abs(float(r.key_components["value"].sum()) - r.score),
                   abs(float(r.query_components["value"].sum()) - r.score), abs(float(r.terms["term"].sum()) - r.score))

@@ -3,12 +3,14 @@ component tables, and the frozen-model change it gives for removing a head's wri
 write computed directly from the cache."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from sprout_interp.circuits.induction_qk import carried, induction_qk, removal_groups
 from sprout_interp.circuits.qk_attribution import qk_maps
 from sprout_interp.core.errors import ArgumentError
+from sprout_interp.features.clt import load_clt
 
 pytestmark = pytest.mark.unit
 
@@ -64,5 +66,14 @@ def test_on_gpt4_the_parts_add_up_and_a_removal_matches_the_heads_own_write(gpt4
         assert rem.loc[f"block 1 head {h} (layer 0) at {k}", "table_change"] == pytest.approx(direct, abs=2e-3)
     assert got["components"]["side"].tolist().count("key") == 8
     assert set(got["removals"]["name"]) == {NAME}
+    # over gpt-4's shipped cross-layer transcoder: its features (each write carried on by later heads only) give
+    # every part by position and carrier the same as the feed-forward outputs taken whole (no skip connection)
+    clt = induction_qk(gpt4, [(NAME, TEXT)], (1, 0), [(0, 0), (0, 2)], transcoders=load_clt(gpt4))
+    parts = ["score", "key_prev", "key_prev_from_copy", "key_via_L0H0", "key_via_L0H2", "key_stays", "query_stays",
+             "query_own", "query_prev"]
+    for c in parts:
+        assert np.abs(got["cells"][c].to_numpy() - clt["cells"][c].to_numpy()).max() < 1e-3, c
+    assert np.abs(got["removals"]["table_change"].to_numpy() - clt["removals"]["table_change"].to_numpy()).max() < 1e-3
+    assert "feature" in set(clt["components"]["kind"])
     with pytest.raises(ArgumentError, match="prev_heads"):
         induction_qk(gpt4, [(NAME, TEXT)], (1, 0), [])

@@ -1,7 +1,8 @@
 """The QK-attribution panel (dashboards/qk_view.py) on the Attention page and the Attribution graph page, driven
 headless with streamlit.testing.v1.AppTest on the shipped gpt-4: a click on a cell of the pattern drawn large opens
 it at that cell, its lists are the library's call, the link keeps the cell and a link reopens it; on the graph page a
-head and a cell chosen, and a head-carried edge into a clicked node, open the same panel on the graph's prompt."""
+head and a cell chosen, and a head-carried edge into a clicked node, open the same panel on the graph's prompt, over
+either kind of transcoders (the cross-layer transcoder, gpt-4's default, and the per-layer set)."""
 from __future__ import annotations
 
 import json
