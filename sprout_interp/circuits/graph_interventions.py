@@ -424,11 +424,13 @@ def real_run(model, rep: LocalReplacement, *, features: Sequence[int] = (), erro
     return logits, torch.log_softmax(logits, -1)
 
 
-def _frozen_zeroed(m, rep: LocalReplacement, features: Sequence[int] = (), errors: bool = True) -> Tensor:
-    """The frozen linear replacement model's last logits with feature nodes ``features`` held at 0 (and the error
-    vectors removed unless ``errors``)."""
+def _frozen_zeroed(m, rep: LocalReplacement, features: Sequence[int] = (), errors: bool = True,
+                   held: Optional[Tensor] = None) -> Tensor:
+    """The frozen linear replacement model's last logits with ``rep``'s features ``features`` held at 0 (and the
+    error vectors removed unless ``errors``); ``held`` (n_features,) bool: features also held at their values (those
+    a graph left out)."""
     acts = rep.feat_act.clone()
-    held = torch.zeros_like(acts, dtype=torch.bool)
+    held = torch.zeros_like(acts, dtype=torch.bool) if held is None else held.clone()
     if len(features):
         idx = torch.tensor(sorted(features), dtype=torch.long, device=acts.device)
         acts[idx], held[idx] = 0, True
@@ -458,7 +460,7 @@ def cut_attention(rep: LocalReplacement, layer: int, head: int, key: int) -> Loc
 
 
 def copy_interventions(model, text, surname: str, induction: tuple[int, int], n_random: int = 20, seed: int = 0,
-                       transcoders: TranscodersLike = None) -> dict:
+                       transcoders: TranscodersLike = None, max_feature_nodes: Optional[int] = None) -> dict:
     """The copy of a name read off its attribution graph, each part tested by its own intervention, in the frozen
     replacement model (what the graph's edges predict) and in the real model, against controls.
 
@@ -472,14 +474,18 @@ def copy_interventions(model, text, surname: str, induction: tuple[int, int], n_
     ("into the logit": the direct path, frozen model only). Controls: ``n_random`` draws (seed ``seed``) of as many
     features (or embeddings) at positions other than ``p1 - 1``, ``p1`` and the last; for the head, every other
     head's same attention weight. ``transcoders``: as :func:`attribution_graph` takes them (None: the best shipped
-    kind).
+    kind). ``max_feature_nodes``: as :func:`attribution_graph` takes it (None: every active feature that fits its
+    memory budget). The feature interventions and controls are on the graph's feature nodes; where the graph left
+    features out, the frozen model holds them (no edge follows them, so the edges still predict it exactly) and
+    the real model keeps their writes.
 
     Returns {"rows": one row per intervention (``part``,
     ``intervention``, ``n_nodes``, ``graph_direct`` / ``graph_total`` (what the edges predict), ``frozen``,
     ``real`` (the target's logit minus the mean logit: its change), ``real_logprob`` (change of log P(target)),
     ``frozen_control_max`` / ``real_control_max`` (the controls' largest change, frozen and real), "graph", "target",
     "p1", "last", "tokens", "p_target" (the real model's P(target)), "first_share" (the edges from every node at
-    p1-1 and p1 into the logit, as a share of all its |edges|)}."""
+    p1-1 and p1 into the logit, as a share of all its |edges|), "n_active_features" (the prompt's active
+    features; the graph keeps ``graph.n_features`` of them)}."""
     m = as_hooked(model)
     n_random = check_count(n_random, "n_random", low=0, error=AttributionGraphError)
     seed = check_count(seed, "seed", low=0, error=AttributionGraphError)
@@ -488,11 +494,24 @@ def copy_interventions(model, text, surname: str, induction: tuple[int, int], n_
         rep = local_replacement(m, text, transcoders, cross_layer=True)
     target = int(m.to_tokens(surname)[0, 0])
     p1, last = copy_positions(rep.tokens.cpu(), target)
-    g = attribution_graph(m, rep.tokens, transcoders, attribution_targets=[target])
+    g = attribution_graph(m, rep.tokens, transcoders, attribution_targets=[target],
+                          max_feature_nodes=max_feature_nodes)
     nF = g.n_features
-    fpos = rep.feat_pos.cpu()
+    gsel = _graph_features(g, rep)  # each feature node's index among rep's active features
+    if gsel is None:
+        raise AttributionGraphError("the graph's features are not active in the local replacement model of the same "
+                                    "prompt: the transcoders changed between the two")
+    fpos = torch.tensor(g.nodes["pos"].values[:nF], dtype=torch.long)
+    left_out = torch.ones(rep.n_features, dtype=torch.bool)  # what the graph left out: held in the frozen model
+    left_out[gsel] = False
+    left_out = left_out.to(rep.feat_act.device)
+
+    def active(nodes: list[int]) -> list[int]:
+        """Feature nodes of the graph as indices among rep's active features."""
+        return gsel[torch.tensor(nodes, dtype=torch.long)].tolist() if nodes else []
+
     base_real, base_lp = real_run(m, rep)
-    base_frozen = frozen_run(m, rep, linear=True).logits
+    base_frozen = frozen_run(m, rep, linear=True, held=left_out).logits
     gen = torch.Generator().manual_seed(seed)
     others = ((fpos != p1) & (fpos != p1 - 1) & (fpos != last)).nonzero()[:, 0]
 
@@ -507,8 +526,8 @@ def copy_interventions(model, text, surname: str, induction: tuple[int, int], n_
         """(frozen, real) changes of ``n_random`` draws of ``count`` feature nodes at other positions, zeroed."""
         fr, re = [], []
         for _ in range(n_random):
-            pick = others[torch.randperm(others.numel(), generator=gen)[:count]].tolist()
-            fr.append(frozen_change(_frozen_zeroed(m, rep, pick)))
+            pick = active(others[torch.randperm(others.numel(), generator=gen)[:count]].tolist())
+            fr.append(frozen_change(_frozen_zeroed(m, rep, pick, held=left_out)))
             re.append(real_change(features=pick)[0])
         return fr, re
 
@@ -521,7 +540,7 @@ def copy_interventions(model, text, surname: str, induction: tuple[int, int], n_
             pick = [other_pos[i] for i in torch.randperm(len(other_pos), generator=gen)[:count].tolist()]
             w = torch.ones(g.n_pos)
             w[pick] = 0
-            fr.append(frozen_change(frozen_run(m, rep, linear=True, embed=w).logits))
+            fr.append(frozen_change(frozen_run(m, rep, linear=True, embed=w, held=left_out).logits))
             re.append(real_change(embeds=tuple(pick))[0])
         return fr, re
 
@@ -532,16 +551,21 @@ def copy_interventions(model, text, surname: str, induction: tuple[int, int], n_
     first = [i for i in range(nF) if int(fpos[i]) in (p1 - 1, p1)]
 
     def feature_row(part: str, what: str, nodes: list[int], errors: bool = False, embeds: tuple = ()) -> None:
+        if not nodes:  # a graph that left out every feature there: nothing to zero, nothing changes
+            rows.append({"part": part, "intervention": what, "n_nodes": 0, "graph_direct": 0.0, "graph_total": 0.0,
+                         "frozen": 0.0, "frozen_control_max": float("nan"), "real": 0.0, "real_logprob": 0.0,
+                         "real_control_max": float("nan")})
+            return
         pred = ablation_prediction(g, nodes)
         if errors:
-            frozen = frozen_run(m, rep, linear=True, errors=False).logits
+            frozen = frozen_run(m, rep, linear=True, errors=False, held=left_out).logits
         elif embeds:
             w = torch.ones(g.n_pos)
             w[list(embeds)] = 0
-            frozen = frozen_run(m, rep, linear=True, embed=w).logits
+            frozen = frozen_run(m, rep, linear=True, embed=w, held=left_out).logits
         else:
-            frozen = _frozen_zeroed(m, rep, nodes)
-        real, lp = real_change(features=[i for i in nodes if i < nF], errors=errors, embeds=embeds)
+            frozen = _frozen_zeroed(m, rep, active(nodes), held=left_out)
+        real, lp = real_change(features=active([i for i in nodes if i < nF]), errors=errors, embeds=embeds)
         if not n_random:
             fr, re = [], []
         elif embeds:
@@ -568,13 +592,14 @@ def copy_interventions(model, text, surname: str, induction: tuple[int, int], n_
     li, hi = induction
     cut = cut_attention(rep, li, hi, p1)
     fixed = _demeaned(frozen_run(m, cut).logits, target) - _demeaned(frozen_run(m, rep).logits, target)
-    lin = frozen_change(frozen_run(m, cut, linear=True).logits)
+    lin = frozen_change(frozen_run(m, cut, linear=True, held=left_out).logits)
     real, lp = real_change(head=(li, hi), key=p1)
     other_f, other_r, other_h = [], [], []
     for layer in range(m.cfg.n_layers):
         for h in range(m.cfg.n_heads):
             if (layer, h) != (li, hi):
-                other_f.append(frozen_change(frozen_run(m, cut_attention(rep, layer, h, p1), linear=True).logits))
+                other_f.append(frozen_change(frozen_run(m, cut_attention(rep, layer, h, p1), linear=True,
+                                                        held=left_out).logits))
                 other_r.append(real_change(head=(layer, h), key=p1)[0])
                 other_h.append(head_label(layer, h))
     top = max(range(len(other_r)), key=lambda i: abs(other_r[i])) if other_r else None
@@ -595,4 +620,4 @@ def copy_interventions(model, text, surname: str, induction: tuple[int, int], n_
     probs = torch.softmax(base_real, -1)
     return {"rows": rows, "graph": g, "target": target, "p1": p1, "last": last,
             "tokens": m.to_str_tokens(rep.tokens.cpu()), "p_target": float(probs[target]),
-            "first_share": share}
+            "first_share": share, "n_active_features": rep.n_features}
