@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import link
+import scrolling
 import show
 import state
 import streamlit as st
@@ -158,7 +159,10 @@ def subgraph_pane(graph, gkey: str, keys: list[str], index_of: dict, pins: list[
     names = {int(r["id"]): (r["name"] if r["kind"] == "supernode" else subgraph_label(r)) for _, r in nodes.iterrows()}
     fig = subgraph_figure(nodes, edges, tokens, graph.n_layers, value=value,
                           title=f"subgraph: {len(nodes)} nodes; edges: {value}")
-    show.chart(fig, "subgraph", key="ag_subgraph")
+    if fig.layout.width is None:  # laid out to fit the page: drawn as wide as its column, as the graph above
+        show.chart(fig, "subgraph", key="ag_subgraph", width="stretch")
+    else:  # too many places to fit: its own width in a box that scrolls, opened on the last position
+        scrolling.chart(fig, "subgraph", "ag_subgraph_box", fig.layout.xaxis.range[1], key="ag_subgraph")
     st.caption("**total**: the change of the target's input if the source's write were removed, summed over every "
                "path whose inner nodes are unpinned features (pinned nodes, error nodes and embeddings held; target "
                "units; a path through another pinned node is drawn as that path instead). **direct**: the graph's "

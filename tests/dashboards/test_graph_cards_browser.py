@@ -219,3 +219,65 @@ def test_two_pinned_nodes_are_drawn_on_their_own_with_the_librarys_sum(site, gra
         d.save_screenshot(str(tmp_path / f"subgraph_{width}.png"))
         browser.full_page_screenshot(d, tmp_path / f"cards_{width}.png")
         d.set_window_size(width, 1000)
+
+
+#: the drawn boxes (left, right in the viewport) of the attribution graph and of the subgraph figure (and of the box
+#: that scrolls it, where there is one), and the subgraph's layout.meta
+WIDTHS_JS = """
+const gds = Array.from(document.querySelectorAll('.js-plotly-plot'));
+const main = gds.find(g => (g._fullLayout.yaxis.ticktext || [])[0] === 'embeddings');
+const sub = gds.find(g => ((g.querySelector('.gtitle') || {}).textContent || '').startsWith('subgraph'));
+if (!main || !sub) return null;
+const lr = e => { const r = e.getBoundingClientRect(); return [r.left, r.right]; };
+const box = document.querySelector('.st-key-ag_subgraph_box');
+return {main: lr(main.querySelector('.main-svg')), sub: lr(sub.querySelector('.main-svg')), meta: sub.layout.meta,
+        box: box ? lr(box) : null};
+"""
+
+
+def test_the_subgraph_fits_the_page_column_at_1280_and_1920(site, graph, tmp_path):
+    """The subgraph figure fits the page's column as the attribution graph above it does, at a 1280- and a 1920-px
+    window: two pinned nodes, and six (whose places would need more than a 1280-px window's column at their full
+    width), drawn as wide as that graph (the column's width) and inside it; twelve, too many to fit, at their own
+    width in a box that scrolls sideways, the box inside the column. Nothing on the figure overlapping or cut
+    (scripts/browser.py's LAYOUT_JS). Screenshots of the pane land in tmp_path."""
+    import sprout_interp as si
+
+    url, d = site
+    logit = len(graph.nodes) - graph.n_logits
+    ins, _ = si.node_edges(graph, logit, n=60)
+    feats = [_key(graph, int(i)) for i in ins[ins["kind"] == "feature"]["node"]]
+    assert len(set(feats[:11])) == 11
+    cases = (("two", feats[:1], True), ("six", feats[:5], True), ("twelve", feats[:11], False))
+    for name, keys, fits in cases:
+        pins = "&".join(f"pin={k}" for k in keys + [_key(graph, logit)])
+        for width in (1280, 1920):
+            d.set_window_size(width, 1000)
+            d.get(url + f"/attribution_graph?model=gpt-4&{pins}")
+            browser.wait_for_page(d, n_plots=2, timeout=600)
+            assert browser.problems(d) == []
+            got = None
+            deadline = time.monotonic() + 60
+            while got is None and time.monotonic() < deadline:
+                got = d.execute_script(WIDTHS_JS)
+                time.sleep(0.3)
+            assert got, (name, width)
+            browser.settle(d)
+            got = d.execute_script(WIDTHS_JS)
+            (ml, mr), (sl, sr) = got["main"], got["sub"]
+            assert got["meta"]["edges"], (name, width)  # the pinned nodes' edges drawn
+            if fits:
+                assert sr <= mr + 1 and sl >= ml - 1, (name, width, got)  # inside the column
+                assert abs((sr - sl) - (mr - ml)) <= 2, (name, width, got)  # as wide as it, like the graph
+            else:
+                assert not got["meta"]["fits"] and got["box"], (name, width, got)
+                bl, br = got["box"]
+                assert br <= mr + 1 and bl >= ml - 1 and sr - sl > br - bl, (name, width, got)  # the box scrolls
+            _, problems = browser.layout_problems(d)
+            problems = [p for p in problems if '"subgraph' in p]
+            assert problems == [], (name, width, problems)
+            d.execute_script("""const gd = Array.from(document.querySelectorAll('.js-plotly-plot')).find(g =>
+                ((g.querySelector('.gtitle') || {}).textContent || '').startsWith('subgraph'));
+                gd.scrollIntoView({block: 'start'});""")
+            time.sleep(1.0)
+            d.save_screenshot(str(tmp_path / f"subgraph_{name}_{width}.png"))

@@ -59,3 +59,24 @@ def test_a_value_that_is_no_column_is_refused(sub):
     g, nodes, edges = sub
     with pytest.raises(AttributionGraphError, match="value must be one of"):
         subgraph_figure(nodes, edges, ["a"] * g.n_pos, g.n_layers, value="influence")
+
+
+def test_the_figure_fits_the_page_column_as_the_attribution_graph_does(sub):
+    """Laid out to fit fit_px with no fixed width (a page stretches it to its column), each place narrowed from
+    column_px where needed; wider than fits at min_column_px: its full width, for a box that scrolls."""
+    g = sub[0]
+    feats = g.nodes.index[g.nodes["kind"] == "feature"].tolist()
+    nodes, edges = subgraph(g, feats[:2] + feats[-2:] + [len(g.nodes) - 1])
+    tokens = ["t"] * g.n_pos
+    n_places = sum(int(c) + 0.7 for c in nodes.groupby("pos").size()) - 0.1  # each node's place, gaps between
+    assert 140 + 110 * n_places > 820 >= 140 + 64 * n_places  # too wide at its full width for a 1280-px window's
+    # column, narrow enough at 64 px a place
+    fig = subgraph_figure(nodes, edges, tokens, g.n_layers)
+    assert fig.layout.width is None and fig.layout.meta["fits"]
+    assert fig.layout.meta["design_px"] == pytest.approx(820, abs=1)  # narrowed to the column
+    roomy = subgraph_figure(nodes, edges, tokens, g.n_layers, fit_px=140 + 110 * n_places + 5)
+    assert roomy.layout.width is None and roomy.layout.meta["design_px"] == pytest.approx(140 + 110 * n_places, abs=1)
+    tight = subgraph_figure(nodes, edges, tokens, g.n_layers, fit_px=140 + 64 * n_places - 5)
+    assert not tight.layout.meta["fits"] and tight.layout.width == pytest.approx(140 + 110 * n_places, abs=1)
+    xs = sorted(x for t in fig.data for x in t.x)
+    assert [x for t in tight.data for x in t.x] == [x for t in fig.data for x in t.x] and len(set(xs)) == len(xs)
