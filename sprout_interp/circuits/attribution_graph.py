@@ -88,7 +88,9 @@ class _Backward:
     """The transposed maps of the frozen linear model, for batches of target rows (row vectors, as gradients)."""
 
     def __init__(self, m: HookedSprout, rep: LocalReplacement, n_rows: int, n_cols: int,
-                 token_images: Optional[bool] = None):
+                 token_images: Optional[bool] = None, n_read: Optional[int] = None):
+        """``n_read``: with a cross-layer transcoder, build the sources of the first ``n_read`` blocks' outputs
+        only, for a pass that reads nothing above them (None: every block's)."""
         L, T, d = m.cfg.n_layers, rep.tokens.numel(), m.cfg.d_model
         self.H, self.dh, self.d = m.cfg.n_heads, m.cfg.d_head, d
         f = torch.float32
@@ -111,7 +113,7 @@ class _Backward:
         nF = rep.n_features
         self.cross_layer = rep.clt is not None
         if self.cross_layer:
-            self._clt_sources(rep, L, T, d)
+            self._clt_sources(rep, L if n_read is None else n_read, T, d)
         else:
             self._sources(rep, L, T, d, nF)
         self.embed = m.model.embed.weight.detach().to(f)[rep.tokens]
@@ -155,7 +157,7 @@ class _Backward:
         dev = dict(device=rep.patterns.device)
         nF = rep.n_features
         self.srcT, self.cols = [], []
-        for j in range(L):
+        for j in range(L):  # L: the layers whose sources are built (the first L)
             hi = rep.layer_span(j)[1]  # features of layers 0..j: node indices 0..hi (sorted by layer, pos, feature)
             pos = rep.feat_pos[:hi]
             counts = torch.zeros(T, dtype=torch.long, **dev)
@@ -177,7 +179,7 @@ class _Backward:
             src[:, :, K + 1] = rep.consts[j]
             self.srcT.append(src)
             self.cols.append(cols)
-        self.S = max(int(c.shape[-1]) for c in self.cols)
+        self.S = max((int(c.shape[-1]) for c in self.cols), default=2)
 
     def _tokens_through_block0(self, rep: LocalReplacement) -> Float[Tensor, "pos d tok"]:
         """Each token embedding carried forward through the frozen block 0 (attention, then the skip connection) to

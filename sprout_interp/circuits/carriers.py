@@ -29,6 +29,7 @@ feed-forward).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from jaxtyping import Float, Int
@@ -64,10 +65,12 @@ def mlp_replacement(model: HookedSprout, tokens: Int[Tensor, " pos"]) -> LocalRe
     return local_replacement(m, tokens, stand_ins, bos=False)
 
 
-def frozen_maps(model: HookedSprout, rep: LocalReplacement) -> FrozenBackward:
+def frozen_maps(model: HookedSprout, rep: LocalReplacement, top: Optional[int] = None) -> FrozenBackward:
     """The frozen model's maps for ``rep`` (the attribution graph's own, with no target rows yet; without the token
-    images through block 0 the graph's rows read, since the carrier split goes through block 0 itself)."""
-    return FrozenBackward(model, rep, 0, n_nodes(rep), token_images=False)
+    images through block 0 the graph's rows read, since the carrier split goes through block 0 itself). ``top``: the
+    passes read no block's output from block ``top`` on (a cross-layer transcoder's sources are built below it
+    only; None: every block's)."""
+    return FrozenBackward(model, rep, 0, n_nodes(rep), token_images=False, n_read=top)
 
 
 @dataclass

@@ -319,7 +319,7 @@ def _attribution(m: HookedSprout, rep: LocalReplacement, maps: dict, layer: int,
     MQ, MK, scale = maps["MQ"], maps["MK"], maps["scale"]
     q_all, k_all = maps["x_q"] @ MQ, maps["x_k"] @ MK
     g_key, g_query = MK @ q_all / scale, MQ @ k_all / scale
-    bw = frozen_maps(m, rep)
+    bw = frozen_maps(m, rep, layer)  # the score reads block layer's input: no block's output above it
     dev = rep.patterns.device
     labels = _token_labels(m, rep.tokens)
     sides = {}
