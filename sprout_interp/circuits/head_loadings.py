@@ -162,7 +162,6 @@ def edge_heads(model, graph: AttributionGraph, source: int, target: int, transco
 def _loadings(m: HookedSprout, graph: AttributionGraph, rep: LocalReplacement, pairs: Tensor, batch_size: int
               ) -> pd.DataFrame:
     L, H = m.cfg.n_layers, m.cfg.n_heads
-    bw = frozen_maps(m, rep)
     cols = _columns(graph, rep)
     nodes = graph.nodes
     dev = rep.patterns.device
@@ -171,8 +170,9 @@ def _loadings(m: HookedSprout, graph: AttributionGraph, rep: LocalReplacement, p
     gf = m.ln_final.w.detach().float()
     parts = []
     targets = pairs[:, 0].unique() if len(pairs) else pairs[:, 0]
-    # (top, mid) per target: a feature reads block layer's mid-stream, a logit node the last block's output
+    # (top, mid) per target: a feature reads block layer's mid-stream, a logit node (layer L) the last block's output
     t_layer = torch.tensor(nodes["layer"].to_numpy(), dtype=torch.long)[targets]
+    bw = frozen_maps(m, rep, int(t_layer.max()) if len(t_layer) else 0)  # no target reads a block's output above
     for lay in t_layer.unique().tolist():
         group = targets[t_layer == lay]
         for a in range(0, group.numel(), batch_size):
