@@ -14,7 +14,11 @@ held out, three texts with invented names of their own (not the five the head-le
 cut before the surname's second occurrence. ``p1`` is the first occurrence of the target token right after an
 earlier copy of the last token (the induction head's key); ``p1 - 1`` is that earlier copy.
 
-Each graph has the target as its one logit node (``attribution_targets``). Each part rests on its own
+Each graph has the target as its one logit node (``attribution_targets``); it keeps every active feature where its
+tensors fit the memory budget (``sprout_interp.core.limits.MAX_GRAPH_BYTES``), else the features of most influence
+as circuit-tracer picks them (the report says how many); a feature intervention zeroes the graph's feature nodes,
+and the features it left out are held in the frozen model (no edge follows them) and keep their writes in the real
+one. Each part rests on its own
 intervention, measured in the frozen replacement model (exact; the graph's edges predict it) and in the real model
 (patterns, norms and feed-forwards all respond), on the target's logit minus the mean logit (the graph's unit):
 
@@ -204,6 +208,13 @@ def judge(measured: dict[str, Any]) -> list[Claim]:
     return out
 
 
+def kept(got: dict[str, Any]) -> str:
+    """How many of the prompt's active features a graph keeps (all, or as many as fit the memory budget)."""
+    n, active = got["graph"].n_features, got["n_active_features"]
+    return "keeps every active feature" if n == active else \
+        f"keeps {n:,} of the {active:,} active features, as many as fit its memory budget"
+
+
 def report(measured: dict[str, Any], claims: list[Claim], args: Namespace, out: Path) -> None:
     """Print the head-level circuit, every intervention and the verdict table; write the CSVs and the graphs."""
     rows = measured["rows"]
@@ -215,7 +226,8 @@ def report(measured: dict[str, Any], claims: list[Claim], args: Namespace, out: 
             toks = got["tokens"]
             print(f"  {label}: {len(toks)} tokens, target {toks[got['p1']]!r} (P = {got['p_target']:.3f}); p1 = "
                   f"{got['p1']} ({toks[got['p1'] - 1]!r} {toks[got['p1']]!r}), last = {got['last']} "
-                  f"({toks[got['last']]!r}); the graph: {got['graph']!r}, exact to {got['graph'].max_error():.1e}; "
+                  f"({toks[got['last']]!r}); the graph: {got['graph']!r} ({kept(got)}), exact to "
+                  f"{got['graph'].max_error():.1e}; "
                   f"edges from p1-1 and p1 into the logit: {got['first_share']:+.0%} of all |edges| into it")
             got["graph"].save(out / f"graph_{slug(model)}_{slug(label)}.safetensors")
     shown = rows.copy()
