@@ -1,6 +1,7 @@
 """How well an attribution graph predicts the real model, measured over many prompts rather than one chosen example:
 each of a prompt's strongest features removed alone in the real model (its decoder write taken out of the
-feed-forward's true output at its position, the patterns, norms and feed-forwards all responding:
+feed-forward's true output at its position, and with a cross-layer transcoder its writes to every later
+feed-forward's output too, the patterns, norms and feed-forwards all responding:
 :func:`~sprout_interp.circuits.graph_interventions.real_run`), against what the graph's edges predict for that
 removal, with the final RMSNorm's scale frozen (circuit-tracer's graph) and through its Jacobian
 (``attribution_graph(..., final_norm="jacobian")``).
@@ -13,7 +14,7 @@ and its direct edge into the logit beside it.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import pandas as pd
 import torch
@@ -23,7 +24,12 @@ from torch import Tensor
 from sprout_interp.circuits.attribution_graph import FINAL_NORMS, attribution_graph
 from sprout_interp.circuits.graph_interventions import real_run
 from sprout_interp.circuits.graphs import AttributionGraph, node_influence
-from sprout_interp.circuits.local_replacement import TranscodersLike, check_transcoders, local_replacement
+from sprout_interp.circuits.local_replacement import (
+    TranscodersLike,
+    local_replacement,
+    resolve_transcoders,
+    transcoder_kind,
+)
 from sprout_interp.core.arguments import check_count
 from sprout_interp.core.errors import AttributionGraphError
 from sprout_interp.core.hooked import as_hooked
@@ -74,7 +80,7 @@ def _feature_nodes(graph: AttributionGraph) -> dict[tuple[int, int, int], int]:
 
 
 @torch.no_grad()
-def logit_predictions(model, texts, transcoders: TranscodersLike = None, *, k: int = 3,
+def logit_predictions(model, texts, transcoders: TranscodersLike = None, *, kind: Optional[str] = None, k: int = 3,
                       selections: Sequence[str] = SELECTIONS, bos: bool = True) -> pd.DataFrame:
     """For each prompt of ``texts``: its graph with the top logit as the one logit node, made twice (the final norm
     frozen, and through its Jacobian), ``k`` features picked in the frozen graph by each of ``selections`` (see
@@ -82,9 +88,13 @@ def logit_predictions(model, texts, transcoders: TranscodersLike = None, *, k: i
 
     Args:
         texts: a list of prompts, each a text or token ids ``(pos,)`` (lengths may differ: each is graphed alone).
-        transcoders: one per block (None: the shipped set). bos: as in ``attribution_graph``.
+        transcoders, kind: as :func:`~sprout_interp.circuits.attribution_graph.attribution_graph` takes them:
+            per-layer transcoders or a cross-layer transcoder (a CLT feature's removal takes out its writes to its own
+            and every later feed-forward's output), or None: the shipped ones of ``kind`` (None: the best kind the
+            model ships). bos: as in ``attribution_graph``.
 
-    Returns one row per (prompt, selection, rank, final norm): ``text`` (the prompt's index), ``n_pos``, ``target``
+    Returns one row per (prompt, selection, rank, final norm): ``transcoder_kind`` ("per_layer" or "clt"), ``text``
+    (the prompt's index), ``n_pos``, ``target``
     (token id), ``token``, ``prob`` (the real model's probability of it), ``select``, ``rank`` (0 = strongest),
     ``node`` (in the frozen graph), ``layer``, ``block``, ``pos``, ``feature``, ``activation``, ``final_norm``,
     ``predicted_direct`` (minus the feature's edge into the logit), ``predicted_total`` (minus its total effect,
@@ -98,12 +108,13 @@ def logit_predictions(model, texts, transcoders: TranscodersLike = None, *, k: i
         raise AttributionGraphError(f"selections must be a non-empty list of {SELECTIONS}, got {selections!r}"[:300])
     if not isinstance(bos, bool):
         raise AttributionGraphError(f"bos must be True or False, got {bos!r}")
-    tcs = dict(enumerate(check_transcoders(m, transcoders)))
+    tcs = resolve_transcoders(m, transcoders, kind)
+    tc_kind = transcoder_kind(tcs)
     L = m.cfg.n_layers
     rows = []
     for i, text in enumerate(texts):
         with m.lock:
-            rep = local_replacement(m, text, tcs, bos)
+            rep = local_replacement(m, text, tcs, bos, cross_layer=True)
         target = int(rep.logits.argmax())
         graphs = {mode: attribution_graph(m, rep.tokens, tcs, bos=bos, attribution_targets=[target], final_norm=mode)
                   for mode in FINAL_NORMS}
@@ -135,8 +146,8 @@ def logit_predictions(model, texts, transcoders: TranscodersLike = None, *, k: i
                     real_cache[r] = float(logits[target] - logits.mean()) - base_value
                 for mode, gr in graphs.items():
                     s = nodes[mode][key]
-                    rows.append({"text": i, "n_pos": g.n_pos, "target": target, "token": token, "prob": prob,
-                                 "select": sel, "rank": rank, "node": node, "layer": key[0], "block": key[0] + 1,
+                    rows.append({"transcoder_kind": tc_kind, "text": i, "n_pos": g.n_pos, "target": target,
+                                 "token": token, "prob": prob, "select": sel, "rank": rank, "node": node, "layer": key[0], "block": key[0] + 1,
                                  "pos": key[1], "feature": key[2], "activation": float(f["activation"]),
                                  "final_norm": mode, "predicted_direct": -float(gr.adjacency[-1, s]),
                                  "predicted_total": -float(totals[mode][s]), "real": real_cache[r]})
@@ -157,10 +168,10 @@ def _pearson(a: Tensor, b: Tensor) -> float:
 def prediction_summary(predictions: pd.DataFrame, prediction: str = "predicted_total", by: Sequence[str] = ()
                        ) -> pd.DataFrame:
     """How close ``prediction`` (``predicted_total`` or ``predicted_direct``) of :func:`logit_predictions`'s table
-    comes to ``real``, per (``model`` when the table has that column, ``select``, ``final_norm``, then the columns
-    ``by``, e.g. ``["block"]``): ``removals``,
-    ``prompts``, Pearson ``r``, ``sign_agreement`` (share of removals whose predicted and real changes have the same
-    sign) and ``median_rel_error`` (median of ``|predicted - real| / |real|``)."""
+    comes to ``real``, per (``model`` and ``transcoder_kind`` when the table has them, ``select``, ``final_norm``,
+    then the columns ``by``, e.g. ``["block"]``): ``removals``, ``prompts``, Pearson ``r``, ``sign_agreement``
+    (share of removals whose predicted and real changes have the same sign) and ``median_rel_error`` (median of
+    ``|predicted - real| / |real|``)."""
     if prediction not in ("predicted_total", "predicted_direct"):
         raise AttributionGraphError(f"prediction must be 'predicted_total' or 'predicted_direct', got {prediction!r}")
     if not isinstance(predictions, pd.DataFrame) or not {"select", "final_norm", prediction, "real", "text"} <= set(
@@ -169,7 +180,7 @@ def prediction_summary(predictions: pd.DataFrame, prediction: str = "predicted_t
                                     f"text, {prediction}, real)")
     if isinstance(by, str) or any(c not in predictions for c in by):
         raise AttributionGraphError(f"by must be a list of the table's columns, got {by!r}"[:300])
-    by = [c for c in ("model", "select", "final_norm") if c in predictions] + list(by)
+    by = [c for c in ("model", "transcoder_kind", "select", "final_norm") if c in predictions] + list(by)
     rows = []
     for key, g in predictions.groupby(by, sort=False):
         p = torch.tensor(g[prediction].values, dtype=torch.float64)

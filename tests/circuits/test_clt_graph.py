@@ -27,6 +27,7 @@ from sprout_interp.circuits.local_replacement import (
     shipped_kinds,
 )
 from sprout_interp.core.errors import AttributionGraphError, TranscoderMismatchError, TranscoderNotFoundError
+from sprout_interp.core.hook_points import act_name
 from sprout_interp.core.hooked import HookedSprout
 from sprout_interp.features.clt import save_clt
 from sprout_interp.features.transcoder import save_transcoders
@@ -284,6 +285,22 @@ def test_a_tie_keeps_the_per_layer_set(checkpoint):
     assert best_kind(m) == "per_layer"
 
 
+def test_graph_predictions_take_the_best_shipped_kind_by_default(checkpoint):
+    from sprout_interp.circuits.graph_predictions import logit_predictions
+
+    folder, m = checkpoint
+    texts = ["Zorbin Plax came home. Zorbin"]
+    kw = dict(k=1, selections=["logit_edge"])
+    ts = _ship_per_layer(m, folder, 0.6)
+    assert set(logit_predictions(m, texts, **kw)["transcoder_kind"]) == {"per_layer"}
+    c = _ship_clt(m, folder, 0.7)
+    df = logit_predictions(m, texts, **kw)
+    assert set(df["transcoder_kind"]) == {"clt"} and df.equals(logit_predictions(m, texts, c, **kw))
+    per = logit_predictions(m, texts, kind="per_layer", **kw)
+    assert set(per["transcoder_kind"]) == {"per_layer"} and per.equals(logit_predictions(m, texts, ts, **kw))
+    assert not per[["layer", "pos", "feature", "real"]].equals(df[["layer", "pos", "feature", "real"]])
+
+
 @pytest.mark.unchecked_types
 @pytest.mark.parametrize("kind", ["bogus", True, 1, "CLT"])
 def test_a_kind_that_is_not_one_is_refused(model, clt, tokens, kind):
@@ -317,11 +334,8 @@ def test_analyses_that_read_per_layer_transcoders_refuse_a_clt(model, clt, token
         local_replacement(model, tokens, clt)
     with pytest.raises(AttributionGraphError, match="cross_layer must be True or False"):
         local_replacement(model, tokens, clt, cross_layer=1)
-    from sprout_interp.circuits.graph_predictions import logit_predictions
-
-    with pytest.raises(TranscoderMismatchError, match="per-layer transcoders"):
-        logit_predictions(model, [tokens], clt)
-    # QK attributions and head loadings take a CLT (tests/circuits/test_qk_attribution.py)
+    # QK attributions and head loadings take a CLT (tests/circuits/test_qk_attribution.py), and so do graph
+    # predictions (below)
 
 
 # -- the file ---------------------------------------------------------------------------------------------------
@@ -367,3 +381,158 @@ def test_the_memory_estimate_counts_this_prompts_sources(model, case):
     assert sum(t.numel() for t in bw.srcT) * 4 == 4 * T * d * slots
     assert est["sources"] == 4 * T * d * slots + 8 * T * slots + 4 * L * T * d * 4 + 4 * k * T * d
     assert slots < sum((j + 1) * k + 2 for j in range(L))  # tighter than the bound from k alone
+
+
+# -- how well a CLT graph predicts the real model (circuits/graph_predictions.py) ------------------------------
+
+
+@torch.no_grad()
+def _real_removal_by_hand(model, clt, tokens: torch.Tensor, layer: int, pos: int, feature: int,
+                          writes=None) -> tuple[float, int]:
+    """The real model with one CLT feature's writes taken out of the feed-forward outputs ``writes`` (default: its
+    own and every later one) at ``pos``, its activation read off the CLT's encoder and JumpReLU on the true
+    feed-forward input: the change of the top token's logit minus the mean logit, and that token."""
+    base = model(tokens[None])[0, -1]
+    target = int(base.argmax())
+    name = act_name("normalized", layer, "ln2")
+    _, cache = model.run_with_cache(tokens[None], names_filter=[name])
+    x = cache[name][0, pos] * model.blocks[layer].ln2.w
+    act = float(clt.encode_layer(layer, x)[feature])
+    assert act != 0
+    hooks = []
+    for j in (range(layer, clt.n_layers) if writes is None else writes):
+        write = act * clt.W_dec[layer][feature, j - layer].detach()
+
+        def cut(out, hook, write=write):
+            out = out.clone()
+            out[0, pos] -= write
+            return out
+
+        hooks.append((act_name("mlp_out", j), cut))
+    after = model.run_with_hooks(tokens[None], fwd_hooks=hooks)[0, -1]
+    return float((after[target] - after.mean()) - (base[target] - base.mean())), target
+
+
+def _hand_linear_logits(model, rep, node: int, value: float) -> torch.Tensor:
+    """The last position's demeaned logits (float64) of the frozen linear replacement model, by hand: feature ``node``
+    held at ``value``, every other feature following its pre-activation (``W_enc[f] · x + b_enc[f]``, the active set
+    fixed), errors, constants and embeddings as on the prompt. A layer's features read only earlier layers' writes,
+    so one pass of the hand-built model per layer reaches the fixed point."""
+    clt = rep.clt
+    b_enc = torch.cat([clt.b_enc[i].detach().double()[rep.feat_index[slice(*rep.layer_span(i))]]
+                       for i in range(clt.n_layers)])
+    acts = rep.feat_act.double().clone()
+    for _ in range(clt.n_layers):
+        acts[node] = value
+        feat_in, _ = _hand_inputs(model, rep, acts)
+        acts = feat_in + b_enc
+    acts[node] = value
+    return _hand_inputs(model, rep, acts)[1]
+
+
+def _top(score: torch.Tensor, k: int) -> list[int]:
+    """The ``k`` nodes of largest ``score`` (float64), asserting a clear margin to the next one, so that no near-tie
+    decides which are picked."""
+    order = score.argsort(descending=True)
+    top, nxt = score[order[k - 1]], score[order[k]]
+    assert float(top - nxt) > 1e-3 * float(score.abs().max()), "a near-tie at the cut: pick another seed"
+    return order[:k].tolist()
+
+
+@pytest.fixture(scope="module")
+def loud():
+    """The test model with its final norm's gain 100 times larger (its logits and their changes too: about 0.01 to
+    0.1 for one feature's removal, not 1e-4), and a random CLT of it."""
+    torch.manual_seed(0)
+    gpt = GPT(tiny_config(n_layer=3)).eval()
+    with torch.no_grad():
+        gpt.norm.weight.mul_(100.0)
+    m = HookedSprout(gpt, name="tiny-loud")
+    return m, random_clt(m, d_transcoder=48, density=0.1, seed=1)
+
+
+def test_predictions_over_a_clt_are_real_removals_of_every_write_each_prompt_alone(loud):
+    """logit_predictions over a CLT against, on two prompts of unequal length: each removal in the real model written
+    out with hooks (every write of the feature), each prompt alone, the picks and predictions of graphs made anew,
+    and the frozen graph's total against the frozen linear replacement model by hand in float64."""
+    from sprout_interp.circuits.graph_predictions import logit_predictions, logit_totals, prediction_summary
+    from sprout_interp.circuits.graphs import node_influence
+
+    model, clt = loud
+    gen = torch.Generator().manual_seed(5)
+    a, b = torch.randint(1, 64, (9,), generator=gen), torch.randint(1, 64, (14,), generator=gen)
+    df = logit_predictions(model, [a, b], clt, k=2)
+    assert set(df["transcoder_kind"]) == {"clt"}
+    assert set(df["final_norm"]) == {"frozen", "jacobian"} and set(df["select"]) == {"influence", "logit_edge",
+                                                                                      "last_layer"}
+    assert sorted(df.groupby("text")["n_pos"].first().tolist()) == [10, 15]  # <|endoftext|> first
+    assert (df[df["select"] == "last_layer"]["layer"] == 2).all()
+    assert len(df) == 2 * 3 * 2 * 2
+    # each removal in the real model, by hand: every write of the feature, its own layer's and each later one's
+    own_only_differs = 0
+    for _, r in df.drop_duplicates(["text", "layer", "pos", "feature"]).iterrows():
+        toks = torch.cat([torch.tensor([0]), (a, b)[r["text"]]])
+        args = (model, clt, toks, int(r["layer"]), int(r["pos"]), int(r["feature"]))
+        want, target = _real_removal_by_hand(*args)
+        assert target == r["target"]
+        assert abs(r["real"] - want) < 1e-6
+        if r["layer"] < 2:  # its writes to later layers matter: its own layer's alone is another removal
+            own, _ = _real_removal_by_hand(*args, writes=[int(r["layer"])])
+            own_only_differs += abs(own - want) > 1e-4
+    assert own_only_differs >= 3
+    # each prompt alone gives the same rows
+    alone = logit_predictions(model, [b], clt, k=2)
+    two = df[df["text"] == 1].drop(columns="text").reset_index(drop=True)
+    cols = [c for c in two.columns if c != "text"]
+    assert alone[cols].reset_index(drop=True).equals(two[cols])
+    for i, text in enumerate((a, b)):
+        toks = torch.cat([torch.tensor([0]), text])
+        rows = df[df["text"] == i]
+        target = int(rows["target"].iloc[0])
+        graphs = {mode: attribution_graph(model, toks, clt, attribution_targets=[target], final_norm=mode)
+                  for mode in ("frozen", "jacobian")}
+        # the picks: the k strongest in the frozen graph by each rule, in float64 and clear of the next
+        g = graphs["frozen"]
+        nF = g.n_features
+        edge = g.adjacency[-1, :nF].double().abs()
+        last = torch.tensor(g.nodes["layer"].values[:nF]) == 2
+        scores = {"influence": node_influence(g)[:nF].double(), "logit_edge": edge,
+                  "last_layer": torch.where(last, edge, torch.full_like(edge, -1.0))}
+        for sel, score in scores.items():
+            picked = rows[(rows["select"] == sel) & (rows["final_norm"] == "frozen")].sort_values("rank")["node"]
+            assert picked.tolist() == _top(score, 2), (i, sel)
+        # predictions are the graphs' own
+        for mode, gr in graphs.items():
+            keys = {(int(x), int(y), int(z)): j for j, (x, y, z) in
+                    enumerate(zip(gr.nodes["layer"][:gr.n_features], gr.nodes["pos"], gr.nodes["feature"]))}
+            for _, r in rows[rows["final_norm"] == mode].iterrows():
+                s = keys[(r["layer"], r["pos"], r["feature"])]
+                assert abs(r["predicted_direct"] + float(gr.adjacency[-1, s])) < 1e-6
+                assert abs(r["predicted_total"] + float(logit_totals(gr)[s])) < 1e-9
+        # the frozen graph's total is the frozen linear replacement model's change, by hand in float64
+        rep = local_replacement(model, toks, clt, cross_layer=True)
+        rep_keys = {(int(x), int(y), int(z)): j for j, (x, y, z) in
+                    enumerate(zip(rep.feat_layer.tolist(), rep.feat_pos.tolist(), rep.feat_index.tolist()))}
+        through_later = 0
+        for _, r in rows[rows["final_norm"] == "frozen"].drop_duplicates(["layer", "pos", "feature"]).iterrows():
+            node = rep_keys[(r["layer"], r["pos"], r["feature"])]
+            keep = _hand_linear_logits(model, rep, node, float(rep.feat_act[node]))
+            off = _hand_linear_logits(model, rep, node, 0.0)
+            want = float(off[target] - keep[target])
+            assert abs(want) > 1e-2  # a real effect
+            assert abs(r["predicted_total"] - want) < 1e-6, (i, r["layer"], r["feature"])
+            through_later += abs(r["predicted_total"] - r["predicted_direct"]) > 5e-5
+        assert through_later >= 1  # paths through later features count
+    summary = prediction_summary(df)
+    assert list(summary.columns) == ["transcoder_kind", "select", "final_norm", "removals", "prompts", "r",
+                                     "sign_agreement", "median_rel_error"]
+    assert (summary["transcoder_kind"] == "clt").all() and (summary["removals"] == 4).all()
+
+
+def test_predictions_take_the_kind_as_graphs_do(model, clt, tokens):
+    from sprout_interp.circuits.graph_predictions import logit_predictions
+
+    with pytest.raises(AttributionGraphError, match="kind='per_layer' but transcoders is a cross-layer"):
+        logit_predictions(model, [tokens], clt, kind="per_layer")
+    with pytest.raises(AttributionGraphError, match="kind must be one of"):
+        logit_predictions(model, [tokens], clt, kind="CLT")

@@ -257,6 +257,7 @@ def test_the_measure_is_a_loop_of_real_removals_each_prompt_alone(model, ts):
     gen = torch.Generator().manual_seed(5)
     a, b = torch.randint(1, 64, (9,), generator=gen), torch.randint(1, 64, (14,), generator=gen)
     df = logit_predictions(model, [a, b], ts, k=2)
+    assert set(df["transcoder_kind"]) == {"per_layer"}  # over a CLT: tests/circuits/test_clt_graph.py
     assert set(df["final_norm"]) == {"frozen", "jacobian"} and set(df["select"]) == {"influence", "logit_edge",
                                                                                       "last_layer"}
     assert sorted(df.groupby("text")["n_pos"].first().tolist()) == [10, 15]  # <|endoftext|> first
@@ -281,8 +282,8 @@ def test_the_measure_is_a_loop_of_real_removals_each_prompt_alone(model, ts):
             assert abs(r["predicted_direct"] + float(g.adjacency[-1, int(r["node"])])) < 1e-6
             assert abs(r["predicted_total"] + float(logit_totals(g)[int(r["node"])])) < 1e-9
     summary = prediction_summary(df)
-    assert list(summary.columns) == ["select", "final_norm", "removals", "prompts", "r", "sign_agreement",
-                                     "median_rel_error"]
+    assert list(summary.columns) == ["transcoder_kind", "select", "final_norm", "removals", "prompts", "r",
+                                     "sign_agreement", "median_rel_error"]
     one = summary[(summary["select"] == "influence") & (summary["final_norm"] == "jacobian")].iloc[0]
     sub = df[(df["select"] == "influence") & (df["final_norm"] == "jacobian")]
     p, r = torch.tensor(sub["predicted_total"].values), torch.tensor(sub["real"].values)
