@@ -7,6 +7,7 @@ by the induction head's OV (attention from the first occurrence's position to th
     python analyses/name_copy_graph.py                       # gpt-4 and sprout (shipped, with their transcoders)
     python analyses/name_copy_graph.py --models gpt-4 --no-held-out --random 5    # about 30 s
     python analyses/name_copy_graph.py --models sprout --random 40 --no-held-out
+    python analyses/name_copy_graph.py --kind per_layer      # over the per-layer transcoders (default: the best kind)
 
 Prompts: the story of ``sprout_interp.core.texts.TEXTS`` (the chapter's "Zorbin Plax" text; the chapter's own is
 not published) cut before the second " Plax", so the last token is the name's "in" and the target is " Pl"; and,
@@ -65,9 +66,11 @@ SCRIPT = "name_copy_graph"
 COMMAND = f".venv/bin/python analyses/{SCRIPT}.py"
 CLAIM = "the copy of a name, read as a graph of features"
 CHAPTER = "found what followed earlier in the text and copied it (previous-token head, then induction head)"
-#: the transcoders the verdicts were measured over: the per-layer set (each feature in one block, as the claims and
-#: tests read them); ``--kind clt`` measures the same interventions over the cross-layer transcoder
-KIND = "per_layer"
+#: the transcoders the graphs use: None, the best shipped kind (``local_replacement.best_kind``, by held-out FVE: the
+#: cross-layer transcoder for both shipped models), as ``si.attribution_graph`` picks it. The verdicts hold over
+#: both kinds (docs/attribution_graphs.md compares them): no part needs one-block features, since zeroing a CLT
+#: feature removes its writes to every later feed-forward and holding it holds them all. ``--kind`` names one.
+KIND = None
 DROP = 1.0  # logit units (nats of the target's logit against the mean) a part's intervention must remove
 SPECIFIC = 3.0  # times the largest control change
 DIRECT_SHARE = 0.5  # of the induction head's effect going straight into the logit
@@ -105,7 +108,8 @@ def parser() -> ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the control draws")
     p.add_argument("--no-held-out", action="store_true", help="only the story's Zorbin Plax")
     p.add_argument("--kind", choices=("per_layer", "clt"), default=KIND,
-                   help="which shipped transcoders replace the feed-forwards (the verdicts: per-layer)")
+                   help="which shipped transcoders replace the feed-forwards (default: the best shipped kind, by "
+                        "held-out FVE)")
     return p
 
 
@@ -113,9 +117,9 @@ def parser() -> ArgumentParser:
 
 
 def measure_prompt(m, text: str, surname: str, induction: tuple[int, int], n_random: int, seed: int,
-                   kind: str = KIND) -> dict[str, Any]:
+                   kind: str | None = KIND) -> dict[str, Any]:
     """Every intervention on one prompt (``copy_interventions``; see the module docstring), over the shipped
-    transcoders of ``kind``."""
+    transcoders of ``kind`` (None: the best shipped kind)."""
     return copy_interventions(m, text, surname, induction, n_random=n_random, seed=seed,
                               transcoders=resolve_transcoders(m, None, kind))
 
@@ -219,7 +223,10 @@ def report(measured: dict[str, Any], claims: list[Claim], args: Namespace, out: 
     """Print the head-level circuit, every intervention and the verdict table; write the CSVs and the graphs."""
     rows = measured["rows"]
     for model, c in measured["circuits"].items():
-        print(f"\n{model}: head-level circuit (find_induction_circuit, mean ablation): {c.summary()}")
+        kinds = {got["graph"].transcoder_kind for (mm, _), got in measured["prompts"].items() if mm == model}
+        over = {"clt": "its cross-layer transcoder", "per_layer": "its per-layer transcoders"}
+        print(f"\n{model}: graphs over {' and '.join(over[k] for k in sorted(kinds))}; head-level circuit "
+              f"(find_induction_circuit, mean ablation): {c.summary()}")
         for (mm, label), got in measured["prompts"].items():
             if mm != model:
                 continue

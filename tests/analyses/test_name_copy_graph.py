@@ -15,6 +15,7 @@ import torch
 from conftest import analysis_script
 
 from sprout_interp.circuits.induction import find_induction_circuit
+from sprout_interp.circuits.local_replacement import best_kind, resolve_transcoders, transcoder_kind
 from sprout_interp.core.hook_points import act_name
 from sprout_interp.features.clt import load_clt
 from sprout_interp.features.transcoder import load_transcoders, mlp_input
@@ -53,6 +54,12 @@ def _target_logit(logits, target):
 
 def _head_row(rows):
     return next(r for r in rows.values() if r["part"] == "moved by the induction head's OV")
+
+
+def test_the_default_is_the_best_shipped_kind(gpt4):
+    mod = analysis_script("name_copy_graph")
+    assert mod.parser().parse_args([]).kind is None
+    assert transcoder_kind(resolve_transcoders(gpt4, None, mod.KIND)) == best_kind(gpt4)
 
 
 @pytest.mark.parametrize("kind", KINDS)
