@@ -431,11 +431,12 @@ def _hand_linear_logits(model, rep, node: int, value: float) -> torch.Tensor:
 
 
 def _top(score: torch.Tensor, k: int) -> list[int]:
-    """The ``k`` nodes of largest ``score`` (float64), asserting a clear margin to the next one, so that no near-tie
-    decides which are picked."""
+    """The ``k`` nodes of largest ``score`` (float64), strongest first, asserting a clear margin between each and the
+    next, so that no near-tie decides which are picked nor their ranks."""
     order = score.argsort(descending=True)
-    top, nxt = score[order[k - 1]], score[order[k]]
-    assert float(top - nxt) > 1e-3 * float(score.abs().max()), "a near-tie at the cut: pick another seed"
+    for j in range(k):
+        gap = float(score[order[j]] - score[order[j + 1]])
+        assert gap > 1e-3 * float(score.abs().max()), "a near-tie among the picks: pick another seed"
     return order[:k].tolist()
 
 
