@@ -253,7 +253,20 @@ def _real_by_hand(model, ts, tokens: torch.Tensor, layer: int, pos: int, feature
     return float((after[target] - after.mean()) - (base[target] - base.mean())), target
 
 
-def test_the_measure_is_a_loop_of_real_removals_each_prompt_alone(model, ts):
+@pytest.fixture(scope="module", params=[True, False], ids=["skip", "noskip"])
+def loud(request):
+    """The test model with its final norm's gain 100 times larger, so one feature's removal moves the target's logit
+    by up to about 1e-2 rather than 1e-4 (the comparison, to 1e-6 plus 1e-4 of the change, can then fail), and its transcoders."""
+    torch.manual_seed(0)
+    gpt = GPT(tiny_config(n_layer=3)).eval()
+    with torch.no_grad():
+        gpt.norm.weight.mul_(100.0)
+    m = HookedSprout(gpt, name="tiny-loud")
+    return m, random_transcoders(m, k=4, d_transcoder=48, skip=request.param, seed=1)
+
+
+def test_the_measure_is_a_loop_of_real_removals_each_prompt_alone(loud):
+    model, ts = loud
     gen = torch.Generator().manual_seed(5)
     a, b = torch.randint(1, 64, (9,), generator=gen), torch.randint(1, 64, (14,), generator=gen)
     df = logit_predictions(model, [a, b], ts, k=2)
@@ -263,11 +276,14 @@ def test_the_measure_is_a_loop_of_real_removals_each_prompt_alone(model, ts):
     assert sorted(df.groupby("text")["n_pos"].first().tolist()) == [10, 15]  # <|endoftext|> first
     assert (df[df["select"] == "last_layer"]["layer"] == model.cfg.n_layers - 1).all()
     assert len(df) == 2 * 3 * 2 * 2
+    biggest = 0.0
     for _, r in df.drop_duplicates(["text", "layer", "pos", "feature"]).iterrows():
         toks = torch.cat([torch.tensor([0]), (a, b)[r["text"]]])
         want, target = _real_by_hand(model, ts, toks, int(r["layer"]), int(r["pos"]), int(r["feature"]))
         assert target == r["target"]
-        assert abs(r["real"] - want) < TOL
+        assert abs(r["real"] - want) < 1e-6 + 1e-4 * abs(want)
+        biggest = max(biggest, abs(want))
+    assert biggest > 5e-3  # the removals move the logit far more than the tolerance: a wrong removal fails
     # each prompt alone gives the same rows
     alone = logit_predictions(model, [b], ts, k=2)
     two = df[df["text"] == 1].drop(columns="text").reset_index(drop=True)
