@@ -32,11 +32,9 @@ def tokens(_m, text: str):
 @st.cache_data(**_CACHE)
 def str_tokens(_m, key: str, text: str) -> list[str]:
     """One label per token of the text: a character split over several tokens is shown whole on its first piece
-    (the others '◌'), a lone piece as its bytes ``⟨0xE2⟩`` (``core.tokens.token_labels``)."""
-    from sprout_interp.core.tokens import token_labels
-
-    ids = tokens(_m, text)[0]
-    return token_labels(_m.tokenizer, ids) if _m.tokenizer is not None else list(_m.to_str_tokens(ids))
+    (the others '◌'), a lone piece as its bytes ``⟨0xE2⟩`` (``core.tokens.token_labels``): ``precomputed.text_labels``,
+    which the graph page's shipped first view used too."""
+    return precomputed.text_labels(_m, text)
 
 
 #: where a text copies a name it repeats (the pages that open on it: attention, logit lens, attribution graph); its

@@ -136,6 +136,17 @@ def wait_for_page(driver, n_plots: int = 1, timeout: float = 180.0) -> None:
     raise TimeoutError(f"the page did not draw {n_plots} figure(s) within {timeout:.0f} s")
 
 
+def script_result(driver, js: str, *args, timeout: float = 60.0):
+    """What the JavaScript ``js`` (run with ``args``) returns once it returns something other than null, polled
+    every 0.3 s for up to ``timeout`` seconds (None if it never does): for a figure or table the page draws late."""
+    deadline = time.monotonic() + timeout
+    got = driver.execute_script(js, *args)
+    while got is None and time.monotonic() < deadline:
+        time.sleep(0.3)
+        got = driver.execute_script(js, *args)
+    return got
+
+
 def texts(driver, css: str, attribute: str = "innerText") -> list[str]:
     """``attribute`` of every element matching ``css``, read in one script call: Streamlit re-renders
     elements at any moment, and reading them one by one from Python can hit a stale element."""

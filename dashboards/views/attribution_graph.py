@@ -135,11 +135,15 @@ def full_graph(spinner: bool = True):
     computed now (once; then cached like any graph the page computes)."""
     if pre is None:
         return graph
-    if not spinner:  # a download's data, made after the page was drawn
+
+    def made():
         return graph_compute.attribution_graph(m, key, text, end, int(max_features), graph_compute.graph_kind())[0]
+
+    if not spinner:  # a download's data, made after the page was drawn
+        return made()
     with st.spinner(f"computing the attribution graph of {end} tokens (the first view was read from the checkpoint's "
                     "folder; the graph itself is needed now)…"), state.shown_errors("the graph"):
-        return graph_compute.attribution_graph(m, key, text, end, int(max_features), graph_compute.graph_kind())[0]
+        return made()
 
 
 if pre is not None:

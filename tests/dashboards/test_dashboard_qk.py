@@ -59,6 +59,20 @@ def _tables(at: AppTest) -> dict[str, object]:
     return out
 
 
+def _panel_is(at, a):
+    """Assert the page's QK panel shows the QK attribution ``a``: its score, both sides, the key's carriers and the
+    pairs (to their shown digits); the key side's table, for more checks."""
+    said = " ".join(md.value for md in at.markdown)
+    assert f"pre-softmax score **{a.score:.3f}**" in said
+    t = _tables(at)
+    query, key = t["sides"]
+    _same_side(query, a.query_components)
+    _same_side(key, a.key_components)
+    assert t["carriers"][1]["value"].tolist() == a.key_by_head()["value"].round(3).tolist()
+    assert t["pairs"]["term"].tolist() == a.terms["term"].round(3).tolist()
+    return key
+
+
 def _same_side(shown, library, n=12):
     lib = library.head(n)
     assert shown["value"].tolist() == lib["value"].round(3).tolist()
@@ -80,14 +94,7 @@ def test_attention_a_click_on_a_cell_opens_its_qk_attribution_and_the_link_keeps
     assert (at.query_params["qk"], at.query_params["qk_query"], at.query_params["qk_key"]) == ("1", "54", "2")
     m = si.load("gpt-4")
     a = si.qk_attribution(m, m.to_tokens(TEXTS["story"])[0], 1, 0, 54, 2)
-    said = " ".join(md.value for md in at.markdown)
-    assert f"pre-softmax score **{a.score:.3f}**" in said
-    t = _tables(at)
-    query, key = t["sides"]
-    _same_side(query, a.query_components)
-    _same_side(key, a.key_components)
-    assert t["carriers"][1]["value"].tolist() == a.key_by_head()["value"].round(3).tolist()
-    assert t["pairs"]["term"].tolist() == a.terms["term"].round(3).tolist()
+    key = _panel_is(at, a)
     assert key["carried by"].iloc[0] == "block 1 head 0"  # the previous-token head carries the most
 
     again = ok(page("views/attention.py", dict(at.query_params)).run())  # the link, reopened: the same cell
@@ -149,15 +156,8 @@ def test_the_cross_layer_transcoders_graph_opens_its_qk_panel_and_head_carried_e
     end = int(at.query_params["end"])
     ids = prompt_tokens(m, m.to_tokens(TEXTS["story"])[0, :end], bos=True)
     a = si.qk_attribution(m, ids, 1, 0, 55, 3, load_clt(m))
-    said = " ".join(md.value for md in at.markdown)
-    assert f"pre-softmax score **{a.score:.3f}**" in said
-    t = _tables(at)
-    query, key = t["sides"]
-    _same_side(query, a.query_components)
-    _same_side(key, a.key_components)
+    key = _panel_is(at, a)
     assert (key["component"].str.contains("feat.")).any()  # the CLT's features are components
-    assert t["carriers"][1]["value"].tolist() == a.key_by_head()["value"].round(3).tolist()
-    assert t["pairs"]["term"].tolist() == a.terms["term"].round(3).tolist()
     assert any("cross-layer transcoder" in c.value for c in at.caption)
 
     spec = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]

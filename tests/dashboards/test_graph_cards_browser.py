@@ -98,11 +98,7 @@ def _click_node(d, kind: str, index: int) -> None:
 
 def _click_first_row(d, table_key: str) -> None:
     """A click on the first data row of the list (the row's first cell: Streamlit selects the row)."""
-    box = None
-    deadline = time.monotonic() + 60
-    while box is None and time.monotonic() < deadline:
-        box = d.execute_script(ROW_JS, table_key)
-        time.sleep(0.3)
+    box = browser.script_result(d, ROW_JS, table_key)
     assert box, table_key
     time.sleep(0.5)
     box = d.execute_script(ROW_JS, table_key)
@@ -203,11 +199,7 @@ def test_two_pinned_nodes_are_drawn_on_their_own_with_the_librarys_sum(site, gra
         d.get(url + f"/attribution_graph?model=gpt-4&pin={keys[0]}&pin={keys[1]}&node={keys[0]}")
         browser.wait_for_page(d, n_plots=2, timeout=600)
         assert browser.problems(d) == []
-        meta = None
-        deadline = time.monotonic() + 60
-        while meta is None and time.monotonic() < deadline:
-            meta = d.execute_script(META_JS)
-            time.sleep(0.3)
+        meta = browser.script_result(d, META_JS)
         assert meta and meta["value"] == "total", meta
         drawn = {(s, t): v for s, t, v in meta["edges"]}
         assert drawn[(0, 1)] == pytest.approx(float(want["total"]), rel=1e-9)
@@ -256,11 +248,7 @@ def test_the_subgraph_fits_the_page_column_at_1280_and_1920(site, graph, tmp_pat
             d.get(url + f"/attribution_graph?model=gpt-4&{pins}")
             browser.wait_for_page(d, n_plots=2, timeout=600)
             assert browser.problems(d) == []
-            got = None
-            deadline = time.monotonic() + 60
-            while got is None and time.monotonic() < deadline:
-                got = d.execute_script(WIDTHS_JS)
-                time.sleep(0.3)
+            got = browser.script_result(d, WIDTHS_JS)
             assert got, (name, width)
             browser.settle(d)
             got = d.execute_script(WIDTHS_JS)
